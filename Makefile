@@ -1,0 +1,52 @@
+# Portico. `make run` starts the platform, `make test` runs every test; both
+# bootstrap Postgres and Redis themselves (see e2e/scripts/deps.sh).
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+COMPONENTS := $(notdir $(wildcard */cmd/*))
+PROTOS := $(shell find proto -name '*.proto' | sort)
+TEST_TIMEOUT ?= 15m
+export PORTICO_DATABASE_URL ?= postgres://postgres@127.0.0.1:55432/portico?sslmode=disable
+export PORTICO_TEST_REDIS_ADDR ?= 127.0.0.1:56379
+
+.PHONY: run test build deps stop bench lint proto proto-check fmt-check vet
+
+run: deps build
+	@$(BIN)/launch
+
+test: deps proto-check fmt-check vet
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./*/cmd/...
+
+deps:
+	@bash e2e/scripts/deps.sh
+
+stop:
+	@bash e2e/scripts/stop.sh
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./... | tee .run/bench.txt
+
+lint: fmt-check vet
+	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed: ran gofmt and go vet"; fi
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Generated Go is committed beside the .proto files; protoc comes from Debian
+# (protobuf-compiler), protoc-gen-go is pinned by the go.mod tool directive.
+proto:
+	@command -v protoc >/dev/null || bash e2e/scripts/deps.sh
+	protoc -I proto -I /usr/include --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
+		--go_out=proto --go_opt=paths=source_relative $(PROTOS)
+
+proto-check: proto
+	@git diff --exit-code --stat -- proto/ || { echo "proto/: generated code is stale; run make proto and commit"; exit 1; }
+	@if [ -n "$$(git ls-files --others --exclude-standard proto/)" ]; then echo "proto/: uncommitted generated files"; git ls-files --others --exclude-standard proto/; exit 1; fi
