@@ -1,0 +1,342 @@
+// Package spec holds the declarative resources an operator manages through
+// the admin API (clusters, routes, JWT providers, consumers, API keys,
+// revocations, rate-limit rules) and their validation.
+//
+// Resources are plain values with JSON tags; they are what the store persists
+// (as JSON) per config version and what the compiler turns into xDS
+// snapshots. A Config is the complete set of resources at one version.
+package spec
+
+import (
+	"maps"
+	"sort"
+	"time"
+)
+
+// Kind names a resource collection; it is also the admin API path segment
+// (/admin/v1/<kind>/{name}).
+type Kind string
+
+// The resource kinds, in the order the admin API documents them.
+const (
+	KindCluster       Kind = "clusters"
+	KindRoute         Kind = "routes"
+	KindJWTProvider   Kind = "jwt-providers"
+	KindConsumer      Kind = "consumers"
+	KindAPIKey        Kind = "apikeys"
+	KindRevocation    Kind = "revocations"
+	KindRateLimitRule Kind = "ratelimit-rules"
+)
+
+// Kinds lists every kind; the order is the order of validation and compilation.
+var Kinds = []Kind{KindCluster, KindRoute, KindJWTProvider, KindConsumer, KindAPIKey, KindRevocation, KindRateLimitRule}
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool {
+	for _, x := range Kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Endpoint is one upstream address.
+type Endpoint struct {
+	Address string `json:"address"`
+	Port    uint32 `json:"port"`
+	// Weight is the load-balancing weight (default 1).
+	Weight uint32 `json:"weight,omitempty"`
+	// Zone is the locality zone; endpoints are grouped by it in EDS.
+	Zone string `json:"zone,omitempty"`
+}
+
+// LB policies accepted for Cluster.LBPolicy.
+const (
+	LBRoundRobin   = "ROUND_ROBIN"
+	LBLeastRequest = "LEAST_REQUEST"
+	LBRingHash     = "RING_HASH"
+	LBMaglev       = "MAGLEV"
+)
+
+// CircuitBreakers are Envoy's per-cluster concurrency caps (default priority).
+type CircuitBreakers struct {
+	MaxConnections     uint32       `json:"maxConnections,omitempty"`
+	MaxPendingRequests uint32       `json:"maxPendingRequests,omitempty"`
+	MaxRequests        uint32       `json:"maxRequests,omitempty"`
+	MaxRetries         uint32       `json:"maxRetries,omitempty"`
+	RetryBudget        *RetryBudget `json:"retryBudget,omitempty"`
+}
+
+// RetryBudget caps active retries as a percentage of active requests.
+type RetryBudget struct {
+	BudgetPercent       float64 `json:"budgetPercent"`
+	MinRetryConcurrency uint32  `json:"minRetryConcurrency,omitempty"`
+}
+
+// OutlierDetection ejects misbehaving endpoints.
+type OutlierDetection struct {
+	Consecutive5xx           uint32   `json:"consecutive5xx,omitempty"`
+	ConsecutiveGatewayErrors uint32   `json:"consecutiveGatewayErrors,omitempty"`
+	Interval                 Duration `json:"interval,omitempty"`
+	BaseEjectionTime         Duration `json:"baseEjectionTime,omitempty"`
+	MaxEjectionPercent       uint32   `json:"maxEjectionPercent,omitempty"`
+}
+
+// HealthCheck is an active HTTP health check.
+type HealthCheck struct {
+	Path               string   `json:"path"`
+	Interval           Duration `json:"interval,omitempty"`
+	Timeout            Duration `json:"timeout,omitempty"`
+	HealthyThreshold   uint32   `json:"healthyThreshold,omitempty"`
+	UnhealthyThreshold uint32   `json:"unhealthyThreshold,omitempty"`
+}
+
+// UpstreamTLS turns on TLS to the cluster's endpoints.
+type UpstreamTLS struct {
+	SNI string `json:"sni,omitempty"`
+}
+
+// Cluster is an upstream service.
+type Cluster struct {
+	Name             string            `json:"name"`
+	Endpoints        []Endpoint        `json:"endpoints"`
+	ConnectTimeout   Duration          `json:"connectTimeout,omitempty"`
+	LBPolicy         string            `json:"lbPolicy,omitempty"`
+	CircuitBreakers  *CircuitBreakers  `json:"circuitBreakers,omitempty"`
+	OutlierDetection *OutlierDetection `json:"outlierDetection,omitempty"`
+	HealthCheck      *HealthCheck      `json:"healthCheck,omitempty"`
+	HTTP2            bool              `json:"http2,omitempty"`
+	TLS              *UpstreamTLS      `json:"tls,omitempty"`
+}
+
+// HeaderMatch matches one request header. Exactly one of Exact, Prefix,
+// Regex or Present is set.
+type HeaderMatch struct {
+	Name    string `json:"name"`
+	Exact   string `json:"exact,omitempty"`
+	Prefix  string `json:"prefix,omitempty"`
+	Regex   string `json:"regex,omitempty"`
+	Present bool   `json:"present,omitempty"`
+	Invert  bool   `json:"invert,omitempty"`
+}
+
+// RouteMatch selects requests. Exactly one of PathPrefix, Path, PathRegex is set.
+type RouteMatch struct {
+	// Hosts are the virtual host domains; empty means any host ("*").
+	Hosts      []string      `json:"hosts,omitempty"`
+	PathPrefix string        `json:"pathPrefix,omitempty"`
+	Path       string        `json:"path,omitempty"`
+	PathRegex  string        `json:"pathRegex,omitempty"`
+	Methods    []string      `json:"methods,omitempty"`
+	Headers    []HeaderMatch `json:"headers,omitempty"`
+}
+
+// WeightedCluster is one target of a percentage split.
+type WeightedCluster struct {
+	Cluster string `json:"cluster"`
+	Weight  uint32 `json:"weight"`
+}
+
+// HeaderCanary sends requests carrying Header: Value to Cluster.
+type HeaderCanary struct {
+	Header  string `json:"header"`
+	Value   string `json:"value"`
+	Cluster string `json:"cluster"`
+}
+
+// RetryPolicy configures Envoy retries for a route. By default only
+// idempotent methods are retried.
+type RetryPolicy struct {
+	RetryOn            []string `json:"retryOn,omitempty"`
+	NumRetries         uint32   `json:"numRetries,omitempty"`
+	PerTryTimeout      Duration `json:"perTryTimeout,omitempty"`
+	AllowNonIdempotent bool     `json:"allowNonIdempotent,omitempty"`
+}
+
+// Auth modes for RouteAuth.Mode.
+const (
+	AuthNone   = "none"
+	AuthJWT    = "jwt"
+	AuthAPIKey = "apikey"
+)
+
+// RouteAuth is the route's authentication requirement, handed to extauthz
+// as ext_authz context extensions.
+type RouteAuth struct {
+	Mode           string   `json:"mode"`
+	Provider       string   `json:"provider,omitempty"`
+	RequiredScopes []string `json:"requiredScopes,omitempty"`
+}
+
+// RateLimitDescriptorEntry is one entry of a descriptor Envoy sends to the
+// rate-limit service. Exactly one source is set: FromHeader (request header
+// value), Value (a constant), RemoteAddress (the trusted client address) or
+// GenericKey (constant value under Key).
+type RateLimitDescriptorEntry struct {
+	Key           string `json:"key"`
+	FromHeader    string `json:"fromHeader,omitempty"`
+	Value         string `json:"value,omitempty"`
+	RemoteAddress bool   `json:"remoteAddress,omitempty"`
+}
+
+// RouteRateLimit is one descriptor (a list of entries) sent per request.
+type RouteRateLimit struct {
+	Descriptors []RateLimitDescriptorEntry `json:"descriptors"`
+}
+
+// HeaderValue is a header name and value.
+type HeaderValue struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// HeaderRules rewrites request headers before the upstream sees them.
+type HeaderRules struct {
+	Set    []HeaderValue `json:"set,omitempty"`
+	Remove []string      `json:"remove,omitempty"`
+}
+
+// Route maps matching requests to a cluster on the ingress listener.
+type Route struct {
+	Name             string            `json:"name"`
+	Match            RouteMatch        `json:"match"`
+	Cluster          string            `json:"cluster,omitempty"`
+	WeightedClusters []WeightedCluster `json:"weightedClusters,omitempty"`
+	Canary           *HeaderCanary     `json:"canary,omitempty"`
+	Timeout          Duration          `json:"timeout,omitempty"`
+	Retries          *RetryPolicy      `json:"retries,omitempty"`
+	Auth             *RouteAuth        `json:"auth,omitempty"`
+	RateLimits       []RouteRateLimit  `json:"rateLimits,omitempty"`
+	RequestHeaders   *HeaderRules      `json:"requestHeaders,omitempty"`
+	WebSocket        bool              `json:"websocket,omitempty"`
+	// MaxRequestBytes caps the request body for this route (0 = listener default).
+	MaxRequestBytes uint32 `json:"maxRequestBytes,omitempty"`
+}
+
+// JWTProvider is a trusted token issuer.
+type JWTProvider struct {
+	Name             string   `json:"name"`
+	Issuer           string   `json:"issuer"`
+	Audiences        []string `json:"audiences,omitempty"`
+	JWKSURI          string   `json:"jwksUri,omitempty"`
+	InlineJWKS       string   `json:"inlineJwks,omitempty"`
+	Algorithms       []string `json:"algorithms"`
+	ClockSkew        Duration `json:"clockSkew,omitempty"`
+	JWKSCacheTTL     Duration `json:"jwksCacheTtl,omitempty"`
+	IntrospectionURI string   `json:"introspectionUri,omitempty"`
+}
+
+// Consumer is an API client (a tenant's application).
+type Consumer struct {
+	Name     string            `json:"name"`
+	Tenant   string            `json:"tenant"`
+	Tier     string            `json:"tier,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// APIKey is a consumer credential. The secret itself is never stored: only
+// its SHA-256 (hex). Keys are their own kind so that versions carry only the
+// keys that changed.
+type APIKey struct {
+	// Name is the key id (a random, non-secret identifier).
+	Name      string     `json:"name"`
+	Consumer  string     `json:"consumer"`
+	SHA256    string     `json:"sha256"`
+	Prefix    string     `json:"prefix,omitempty"`
+	Scopes    []string   `json:"scopes,omitempty"`
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
+// Revocation denies tokens with this jti until ExpiresAt (the token's own expiry).
+type Revocation struct {
+	// Name is the jti.
+	Name      string    `json:"jti"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// Rate-limit rule enumerations.
+const (
+	AlgorithmTokenBucket   = "TOKEN_BUCKET"
+	AlgorithmSlidingWindow = "SLIDING_WINDOW"
+	AlgorithmFixedWindow   = "FIXED_WINDOW"
+	ModeEnforce            = "ENFORCE"
+	ModeShadow             = "SHADOW"
+	FailOpen               = "OPEN"
+	FailClosed             = "CLOSED"
+)
+
+// RuleDescriptor matches one descriptor entry; an empty Value matches any value.
+type RuleDescriptor struct {
+	Key   string `json:"key"`
+	Value string `json:"value,omitempty"`
+}
+
+// RateLimitRule is a limit applied by ratelimitsvc to matching descriptors.
+type RateLimitRule struct {
+	Name        string           `json:"name"`
+	Domain      string           `json:"domain"`
+	Descriptors []RuleDescriptor `json:"descriptors"`
+	Limit       uint32           `json:"limit"`
+	Window      Duration         `json:"window"`
+	Burst       uint32           `json:"burst,omitempty"`
+	Algorithm   string           `json:"algorithm,omitempty"`
+	Mode        string           `json:"mode,omitempty"`
+	FailMode    string           `json:"failMode,omitempty"`
+	HighVolume  bool             `json:"highVolume,omitempty"`
+	Tenant      string           `json:"tenant,omitempty"`
+	Priority    int32            `json:"priority,omitempty"`
+}
+
+// Config is every live resource at one config version. Maps are keyed by
+// resource name. A Config is treated as immutable once built.
+type Config struct {
+	Version        int64
+	Clusters       map[string]*Cluster
+	Routes         map[string]*Route
+	JWTProviders   map[string]*JWTProvider
+	Consumers      map[string]*Consumer
+	APIKeys        map[string]*APIKey
+	Revocations    map[string]*Revocation
+	RateLimitRules map[string]*RateLimitRule
+}
+
+// NewConfig returns an empty config at version v.
+func NewConfig(v int64) *Config {
+	return &Config{
+		Version:        v,
+		Clusters:       map[string]*Cluster{},
+		Routes:         map[string]*Route{},
+		JWTProviders:   map[string]*JWTProvider{},
+		Consumers:      map[string]*Consumer{},
+		APIKeys:        map[string]*APIKey{},
+		Revocations:    map[string]*Revocation{},
+		RateLimitRules: map[string]*RateLimitRule{},
+	}
+}
+
+// SortedKeys returns m's keys in ascending order; compilation iterates in
+// this order so that the same config always yields the same bytes.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Clone returns a copy of c whose maps can be changed without touching c.
+// Resource values are shared: callers replace them, never mutate them.
+func (c *Config) Clone() *Config {
+	return &Config{
+		Version:        c.Version,
+		Clusters:       maps.Clone(c.Clusters),
+		Routes:         maps.Clone(c.Routes),
+		JWTProviders:   maps.Clone(c.JWTProviders),
+		Consumers:      maps.Clone(c.Consumers),
+		APIKeys:        maps.Clone(c.APIKeys),
+		Revocations:    maps.Clone(c.Revocations),
+		RateLimitRules: maps.Clone(c.RateLimitRules),
+	}
+}

@@ -1,0 +1,662 @@
+package spec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Resource is any managed resource value.
+type Resource interface {
+	ResourceName() string
+	// Validate checks the resource on its own (no references to others).
+	Validate() error
+}
+
+var (
+	_ Resource = (*Cluster)(nil)
+	_ Resource = (*Route)(nil)
+	_ Resource = (*JWTProvider)(nil)
+	_ Resource = (*Consumer)(nil)
+	_ Resource = (*APIKey)(nil)
+	_ Resource = (*Revocation)(nil)
+	_ Resource = (*RateLimitRule)(nil)
+)
+
+func (c *Cluster) ResourceName() string       { return c.Name }
+func (r *Route) ResourceName() string         { return r.Name }
+func (p *JWTProvider) ResourceName() string   { return p.Name }
+func (c *Consumer) ResourceName() string      { return c.Name }
+func (k *APIKey) ResourceName() string        { return k.Name }
+func (r *Revocation) ResourceName() string    { return r.Name }
+func (r *RateLimitRule) ResourceName() string { return r.Name }
+
+// New returns an empty resource of kind k.
+func New(k Kind) (Resource, error) {
+	switch k {
+	case KindCluster:
+		return &Cluster{}, nil
+	case KindRoute:
+		return &Route{}, nil
+	case KindJWTProvider:
+		return &JWTProvider{}, nil
+	case KindConsumer:
+		return &Consumer{}, nil
+	case KindAPIKey:
+		return &APIKey{}, nil
+	case KindRevocation:
+		return &Revocation{}, nil
+	case KindRateLimitRule:
+		return &RateLimitRule{}, nil
+	}
+	return nil, fieldErr("kind", CodeInvalid, "unknown resource kind %q", k)
+}
+
+// Decode parses body strictly (unknown fields and trailing data are errors)
+// into a resource of kind k and validates it on its own.
+func Decode(k Kind, body []byte) (Resource, error) {
+	r, err := New(k)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(r); err != nil {
+		return nil, decodeError(err)
+	}
+	if dec.More() {
+		return nil, fieldErr("", CodeInvalid, "trailing data after JSON object")
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func decodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fieldErr(te.Field, CodeInvalid, "must be %s", te.Type)
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fieldErr(strings.Trim(f, `"`), CodeInvalid, "unknown field")
+	}
+	return fieldErr("", CodeInvalid, "malformed JSON: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+// nameRE bounds resource names: they appear in xDS resource names, Redis keys
+// and URLs, so they are restricted to a safe alphabet.
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$`)
+
+func checkName(name string) error {
+	if name == "" {
+		return fieldErr("name", CodeRequired, "is required")
+	}
+	if !nameRE.MatchString(name) {
+		return fieldErr("name", CodeInvalid, "must be 1-128 lowercase letters, digits, '.', '_' or '-', starting and ending with a letter or digit")
+	}
+	return nil
+}
+
+// reserved names are compiled by the control plane itself.
+var reservedClusters = []string{"extauthz", "ratelimit", "xds_cluster"}
+
+func (c *Cluster) Validate() error {
+	if err := checkName(c.Name); err != nil {
+		return err
+	}
+	if slices.Contains(reservedClusters, c.Name) {
+		return fieldErr("name", CodeInvalid, "%q is reserved for Portico's own services", c.Name)
+	}
+	if len(c.Endpoints) == 0 {
+		return fieldErr("endpoints", CodeRequired, "at least one endpoint is required")
+	}
+	seen := map[string]bool{}
+	for i, e := range c.Endpoints {
+		f := fmt.Sprintf("endpoints[%d]", i)
+		if e.Address == "" {
+			return fieldErr(f+".address", CodeRequired, "is required")
+		}
+		if _, err := netip.ParseAddr(e.Address); err != nil && !validHostname(e.Address) {
+			return fieldErr(f+".address", CodeInvalid, "must be an IP address or a hostname")
+		}
+		if e.Port == 0 || e.Port > 65535 {
+			return fieldErr(f+".port", CodeInvalid, "must be 1-65535")
+		}
+		if e.Weight > 128 {
+			return fieldErr(f+".weight", CodeInvalid, "must be 0-128")
+		}
+		key := net.JoinHostPort(e.Address, fmt.Sprint(e.Port))
+		if seen[key] {
+			return fieldErr(f, CodeConflict, "duplicate endpoint %s", key)
+		}
+		seen[key] = true
+	}
+	if c.ConnectTimeout < 0 {
+		return fieldErr("connectTimeout", CodeInvalid, "must not be negative")
+	}
+	switch c.LBPolicy {
+	case "", LBRoundRobin, LBLeastRequest, LBRingHash, LBMaglev:
+	default:
+		return fieldErr("lbPolicy", CodeInvalid, "must be one of ROUND_ROBIN, LEAST_REQUEST, RING_HASH, MAGLEV")
+	}
+	if cb := c.CircuitBreakers; cb != nil && cb.RetryBudget != nil {
+		if p := cb.RetryBudget.BudgetPercent; p <= 0 || p > 100 {
+			return fieldErr("circuitBreakers.retryBudget.budgetPercent", CodeInvalid, "must be in (0, 100]")
+		}
+	}
+	if od := c.OutlierDetection; od != nil {
+		if od.MaxEjectionPercent > 100 {
+			return fieldErr("outlierDetection.maxEjectionPercent", CodeInvalid, "must be 0-100")
+		}
+		if od.Interval < 0 || od.BaseEjectionTime < 0 {
+			return fieldErr("outlierDetection", CodeInvalid, "durations must not be negative")
+		}
+	}
+	if hc := c.HealthCheck; hc != nil {
+		if !strings.HasPrefix(hc.Path, "/") {
+			return fieldErr("healthCheck.path", CodeInvalid, "must start with /")
+		}
+		if hc.Interval < 0 || hc.Timeout < 0 {
+			return fieldErr("healthCheck", CodeInvalid, "durations must not be negative")
+		}
+	}
+	return nil
+}
+
+func validHostname(h string) bool {
+	if len(h) > 253 || h == "" {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// headerNameRE is RFC 9110's token, lowercased (Envoy lowercases header names).
+var headerNameRE = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_` + "`" + `|~-]+$`)
+
+var httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+
+// validRegex checks a pattern against RE2, the syntax Envoy's safe_regex uses.
+func validRegex(field, pattern string) error {
+	if pattern == "" {
+		return fieldErr(field, CodeRequired, "is required")
+	}
+	if _, err := regexp.Compile(pattern); err != nil {
+		return fieldErr(field, CodeInvalid, "bad regex: %v", err)
+	}
+	return nil
+}
+
+func (r *Route) Validate() error {
+	if err := checkName(r.Name); err != nil {
+		return err
+	}
+	m := r.Match
+	n := 0
+	for _, s := range []string{m.PathPrefix, m.Path, m.PathRegex} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return fieldErr("match", CodeInvalid, "exactly one of pathPrefix, path, pathRegex is required")
+	}
+	if m.PathPrefix != "" && !strings.HasPrefix(m.PathPrefix, "/") {
+		return fieldErr("match.pathPrefix", CodeInvalid, "must start with /")
+	}
+	if m.Path != "" && !strings.HasPrefix(m.Path, "/") {
+		return fieldErr("match.path", CodeInvalid, "must start with /")
+	}
+	if m.PathRegex != "" {
+		if err := validRegex("match.pathRegex", m.PathRegex); err != nil {
+			return err
+		}
+	}
+	for i, h := range m.Hosts {
+		hh := strings.TrimPrefix(h, "*.")
+		if host, _, err := net.SplitHostPort(hh); err == nil {
+			hh = host
+		}
+		if h != "*" && !validHostname(hh) {
+			return fieldErr(fmt.Sprintf("match.hosts[%d]", i), CodeInvalid, "must be a hostname, *.suffix or *")
+		}
+	}
+	for i, meth := range m.Methods {
+		if !slices.Contains(httpMethods, meth) {
+			return fieldErr(fmt.Sprintf("match.methods[%d]", i), CodeInvalid, "must be an uppercase HTTP method")
+		}
+	}
+	for i, h := range m.Headers {
+		f := fmt.Sprintf("match.headers[%d]", i)
+		if !headerNameRE.MatchString(h.Name) {
+			return fieldErr(f+".name", CodeInvalid, "must be a lowercase header name")
+		}
+		k := 0
+		for _, set := range []bool{h.Exact != "", h.Prefix != "", h.Regex != "", h.Present} {
+			if set {
+				k++
+			}
+		}
+		if k != 1 {
+			return fieldErr(f, CodeInvalid, "exactly one of exact, prefix, regex, present is required")
+		}
+		if h.Regex != "" {
+			if err := validRegex(f+".regex", h.Regex); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case r.Cluster != "" && len(r.WeightedClusters) > 0:
+		return fieldErr("cluster", CodeInvalid, "cluster and weightedClusters are exclusive")
+	case r.Cluster == "" && len(r.WeightedClusters) == 0:
+		return fieldErr("cluster", CodeRequired, "cluster or weightedClusters is required")
+	}
+	var total uint32
+	seen := map[string]bool{}
+	for i, w := range r.WeightedClusters {
+		f := fmt.Sprintf("weightedClusters[%d]", i)
+		if w.Cluster == "" {
+			return fieldErr(f+".cluster", CodeRequired, "is required")
+		}
+		if seen[w.Cluster] {
+			return fieldErr(f+".cluster", CodeConflict, "cluster %q listed twice", w.Cluster)
+		}
+		seen[w.Cluster] = true
+		total += w.Weight
+	}
+	if len(r.WeightedClusters) > 0 && total == 0 {
+		return fieldErr("weightedClusters", CodeInvalid, "weights must add up to more than 0")
+	}
+	if c := r.Canary; c != nil {
+		if !headerNameRE.MatchString(c.Header) || c.Value == "" || c.Cluster == "" {
+			return fieldErr("canary", CodeInvalid, "header (lowercase), value and cluster are required")
+		}
+	}
+	if r.Timeout < 0 {
+		return fieldErr("timeout", CodeInvalid, "must not be negative")
+	}
+	if p := r.Retries; p != nil {
+		if p.NumRetries > 10 {
+			return fieldErr("retries.numRetries", CodeInvalid, "must be 0-10")
+		}
+		if p.PerTryTimeout < 0 {
+			return fieldErr("retries.perTryTimeout", CodeInvalid, "must not be negative")
+		}
+		for i, on := range p.RetryOn {
+			if !slices.Contains(retryOnValues, on) {
+				return fieldErr(fmt.Sprintf("retries.retryOn[%d]", i), CodeInvalid, "unknown retry condition %q", on)
+			}
+		}
+	}
+	if a := r.Auth; a != nil {
+		switch a.Mode {
+		case AuthNone:
+			if a.Provider != "" || len(a.RequiredScopes) > 0 {
+				return fieldErr("auth", CodeInvalid, "mode none takes no provider or scopes")
+			}
+		case AuthJWT:
+			if a.Provider == "" {
+				return fieldErr("auth.provider", CodeRequired, "is required for mode jwt")
+			}
+		case AuthAPIKey:
+			if a.Provider != "" {
+				return fieldErr("auth.provider", CodeInvalid, "mode apikey takes no provider")
+			}
+		default:
+			return fieldErr("auth.mode", CodeInvalid, "must be none, jwt or apikey")
+		}
+		for i, s := range a.RequiredScopes {
+			if s == "" || strings.ContainsAny(s, " ,") {
+				return fieldErr(fmt.Sprintf("auth.requiredScopes[%d]", i), CodeInvalid, "must be a non-empty scope without spaces or commas")
+			}
+		}
+	}
+	for i, rl := range r.RateLimits {
+		f := fmt.Sprintf("rateLimits[%d]", i)
+		if len(rl.Descriptors) == 0 {
+			return fieldErr(f+".descriptors", CodeRequired, "at least one entry is required")
+		}
+		for j, d := range rl.Descriptors {
+			g := fmt.Sprintf("%s.descriptors[%d]", f, j)
+			if d.Key == "" {
+				return fieldErr(g+".key", CodeRequired, "is required")
+			}
+			k := 0
+			for _, set := range []bool{d.FromHeader != "", d.Value != "", d.RemoteAddress} {
+				if set {
+					k++
+				}
+			}
+			if k != 1 {
+				return fieldErr(g, CodeInvalid, "exactly one of fromHeader, value, remoteAddress is required")
+			}
+			if d.FromHeader != "" && !headerNameRE.MatchString(d.FromHeader) {
+				return fieldErr(g+".fromHeader", CodeInvalid, "must be a lowercase header name")
+			}
+		}
+	}
+	if h := r.RequestHeaders; h != nil {
+		for i, s := range h.Set {
+			if !headerNameRE.MatchString(s.Name) {
+				return fieldErr(fmt.Sprintf("requestHeaders.set[%d].name", i), CodeInvalid, "must be a lowercase header name")
+			}
+			if strings.HasPrefix(s.Name, "x-portico-") || s.Name == "host" || strings.HasPrefix(s.Name, ":") {
+				return fieldErr(fmt.Sprintf("requestHeaders.set[%d].name", i), CodeInvalid, "x-portico-*, host and pseudo-headers are set by Portico only")
+			}
+		}
+		for i, s := range h.Remove {
+			if !headerNameRE.MatchString(s) {
+				return fieldErr(fmt.Sprintf("requestHeaders.remove[%d]", i), CodeInvalid, "must be a lowercase header name")
+			}
+		}
+	}
+	return nil
+}
+
+// retryOnValues are Envoy's x-envoy-retry-on conditions Portico accepts.
+var retryOnValues = []string{"5xx", "gateway-error", "reset", "connect-failure", "retriable-4xx",
+	"refused-stream", "retriable-status-codes", "retriable-headers", "unavailable", "cancelled",
+	"deadline-exceeded", "resource-exhausted", "internal"}
+
+var jwtAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+func (p *JWTProvider) Validate() error {
+	if err := checkName(p.Name); err != nil {
+		return err
+	}
+	if p.Issuer == "" {
+		return fieldErr("issuer", CodeRequired, "is required")
+	}
+	if (p.JWKSURI == "") == (p.InlineJWKS == "") {
+		return fieldErr("jwksUri", CodeInvalid, "exactly one of jwksUri and inlineJwks is required")
+	}
+	if p.JWKSURI != "" && !isHTTPURL(p.JWKSURI) {
+		return fieldErr("jwksUri", CodeInvalid, "must be an http(s) URL")
+	}
+	if p.InlineJWKS != "" {
+		var set struct {
+			Keys []json.RawMessage `json:"keys"`
+		}
+		if err := json.Unmarshal([]byte(p.InlineJWKS), &set); err != nil || len(set.Keys) == 0 {
+			return fieldErr("inlineJwks", CodeInvalid, "must be a JWK set with at least one key")
+		}
+	}
+	if p.IntrospectionURI != "" && !isHTTPURL(p.IntrospectionURI) {
+		return fieldErr("introspectionUri", CodeInvalid, "must be an http(s) URL")
+	}
+	if len(p.Algorithms) == 0 {
+		return fieldErr("algorithms", CodeRequired, "at least one algorithm is required")
+	}
+	for i, a := range p.Algorithms {
+		if !slices.Contains(jwtAlgorithms, a) {
+			return fieldErr(fmt.Sprintf("algorithms[%d]", i), CodeInvalid, "must be one of %s (none and HMAC algorithms are never accepted)", strings.Join(jwtAlgorithms, ", "))
+		}
+	}
+	if p.ClockSkew < 0 || p.ClockSkew.D() > 10*time.Minute {
+		return fieldErr("clockSkew", CodeInvalid, "must be 0-10m")
+	}
+	if p.JWKSCacheTTL < 0 {
+		return fieldErr("jwksCacheTtl", CodeInvalid, "must not be negative")
+	}
+	return nil
+}
+
+func isHTTPURL(s string) bool {
+	return (strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")) && len(s) > len("https://") && !strings.ContainsAny(s, " \n\t")
+}
+
+func (c *Consumer) Validate() error {
+	if err := checkName(c.Name); err != nil {
+		return err
+	}
+	if c.Tenant == "" {
+		return fieldErr("tenant", CodeRequired, "is required")
+	}
+	if !nameRE.MatchString(c.Tenant) {
+		return fieldErr("tenant", CodeInvalid, "must match the resource name alphabet")
+	}
+	if c.Tier != "" && !nameRE.MatchString(c.Tier) {
+		return fieldErr("tier", CodeInvalid, "must match the resource name alphabet")
+	}
+	return nil
+}
+
+var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (k *APIKey) Validate() error {
+	if err := checkName(k.Name); err != nil {
+		return err
+	}
+	if k.Consumer == "" {
+		return fieldErr("consumer", CodeRequired, "is required")
+	}
+	if !sha256HexRE.MatchString(k.SHA256) {
+		return fieldErr("sha256", CodeInvalid, "must be 64 lowercase hex digits")
+	}
+	return nil
+}
+
+func (r *Revocation) Validate() error {
+	if r.Name == "" {
+		return fieldErr("jti", CodeRequired, "is required")
+	}
+	if len(r.Name) > 256 || strings.ContainsAny(r.Name, "/?#\x00") {
+		return fieldErr("jti", CodeInvalid, "must be at most 256 characters without / ? #")
+	}
+	if r.ExpiresAt.IsZero() {
+		return fieldErr("expiresAt", CodeRequired, "is required (the token's exp)")
+	}
+	return nil
+}
+
+func (r *RateLimitRule) Validate() error {
+	if err := checkName(r.Name); err != nil {
+		return err
+	}
+	if r.Domain == "" {
+		return fieldErr("domain", CodeRequired, "is required")
+	}
+	if len(r.Descriptors) == 0 {
+		return fieldErr("descriptors", CodeRequired, "at least one descriptor is required")
+	}
+	for i, d := range r.Descriptors {
+		if d.Key == "" {
+			return fieldErr(fmt.Sprintf("descriptors[%d].key", i), CodeRequired, "is required")
+		}
+	}
+	if r.Limit == 0 {
+		return fieldErr("limit", CodeInvalid, "must be greater than 0")
+	}
+	if r.Window.D() < time.Second || r.Window.D()%time.Second != 0 {
+		return fieldErr("window", CodeInvalid, "must be a whole number of seconds, at least 1s")
+	}
+	switch r.Algorithm {
+	case "", AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmFixedWindow:
+	default:
+		return fieldErr("algorithm", CodeInvalid, "must be TOKEN_BUCKET, SLIDING_WINDOW or FIXED_WINDOW")
+	}
+	switch r.Mode {
+	case "", ModeEnforce, ModeShadow:
+	default:
+		return fieldErr("mode", CodeInvalid, "must be ENFORCE or SHADOW")
+	}
+	switch r.FailMode {
+	case "", FailOpen, FailClosed:
+	default:
+		return fieldErr("failMode", CodeInvalid, "must be OPEN or CLOSED")
+	}
+	if r.Tenant != "" && !nameRE.MatchString(r.Tenant) {
+		return fieldErr("tenant", CodeInvalid, "must match the resource name alphabet")
+	}
+	return nil
+}
+
+// Validate checks references and conflicts across the whole config: routes
+// name existing clusters and providers, keys name existing consumers, no two
+// routes match the same requests, no two rules overlap at one priority.
+// A change is accepted only if the config after it validates.
+func (c *Config) Validate() error {
+	type matchKey struct {
+		hosts, path, methods, headers string
+	}
+	matches := map[matchKey]string{}
+	for _, name := range SortedKeys(c.Routes) {
+		r := c.Routes[name]
+		f := "routes/" + name
+		refs := []string{}
+		if r.Cluster != "" {
+			refs = append(refs, r.Cluster)
+		}
+		for _, w := range r.WeightedClusters {
+			refs = append(refs, w.Cluster)
+		}
+		if r.Canary != nil {
+			refs = append(refs, r.Canary.Cluster)
+		}
+		for _, ref := range refs {
+			if _, ok := c.Clusters[ref]; !ok {
+				return fieldErr(f+": cluster", CodeUnknownRef, "cluster %q does not exist", ref)
+			}
+		}
+		if r.Auth != nil && r.Auth.Mode == AuthJWT {
+			if _, ok := c.JWTProviders[r.Auth.Provider]; !ok {
+				return fieldErr(f+": auth.provider", CodeUnknownRef, "jwt provider %q does not exist", r.Auth.Provider)
+			}
+		}
+		hosts := slices.Clone(r.Match.Hosts)
+		if len(hosts) == 0 {
+			hosts = []string{"*"}
+		}
+		methods := slices.Clone(r.Match.Methods)
+		slices.Sort(methods)
+		hdr, _ := json.Marshal(r.Match.Headers)
+		path := "prefix:" + r.Match.PathPrefix
+		if r.Match.Path != "" {
+			path = "exact:" + r.Match.Path
+		} else if r.Match.PathRegex != "" {
+			path = "regex:" + r.Match.PathRegex
+		}
+		for _, h := range hosts {
+			k := matchKey{strings.ToLower(h), path, strings.Join(methods, ","), string(hdr)}
+			if other, dup := matches[k]; dup {
+				return fieldErr(f+": match", CodeConflict, "matches the same requests as route %q", other)
+			}
+			matches[k] = name
+		}
+	}
+	for _, name := range SortedKeys(c.APIKeys) {
+		k := c.APIKeys[name]
+		if _, ok := c.Consumers[k.Consumer]; !ok {
+			return fieldErr("apikeys/"+name+": consumer", CodeUnknownRef, "consumer %q does not exist", k.Consumer)
+		}
+	}
+	type ruleKey struct {
+		domain, desc, tenant string
+		prio                 int32
+	}
+	rules := map[ruleKey]string{}
+	for _, name := range SortedKeys(c.RateLimitRules) {
+		r := c.RateLimitRules[name]
+		d, _ := json.Marshal(r.Descriptors)
+		k := ruleKey{r.Domain, string(d), r.Tenant, r.Priority}
+		if other, dup := rules[k]; dup {
+			return fieldErr("ratelimit-rules/"+name+": descriptors", CodeConflict, "same domain, descriptors, tenant and priority as rule %q", other)
+		}
+		rules[k] = name
+	}
+	return nil
+}
+
+// Put stores r in the config's map for kind k (replacing any same-named one).
+func (c *Config) Put(k Kind, r Resource) {
+	switch v := r.(type) {
+	case *Cluster:
+		c.Clusters[v.Name] = v
+	case *Route:
+		c.Routes[v.Name] = v
+	case *JWTProvider:
+		c.JWTProviders[v.Name] = v
+	case *Consumer:
+		c.Consumers[v.Name] = v
+	case *APIKey:
+		c.APIKeys[v.Name] = v
+	case *Revocation:
+		c.Revocations[v.Name] = v
+	case *RateLimitRule:
+		c.RateLimitRules[v.Name] = v
+	}
+}
+
+// Delete removes the named resource of kind k.
+func (c *Config) Delete(k Kind, name string) {
+	switch k {
+	case KindCluster:
+		delete(c.Clusters, name)
+	case KindRoute:
+		delete(c.Routes, name)
+	case KindJWTProvider:
+		delete(c.JWTProviders, name)
+	case KindConsumer:
+		delete(c.Consumers, name)
+	case KindAPIKey:
+		delete(c.APIKeys, name)
+	case KindRevocation:
+		delete(c.Revocations, name)
+	case KindRateLimitRule:
+		delete(c.RateLimitRules, name)
+	}
+}
+
+// Get returns the named resource of kind k, or nil.
+func (c *Config) Get(k Kind, name string) Resource {
+	switch k {
+	case KindCluster:
+		if v, ok := c.Clusters[name]; ok {
+			return v
+		}
+	case KindRoute:
+		if v, ok := c.Routes[name]; ok {
+			return v
+		}
+	case KindJWTProvider:
+		if v, ok := c.JWTProviders[name]; ok {
+			return v
+		}
+	case KindConsumer:
+		if v, ok := c.Consumers[name]; ok {
+			return v
+		}
+	case KindAPIKey:
+		if v, ok := c.APIKeys[name]; ok {
+			return v
+		}
+	case KindRevocation:
+		if v, ok := c.Revocations[name]; ok {
+			return v
+		}
+	case KindRateLimitRule:
+		if v, ok := c.RateLimitRules[name]; ok {
+			return v
+		}
+	}
+	return nil
+}
