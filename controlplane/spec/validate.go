@@ -349,6 +349,9 @@ func (r *Route) Validate() error {
 			if k != 1 {
 				return fieldErr(g, CodeInvalid, "exactly one of fromHeader, value, remoteAddress is required")
 			}
+			if d.RemoteAddress && d.Key != "remote_address" {
+				return fieldErr(g+".key", CodeInvalid, "must be remote_address when remoteAddress is set (Envoy fixes that key)")
+			}
 			if d.FromHeader != "" && !headerNameRE.MatchString(d.FromHeader) {
 				return fieldErr(g+".fromHeader", CodeInvalid, "must be a lowercase header name")
 			}

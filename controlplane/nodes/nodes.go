@@ -1,0 +1,213 @@
+// Package nodes tracks every connected xDS client of this control-plane
+// replica: who it is (id, cluster, group), when it connected, and per type
+// URL the last version it ACKed and the last version it NACKed with the
+// error it gave. The xDS server feeds it; the admin API and the rollout
+// controller read it.
+package nodes
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// DefaultGroup is the group of a node whose metadata names none.
+const DefaultGroup = "default"
+
+// Nack is the last rejection of a type by a node.
+type Nack struct {
+	Version string    `json:"version"`
+	Error   string    `json:"error"`
+	At      time.Time `json:"at"`
+}
+
+// TypeStatus is a node's state for one resource type URL.
+type TypeStatus struct {
+	AckedVersion string    `json:"ackedVersion"`
+	AckedAt      time.Time `json:"ackedAt,omitzero"`
+	// SentVersion is the last version sent and not yet answered ("" when answered).
+	SentVersion string `json:"sentVersion,omitempty"`
+	Nack        *Nack  `json:"nack,omitempty"`
+}
+
+// Status is a snapshot of one node, safe to keep and marshal.
+type Status struct {
+	ID          string                 `json:"id"`
+	Cluster     string                 `json:"cluster"`
+	Group       string                 `json:"group"`
+	ConnectedAt time.Time              `json:"connectedAt"`
+	Streams     int                    `json:"streams"`
+	Types       map[string]*TypeStatus `json:"types"`
+}
+
+type node struct {
+	Status
+	lastSeen time.Time
+}
+
+// Observer is told about every ACK and NACK, after the tracker records it.
+// It must not block.
+type Observer func(nodeID, typeURL, version string, nack bool)
+
+// Tracker is safe for concurrent use.
+type Tracker struct {
+	mu        sync.Mutex
+	nodes     map[string]*node
+	observers []Observer
+	timeNow   func() time.Time
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker() *Tracker {
+	return &Tracker{nodes: map[string]*node{}, timeNow: time.Now}
+}
+
+// Observe registers fn for every later ACK and NACK.
+func (t *Tracker) Observe(fn Observer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.observers = append(t.observers, fn)
+}
+
+// Connect records a stream of node id opening (or re-identifying). Several
+// streams of one node are counted; the node is listed until the last closes.
+func (t *Tracker) Connect(id, cluster, group string) {
+	if group == "" {
+		group = DefaultGroup
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.nodes[id]
+	if !ok {
+		n = &node{Status: Status{ID: id, ConnectedAt: t.timeNow(), Types: map[string]*TypeStatus{}}}
+		t.nodes[id] = n
+	}
+	n.Cluster, n.Group = cluster, group
+	n.Streams++
+}
+
+// Disconnect records one stream of node id closing.
+func (t *Tracker) Disconnect(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.nodes[id]
+	if !ok {
+		return
+	}
+	n.Streams--
+	if n.Streams <= 0 {
+		delete(t.nodes, id)
+	}
+}
+
+func (t *Tracker) typeStatus(id, typeURL string) *TypeStatus {
+	n, ok := t.nodes[id]
+	if !ok {
+		return nil
+	}
+	ts, ok := n.Types[typeURL]
+	if !ok {
+		ts = &TypeStatus{}
+		n.Types[typeURL] = ts
+	}
+	return ts
+}
+
+// Sent records that version of typeURL was sent to node id.
+func (t *Tracker) Sent(id, typeURL, version string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ts := t.typeStatus(id, typeURL); ts != nil {
+		ts.SentVersion = version
+	}
+}
+
+// Ack records that node id applied version of typeURL.
+func (t *Tracker) Ack(id, typeURL, version string) {
+	t.mu.Lock()
+	ts := t.typeStatus(id, typeURL)
+	if ts == nil {
+		t.mu.Unlock()
+		return
+	}
+	ts.AckedVersion, ts.AckedAt = version, t.timeNow()
+	if ts.SentVersion == version {
+		ts.SentVersion = ""
+	}
+	obs := t.observers
+	t.mu.Unlock()
+	for _, fn := range obs {
+		fn(id, typeURL, version, false)
+	}
+}
+
+// Nack records that node id rejected version of typeURL with message.
+func (t *Tracker) Nack(id, typeURL, version, message string) {
+	t.mu.Lock()
+	ts := t.typeStatus(id, typeURL)
+	if ts == nil {
+		t.mu.Unlock()
+		return
+	}
+	ts.Nack = &Nack{Version: version, Error: message, At: t.timeNow()}
+	if ts.SentVersion == version {
+		ts.SentVersion = ""
+	}
+	obs := t.observers
+	t.mu.Unlock()
+	for _, fn := range obs {
+		fn(id, typeURL, version, true)
+	}
+}
+
+// NackedVersion returns the version node id last NACKed for typeURL, if any.
+func (t *Tracker) NackedVersion(id, typeURL string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.nodes[id]
+	if !ok {
+		return "", false
+	}
+	ts, ok := n.Types[typeURL]
+	if !ok || ts.Nack == nil {
+		return "", false
+	}
+	return ts.Nack.Version, true
+}
+
+// Get returns a copy of node id's status.
+func (t *Tracker) Get(id string) (Status, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.nodes[id]
+	if !ok {
+		return Status{}, false
+	}
+	return n.copy(), true
+}
+
+// List returns a copy of every node's status, ordered by id.
+func (t *Tracker) List() []Status {
+	t.mu.Lock()
+	out := make([]Status, 0, len(t.nodes))
+	for _, n := range t.nodes {
+		out = append(out, n.copy())
+	}
+	t.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (n *node) copy() Status {
+	s := n.Status
+	s.Types = make(map[string]*TypeStatus, len(n.Types))
+	for k, v := range n.Types {
+		c := *v
+		if v.Nack != nil {
+			nk := *v.Nack
+			c.Nack = &nk
+		}
+		s.Types[k] = &c
+	}
+	return s
+}
