@@ -1,0 +1,387 @@
+// Package xds serves compiled snapshots to every xDS client (Envoy, grpc-go
+// proxyless clients, extauthz, ratelimitsvc) over ADS and the per-type
+// services, state of the world and delta, on top of go-control-plane.
+//
+// It adds what go-control-plane leaves out:
+//   - per node and type, the last ACKed and NACKed version (nodes.Tracker);
+//   - NACK suppression: a version a node rejected is not sent to it again
+//     (go-control-plane's snapshot cache answers a NACK with the same
+//     version at once, looping thousands of times a second); the node keeps
+//     its last good config until a different version is published;
+//   - a Policy choosing each node's snapshot, so rollouts can hold some
+//     node groups on an older version.
+package xds
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	rlsconfigservice "github.com/envoyproxy/go-control-plane/ratelimit/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/portico-io/portico/controlplane/nodes"
+)
+
+// GroupMetadataKey is the node metadata field naming a node's rollout group.
+const GroupMetadataKey = "portico.group"
+
+// Policy chooses the snapshot a node is served. latest is the newest
+// published snapshot; returning nil serves latest.
+type Policy interface {
+	SnapshotFor(node nodes.Status, latest *cache.Snapshot) *cache.Snapshot
+}
+
+// Config configures a Server. Zero values take defaults.
+type Config struct {
+	// Tracker records node state; a new one is made when nil.
+	Tracker *nodes.Tracker
+	// Registerer receives the xDS metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Server is an xDS server. Create it with New, register it on a gRPC server
+// with Register, and feed it with Publish.
+type Server struct {
+	log     *slog.Logger
+	tracker *nodes.Tracker
+	cache   cache.SnapshotCache
+	xds     serverv3.Server
+	m       *metrics
+
+	mu      sync.Mutex
+	latest  *cache.Snapshot
+	policy  Policy
+	conns   map[string]*conn // node id → connection info
+	streams map[int64]*stream
+}
+
+type conn struct {
+	cluster, group string
+	streams        int
+}
+
+// stream remembers, per type, the nonce and version of the last response,
+// so a request can be matched to the response it answers.
+type stream struct {
+	nodeID string
+	last   map[string]sent
+}
+
+type sent struct{ nonce, version string }
+
+// New returns a Server with no snapshot: clients wait until Publish.
+func New(ctx context.Context, cfg Config) *Server {
+	if cfg.Tracker == nil {
+		cfg.Tracker = nodes.NewTracker()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		log:     cfg.Logger,
+		tracker: cfg.Tracker,
+		m:       newMetrics(cfg.Registerer),
+		conns:   map[string]*conn{},
+		streams: map[int64]*stream{},
+	}
+	s.cache = &nackSuppressor{
+		SnapshotCache: cache.NewSnapshotCache(true, cache.IDHash{}, cacheLogger{cfg.Logger}),
+		tracker:       cfg.Tracker,
+	}
+	s.xds = serverv3.NewServer(ctx, s.cache, s)
+	return s
+}
+
+// Tracker returns the node tracker the server feeds.
+func (s *Server) Tracker() *nodes.Tracker { return s.tracker }
+
+// Register adds ADS and the per-type discovery services to g.
+func (s *Server) Register(g *grpc.Server) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(g, s.xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(g, s.xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(g, s.xds)
+	secretservice.RegisterSecretDiscoveryServiceServer(g, s.xds)
+	rlsconfigservice.RegisterRateLimitConfigDiscoveryServiceServer(g, s.xds)
+}
+
+// Publish makes snap the latest snapshot and re-targets every connected
+// node. snap must be immutable from here on.
+func (s *Server) Publish(ctx context.Context, snap *cache.Snapshot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latest = snap
+	s.m.version.Set(versionNumber(snap))
+	return s.retargetLocked(ctx)
+}
+
+// Latest returns the latest published snapshot, or nil.
+func (s *Server) Latest() *cache.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latest
+}
+
+// SetPolicy replaces the targeting policy (nil = everyone gets latest) and
+// re-targets every connected node.
+func (s *Server) SetPolicy(ctx context.Context, p Policy) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.policy = p
+	return s.retargetLocked(ctx)
+}
+
+// Retarget re-evaluates the policy for every connected node; a policy whose
+// decisions changed (a rollout's next wave) calls it.
+func (s *Server) Retarget(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retargetLocked(ctx)
+}
+
+func (s *Server) retargetLocked(ctx context.Context) error {
+	for id := range s.conns {
+		if err := s.targetLocked(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// targetLocked sets node id's snapshot from the policy. A node's snapshot is
+// only ever replaced by a different version, so clients see no churn.
+func (s *Server) targetLocked(ctx context.Context, id string) error {
+	if s.latest == nil {
+		return nil
+	}
+	snap := s.latest
+	if s.policy != nil {
+		st, ok := s.tracker.Get(id)
+		if !ok {
+			c := s.conns[id]
+			st = nodes.Status{ID: id, Cluster: c.cluster, Group: c.group}
+		}
+		if p := s.policy.SnapshotFor(st, s.latest); p != nil {
+			snap = p
+		}
+	}
+	if cur, err := s.cache.GetSnapshot(id); err == nil && cur == snap {
+		return nil
+	}
+	if err := s.cache.SetSnapshot(ctx, id, snap); err != nil {
+		return fmt.Errorf("xds: set snapshot for %s: %w", id, err)
+	}
+	return nil
+}
+
+// identify records the stream's node on its first request and gives the
+// node a snapshot before go-control-plane opens its first watch.
+func (s *Server) identify(id int64, node *core.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.streams[id]
+	if !ok || st.nodeID != "" || node.GetId() == "" {
+		return
+	}
+	st.nodeID = node.GetId()
+	group := nodes.DefaultGroup
+	if v, ok := node.GetMetadata().GetFields()[GroupMetadataKey]; ok && v.GetStringValue() != "" {
+		group = v.GetStringValue()
+	}
+	c, ok := s.conns[st.nodeID]
+	if !ok {
+		c = &conn{}
+		s.conns[st.nodeID] = c
+		s.m.nodes.Inc()
+	}
+	c.cluster, c.group = node.GetCluster(), group
+	c.streams++
+	s.tracker.Connect(st.nodeID, c.cluster, c.group)
+	if err := s.targetLocked(context.Background(), st.nodeID); err != nil {
+		s.log.Error("xds: cannot target node", "node", st.nodeID, "err", err)
+	}
+	s.log.Info("xds: node connected", "node", st.nodeID, "cluster", c.cluster, "group", group, "stream", id)
+}
+
+func (s *Server) closeStream(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.streams[id]
+	if !ok {
+		return
+	}
+	delete(s.streams, id)
+	s.m.streams.Dec()
+	if st.nodeID == "" {
+		return
+	}
+	s.tracker.Disconnect(st.nodeID)
+	c := s.conns[st.nodeID]
+	c.streams--
+	if c.streams <= 0 {
+		delete(s.conns, st.nodeID)
+		s.m.nodes.Dec()
+		// Free the node's cache state; a reconnect is targeted afresh.
+		s.cache.ClearSnapshot(st.nodeID)
+		s.log.Info("xds: node disconnected", "node", st.nodeID)
+	}
+}
+
+func (s *Server) openStream(id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams[id] = &stream{last: map[string]sent{}}
+	s.m.streams.Inc()
+}
+
+// answer classifies a request as the ACK or NACK of the response it names.
+// Requests naming an older nonce are stale and ignored, as go-control-plane
+// ignores them.
+func (s *Server) answer(id int64, typeURL, nonce, version string, errMsg *string) {
+	if nonce == "" {
+		return
+	}
+	s.mu.Lock()
+	st, ok := s.streams[id]
+	if !ok || st.nodeID == "" {
+		s.mu.Unlock()
+		return
+	}
+	last, ok := st.last[typeURL]
+	node := st.nodeID
+	s.mu.Unlock()
+	if !ok || last.nonce != nonce {
+		return
+	}
+	short := shortType(typeURL)
+	if errMsg != nil {
+		s.m.nacks.WithLabelValues(short).Inc()
+		s.tracker.Nack(node, typeURL, last.version, *errMsg)
+		s.log.Warn("xds: NACK", "node", node, "type", short, "version", last.version, "error", *errMsg)
+		return
+	}
+	s.m.acks.WithLabelValues(short).Inc()
+	if version == "" {
+		version = last.version
+	}
+	s.tracker.Ack(node, typeURL, version)
+}
+
+func (s *Server) responded(id int64, typeURL, nonce, version string) {
+	s.mu.Lock()
+	st, ok := s.streams[id]
+	if ok {
+		st.last[typeURL] = sent{nonce: nonce, version: version}
+	}
+	node := ""
+	if ok {
+		node = st.nodeID
+	}
+	s.mu.Unlock()
+	s.m.responses.WithLabelValues(shortType(typeURL)).Inc()
+	if node != "" {
+		s.tracker.Sent(node, typeURL, version)
+	}
+}
+
+// Callbacks (serverv3.Callbacks).
+
+var _ serverv3.Callbacks = (*Server)(nil)
+
+func (s *Server) OnStreamOpen(_ context.Context, id int64, _ string) error {
+	s.openStream(id)
+	return nil
+}
+
+func (s *Server) OnStreamClosed(id int64, _ *core.Node) { s.closeStream(id) }
+
+func (s *Server) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	s.identify(id, req.GetNode())
+	var errMsg *string
+	if d := req.GetErrorDetail(); d != nil {
+		m := d.GetMessage()
+		errMsg = &m
+	}
+	s.answer(id, req.GetTypeUrl(), req.GetResponseNonce(), req.GetVersionInfo(), errMsg)
+	return nil
+}
+
+func (s *Server) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
+}
+
+func (s *Server) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
+	s.openStream(id)
+	return nil
+}
+
+func (s *Server) OnDeltaStreamClosed(id int64, _ *core.Node) { s.closeStream(id) }
+
+func (s *Server) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	s.identify(id, req.GetNode())
+	var errMsg *string
+	if d := req.GetErrorDetail(); d != nil {
+		m := d.GetMessage()
+		errMsg = &m
+	}
+	s.answer(id, req.GetTypeUrl(), req.GetResponseNonce(), "", errMsg)
+	return nil
+}
+
+func (s *Server) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
+}
+
+func (s *Server) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }
+
+func (s *Server) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
+
+// nackSuppressor wraps the snapshot cache. On a NACK of the version the
+// node is currently assigned, it opens the watch as if the client held that
+// version, so the cache answers only when a different version is set.
+type nackSuppressor struct {
+	cache.SnapshotCache
+	tracker *nodes.Tracker
+}
+
+func (c *nackSuppressor) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
+	if req.GetErrorDetail() != nil {
+		if v, ok := c.tracker.NackedVersion(req.GetNode().GetId(), req.GetTypeUrl()); ok {
+			r := proto.Clone(req).(*discovery.DiscoveryRequest)
+			r.VersionInfo = v
+			return c.SnapshotCache.CreateWatch(r, sub, ch)
+		}
+	}
+	return c.SnapshotCache.CreateWatch(req, sub, ch)
+}
+
+// shortType turns a type URL into a bounded metric label.
+func shortType(typeURL string) string {
+	if i := strings.LastIndexByte(typeURL, '/'); i >= 0 {
+		return typeURL[i+1:]
+	}
+	return typeURL
+}
+
+type cacheLogger struct{ l *slog.Logger }
+
+func (c cacheLogger) Debugf(f string, a ...any) {}
+func (c cacheLogger) Infof(f string, a ...any)  {}
+func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }
