@@ -1,0 +1,415 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/portico-io/portico/controlplane/spec"
+)
+
+// Audit actions.
+const (
+	ActionCreate   = "create"
+	ActionUpdate   = "update"
+	ActionDelete   = "delete"
+	ActionRollback = "rollback"
+)
+
+// IfMatchAny as Change.IfMatch requires only that the resource exists.
+const IfMatchAny = "*"
+
+// Change is one resource write in a change set.
+type Change struct {
+	Kind spec.Kind
+	Name string
+	// Resource is the new value (its name must equal Name); nil deletes.
+	Resource spec.Resource
+	// IfMatch is the precondition: "" requires that the resource does not
+	// exist (a create) for puts and that it exists for deletes; IfMatchAny
+	// requires that it exists; anything else must equal its current ETag.
+	IfMatch string
+}
+
+// Idempotency identifies a request whose outcome is recorded with the change
+// it makes, in the same transaction. RequestHash covers whatever makes two
+// requests "the same" (the caller hashes the body); the store compares it.
+type Idempotency struct {
+	Key, Method, Path, RequestHash string
+}
+
+// Meta describes who makes a change and why.
+type Meta struct {
+	Author, Reason string
+	// Idempotency, when set, makes the write replay-safe: a second write with
+	// the same key and request returns the recorded response and writes
+	// nothing; the same key with another request is ErrIdempotencyMismatch.
+	Idempotency *Idempotency
+}
+
+// Responder builds the response recorded for an idempotent write, given the
+// new version. It runs inside the transaction and must not block. The
+// recorded body must never contain secrets.
+type Responder func(version int64) (status int, body []byte)
+
+// Result is the outcome of a write.
+type Result struct {
+	// Version is the version the write created (on a replay: the version
+	// the original write created).
+	Version int64
+	// ETags holds each change's ETag after the write ("" for deletes); nil
+	// on a replay.
+	ETags []string
+	// Replayed reports that an idempotency key matched an earlier write;
+	// Status and Body are then that write's recorded response.
+	Replayed bool
+	Status   int
+	Body     []byte
+}
+
+// write is one resource row a version writes.
+type write struct {
+	kind          spec.Kind
+	name          string
+	before, after []byte // canonical JSON; nil = absent
+	action        string
+}
+
+// plan is what a write transaction decided to do.
+type plan struct {
+	next       *spec.Config // the config after the writes, at the new version
+	writes     []write
+	etags      []string
+	rollbackOf *int64
+}
+
+// Apply makes changes atomically as one new version, after checking the
+// idempotency key, each change's precondition, and that the whole config
+// after the change validates (*spec.FieldError otherwise; nothing is
+// written). Changes equal to the current state are skipped; if all are,
+// Apply returns ErrNoChange and makes no version. respond may be nil when
+// meta has no idempotency key.
+func (s *Store) Apply(ctx context.Context, meta Meta, changes []Change, respond Responder) (Result, error) {
+	if len(changes) == 0 {
+		return Result{}, ErrNoChange
+	}
+	seen := map[[2]string]bool{}
+	for i, c := range changes {
+		if err := checkChange(c); err != nil {
+			return Result{}, err
+		}
+		k := [2]string{string(c.Kind), c.Name}
+		if seen[k] {
+			return Result{}, &spec.FieldError{Field: fmt.Sprintf("changes[%d]", i), Code: spec.CodeConflict,
+				Message: fmt.Sprintf("%s/%s changed twice in one change set", c.Kind, c.Name)}
+		}
+		seen[k] = true
+	}
+	return s.write(ctx, meta, respond, func(ctx context.Context, tx pgx.Tx, head *spec.Config) (*plan, error) {
+		return planChanges(ctx, tx, head, changes)
+	})
+}
+
+func checkChange(c Change) error {
+	if !c.Kind.Valid() {
+		return &spec.FieldError{Field: "kind", Code: spec.CodeInvalid, Message: fmt.Sprintf("unknown resource kind %q", c.Kind)}
+	}
+	if c.Name == "" {
+		return &spec.FieldError{Field: "name", Code: spec.CodeRequired, Message: "is required"}
+	}
+	if c.Resource == nil {
+		return nil
+	}
+	if kindOf(c.Resource) != c.Kind {
+		return &spec.FieldError{Field: "kind", Code: spec.CodeInvalid, Message: fmt.Sprintf("a %T is not a %s resource", c.Resource, c.Kind)}
+	}
+	if c.Resource.ResourceName() != c.Name {
+		return &spec.FieldError{Field: "name", Code: spec.CodeInvalid, Message: fmt.Sprintf("resource name %q does not match %q", c.Resource.ResourceName(), c.Name)}
+	}
+	return c.Resource.Validate()
+}
+
+// planChanges checks preconditions against the current rows and builds the
+// next config.
+func planChanges(ctx context.Context, tx pgx.Tx, head *spec.Config, changes []Change) (*plan, error) {
+	kinds := make([]string, len(changes))
+	names := make([]string, len(changes))
+	for i, c := range changes {
+		kinds[i], names[i] = string(c.Kind), c.Name
+	}
+	rows, err := tx.Query(ctx, `SELECT r.kind, r.name, r.version_from FROM controlplane.resources r
+		JOIN unnest($1::text[], $2::text[]) AS c(kind, name) ON r.kind = c.kind AND r.name = c.name
+		WHERE r.version_to IS NULL AND r.body IS NOT NULL`, kinds, names)
+	if err != nil {
+		return nil, fmt.Errorf("store: read current rows: %w", err)
+	}
+	current := map[[2]string]int64{}
+	var (
+		kind, name string
+		from       int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&kind, &name, &from}, func() error {
+		current[[2]string{kind, name}] = from
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read current rows: %w", err)
+	}
+
+	p := &plan{etags: make([]string, len(changes))}
+	d := newDraft(head, head.Version)
+	for i, c := range changes {
+		from, exists := current[[2]string{string(c.Kind), c.Name}]
+		ref := fmt.Sprintf("%s/%s", c.Kind, c.Name)
+		switch {
+		case c.IfMatch == "" && c.Resource != nil:
+			if exists {
+				return nil, fmt.Errorf("%w: %s", ErrAlreadyExists, ref)
+			}
+		case !exists:
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
+		case c.IfMatch != "" && c.IfMatch != IfMatchAny && c.IfMatch != etag(from):
+			return nil, fmt.Errorf("%w: %s is at %s", ErrPreconditionFailed, ref, etag(from))
+		}
+		var before, after []byte
+		if cur := head.Get(c.Kind, c.Name); cur != nil {
+			if before, err = json.Marshal(cur); err != nil {
+				return nil, fmt.Errorf("store: encode %s: %w", ref, err)
+			}
+		}
+		if c.Resource != nil {
+			if after, err = json.Marshal(c.Resource); err != nil {
+				return nil, fmt.Errorf("store: encode %s: %w", ref, err)
+			}
+		}
+		if exists && bytes.Equal(before, after) {
+			p.etags[i] = etag(from)
+			continue
+		}
+		action := ActionUpdate
+		switch {
+		case !exists:
+			action = ActionCreate
+		case c.Resource == nil:
+			action = ActionDelete
+		}
+		p.writes = append(p.writes, write{kind: c.Kind, name: c.Name, before: before, after: after, action: action})
+		if c.Resource != nil {
+			p.etags[i] = etag(head.Version + 1)
+		}
+		d.set(c.Kind, c.Name, c.Resource)
+	}
+	p.next = d.cfg
+	return p, nil
+}
+
+// Rollback makes a new version whose content equals version to: only the
+// resources that differ from the head are written (audit action rollback),
+// and the version records rollback_of. A rollback always makes a version,
+// even when the head already equals to, so that the operator's (or the
+// rollout controller's) decision is on record and the API's "201 with the
+// new version" holds. The config must still validate under today's rules.
+func (s *Store) Rollback(ctx context.Context, meta Meta, to int64, respond Responder) (Result, error) {
+	return s.write(ctx, meta, respond, func(ctx context.Context, tx pgx.Tx, head *spec.Config) (*plan, error) {
+		if to < 0 || to > head.Version {
+			return nil, fmt.Errorf("%w: version %d", ErrNotFound, to)
+		}
+		target, err := loadConfig(ctx, tx, to)
+		if err != nil {
+			return nil, err
+		}
+		writes, err := diffConfigs(head, target)
+		if err != nil {
+			return nil, err
+		}
+		target.Version = head.Version
+		return &plan{next: target, writes: writes, rollbackOf: &to}, nil
+	})
+}
+
+// diffConfigs lists the writes turning from into to, in kind then name order.
+func diffConfigs(from, to *spec.Config) ([]write, error) {
+	var out []write
+	for _, k := range spec.Kinds {
+		names := map[string]bool{}
+		for _, n := range kindNames(from, k) {
+			names[n] = true
+		}
+		for _, n := range kindNames(to, k) {
+			names[n] = true
+		}
+		for _, n := range spec.SortedKeys(names) {
+			before, err := marshalOrNil(from.Get(k, n))
+			if err != nil {
+				return nil, err
+			}
+			after, err := marshalOrNil(to.Get(k, n))
+			if err != nil {
+				return nil, err
+			}
+			if !bytes.Equal(before, after) {
+				out = append(out, write{kind: k, name: n, before: before, after: after, action: ActionRollback})
+			}
+		}
+	}
+	return out, nil
+}
+
+func marshalOrNil(r spec.Resource) ([]byte, error) {
+	if r == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("store: encode %s/%s: %w", kindOf(r), r.ResourceName(), err)
+	}
+	return b, nil
+}
+
+func kindNames(c *spec.Config, k spec.Kind) []string {
+	switch k {
+	case spec.KindCluster:
+		return spec.SortedKeys(c.Clusters)
+	case spec.KindRoute:
+		return spec.SortedKeys(c.Routes)
+	case spec.KindJWTProvider:
+		return spec.SortedKeys(c.JWTProviders)
+	case spec.KindConsumer:
+		return spec.SortedKeys(c.Consumers)
+	case spec.KindAPIKey:
+		return spec.SortedKeys(c.APIKeys)
+	case spec.KindRevocation:
+		return spec.SortedKeys(c.Revocations)
+	case spec.KindRateLimitRule:
+		return spec.SortedKeys(c.RateLimitRules)
+	}
+	return nil
+}
+
+// write runs one write transaction: lock the head (serializing writers of
+// every replica), replay or reject by idempotency key, let build plan the
+// change against the head config, validate the result, then record the
+// version, resource rows, audit, outbox, NOTIFY and idempotency row and
+// commit.
+func (s *Store) write(ctx context.Context, meta Meta, respond Responder,
+	build func(context.Context, pgx.Tx, *spec.Config) (*plan, error)) (Result, error) {
+	if s.ctx.Err() != nil {
+		return Result{}, ErrClosed
+	}
+	if meta.Author == "" {
+		meta.Author = DefaultAuthor
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("store: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	var headVersion int64
+	if err := tx.QueryRow(ctx, `SELECT version FROM controlplane.config_head FOR UPDATE`).Scan(&headVersion); err != nil {
+		return Result{}, fmt.Errorf("store: lock head: %w", err)
+	}
+	if idem := meta.Idempotency; idem != nil {
+		var (
+			method, path, hash string
+			r                  Result
+		)
+		err := tx.QueryRow(ctx, `SELECT method, path, request_hash, version, status, response
+			FROM controlplane.idempotency WHERE key = $1`, idem.Key).Scan(&method, &path, &hash, &r.Version, &r.Status, &r.Body)
+		switch {
+		case err == nil:
+			if method != idem.Method || path != idem.Path || hash != idem.RequestHash {
+				return Result{}, ErrIdempotencyMismatch
+			}
+			r.Replayed = true
+			return r, nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return Result{}, fmt.Errorf("store: read idempotency key: %w", err)
+		}
+	}
+	head, err := s.headConfig(ctx, tx, headVersion)
+	if err != nil {
+		return Result{}, err
+	}
+	p, err := build(ctx, tx, head)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(p.writes) == 0 && p.rollbackOf == nil {
+		return Result{}, ErrNoChange
+	}
+	if err := p.next.Validate(); err != nil {
+		return Result{}, err
+	}
+	v := headVersion + 1
+	p.next.Version = v
+
+	n := len(p.writes)
+	kinds, names, actions := make([]string, n), make([]string, n), make([]string, n)
+	bodies, diffs := make([]*string, n), make([]string, n)
+	for i, w := range p.writes {
+		kinds[i], names[i], actions[i] = string(w.kind), w.name, w.action
+		if w.after != nil {
+			b := string(w.after)
+			bodies[i] = &b
+		}
+		d, err := json.Marshal(struct {
+			Before json.RawMessage `json:"before"`
+			After  json.RawMessage `json:"after"`
+		}{w.before, w.after})
+		if err != nil {
+			return Result{}, fmt.Errorf("store: encode diff: %w", err)
+		}
+		diffs[i] = string(d)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO controlplane.config_versions (version, author, reason, rollback_of) VALUES ($1, $2, $3, $4)`,
+		v, meta.Author, meta.Reason, p.rollbackOf)
+	b.Queue(`UPDATE controlplane.config_head SET version = $1`, v)
+	if n > 0 {
+		b.Queue(`UPDATE controlplane.resources r SET version_to = $1
+			FROM unnest($2::text[], $3::text[]) AS c(kind, name)
+			WHERE r.kind = c.kind AND r.name = c.name AND r.version_to IS NULL`, v, kinds, names)
+		b.Queue(`INSERT INTO controlplane.resources (kind, name, version_from, body)
+			SELECT kind, name, $1, body FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS c(kind, name, body)`,
+			v, kinds, names, bodies)
+		b.Queue(`INSERT INTO controlplane.audit (version, author, action, kind, name, diff)
+			SELECT $1, $2, action, kind, name, diff
+			FROM unnest($3::text[], $4::text[], $5::text[], $6::jsonb[]) WITH ORDINALITY AS c(action, kind, name, diff, i)
+			ORDER BY i`, v, meta.Author, actions, kinds, names, diffs)
+	}
+	b.Queue(`INSERT INTO controlplane.outbox (version) VALUES ($1)`, v)
+	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(v, 10))
+	var res = Result{Version: v, ETags: p.etags}
+	if idem := meta.Idempotency; idem != nil {
+		status, body := 0, []byte{}
+		if respond != nil {
+			status, body = respond(v)
+		}
+		if body == nil {
+			body = []byte{}
+		}
+		b.Queue(`INSERT INTO controlplane.idempotency (key, method, path, request_hash, version, status, response)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`, idem.Key, idem.Method, idem.Path, idem.RequestHash, v, status, body)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return Result{}, fmt.Errorf("store: write version %d: %w", v, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Result{}, fmt.Errorf("store: commit version %d: %w", v, err)
+	}
+	s.setHead(p.next)
+	return res, nil
+}
+
+// CreateAPIKey stores a new API key as one version. The key carries only the
+// SHA-256 of its secret: generating and showing the secret is the caller's
+// job, and the secret must never reach the store (nor respond's body).
+func (s *Store) CreateAPIKey(ctx context.Context, meta Meta, key *spec.APIKey, respond Responder) (Result, error) {
+	return s.Apply(ctx, meta, []Change{{Kind: spec.KindAPIKey, Name: key.Name, Resource: key}}, respond)
+}
