@@ -1,0 +1,186 @@
+// Package compile turns one config version (*spec.Config) into an immutable
+// xDS snapshot: the Envoy resources (LDS, RDS, CDS, EDS), the standard
+// envoyproxy/ratelimit RateLimitConfig, and Portico's own auth and rate-limit
+// resources for extauthz and ratelimitsvc.
+//
+// Compilation is a pure function of its input: maps are walked in sorted key
+// order and every emitted list is sorted, so every control-plane replica
+// compiling the same version produces the same bytes (with deterministic
+// proto marshalling). Nothing reads the wall clock.
+//
+// Rules followed so that proxyless gRPC clients (grpc-go v1.85 xDS) accept the
+// resources they subscribe to (they ask for listeners named after a host, the
+// route configuration and the clusters/endpoints the routes name, never for
+// ingress_http or the extauthz/ratelimit clusters):
+//   - API listeners have xff_num_trusted_hops 0 (grpc-go NACKs anything else)
+//     and every HTTP filter except the router is is_optional, so the unknown
+//     header_mutation, ext_authz, ratelimit and buffer filters are skipped;
+//   - every typed_per_filter_config entry is wrapped in
+//     envoy.config.route.v3.FilterConfig{is_optional: true};
+//   - retry policies carry num_retries only when it is at least 1;
+//   - EDS localities always carry a Locality and a non-zero
+//     load_balancing_weight (grpc-go drops zero-weight localities), endpoint
+//     weights are never 0;
+//   - clusters use type EDS with an ADS config source.
+//
+// grpc-go still NACKs clusters it cannot express: MAGLEV load balancing,
+// upstream TLS (it requires certificate-provider instances) and clusters whose
+// endpoints are hostnames (compiled as STRICT_DNS for Envoy). Routes meant for
+// gRPC clients must target clusters without those options.
+package compile
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/portico-io/portico/controlplane/spec"
+)
+
+// Default option values; a zero Options field means "use the default".
+const (
+	DefaultListenerAddress     = "0.0.0.0"
+	DefaultListenerPort        = 10000
+	DefaultExtAuthzAddress     = "127.0.0.1:18100"
+	DefaultRateLimitAddress    = "127.0.0.1:18200"
+	DefaultRateLimitDomain     = "portico"
+	DefaultMaxRequestHeadersKB = 60
+	DefaultUpstreamCAFile      = "/etc/ssl/certs/ca-certificates.crt"
+	DefaultConnectTimeout      = time.Second
+)
+
+// Envoy-facing names fixed by ARCHITECTURE.md.
+const (
+	ListenerName      = "ingress_http"
+	RouteConfigName   = "ingress_routes"
+	ExtAuthzCluster   = "extauthz"
+	RateLimitCluster  = "ratelimit"
+	RevocationsName   = "revocations"
+	APIKeyShardPrefix = "apikeys-"
+)
+
+// Options are the per-deployment knobs of the compiled gateway configuration.
+type Options struct {
+	// ListenerAddress and ListenerPort are where ingress_http listens.
+	ListenerAddress string
+	ListenerPort    uint32
+	// ExtAuthzAddress and RateLimitAddress are host:port of the extauthz and
+	// ratelimitsvc gRPC services, compiled as the clusters "extauthz" and
+	// "ratelimit" (STATIC for IP hosts, STRICT_DNS for names).
+	ExtAuthzAddress  string
+	RateLimitAddress string
+	// RateLimitDomain is the domain Envoy's ratelimit filter sends.
+	RateLimitDomain string
+	// XFFNumTrustedHops is how many X-Forwarded-For hops in front of Envoy are
+	// trusted (0: the peer address is the client). API listeners ignore it.
+	XFFNumTrustedHops uint32
+	// MaxRequestHeadersKB caps request headers on the listener.
+	MaxRequestHeadersKB uint32
+	// DefaultMaxRequestBytes caps request bodies on routes without their own
+	// limit; 0 means unlimited.
+	DefaultMaxRequestBytes uint32
+	// UpstreamCAFile is the CA bundle Envoy verifies upstream TLS against.
+	UpstreamCAFile string
+}
+
+func (o Options) withDefaults() Options {
+	if o.ListenerAddress == "" {
+		o.ListenerAddress = DefaultListenerAddress
+	}
+	if o.ListenerPort == 0 {
+		o.ListenerPort = DefaultListenerPort
+	}
+	if o.ExtAuthzAddress == "" {
+		o.ExtAuthzAddress = DefaultExtAuthzAddress
+	}
+	if o.RateLimitAddress == "" {
+		o.RateLimitAddress = DefaultRateLimitAddress
+	}
+	if o.RateLimitDomain == "" {
+		o.RateLimitDomain = DefaultRateLimitDomain
+	}
+	if o.MaxRequestHeadersKB == 0 {
+		o.MaxRequestHeadersKB = DefaultMaxRequestHeadersKB
+	}
+	if o.UpstreamCAFile == "" {
+		o.UpstreamCAFile = DefaultUpstreamCAFile
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	if o.ListenerPort > 65535 {
+		return fmt.Errorf("%w: listener port %d out of range", ErrOptions, o.ListenerPort)
+	}
+	if o.MaxRequestHeadersKB > 8192 {
+		return fmt.Errorf("%w: maxRequestHeadersKB must be at most 8192", ErrOptions)
+	}
+	for _, a := range []string{o.ExtAuthzAddress, o.RateLimitAddress} {
+		if _, _, err := splitHostPort(a); err != nil {
+			return fmt.Errorf("%w: %v", ErrOptions, err)
+		}
+	}
+	return nil
+}
+
+func splitHostPort(addr string) (string, uint32, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("address %q: %v", addr, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 || host == "" {
+		return "", 0, fmt.Errorf("address %q: want host:port", addr)
+	}
+	return host, uint32(p), nil
+}
+
+// Compile builds the snapshot for cfg. cfg must have passed cfg.Validate();
+// Compile re-checks what it relies on and fails with ErrInvalidConfig
+// otherwise. The snapshot's version is cfg.Version in decimal. Every Envoy
+// resource passes ValidateAll and the snapshot is Consistent, or Compile
+// returns an error wrapping ErrInvalidOutput.
+func Compile(cfg *spec.Config, opts Options) (*Snapshot, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: nil config", ErrInvalidConfig)
+	}
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	c := &compiler{cfg: cfg, opts: opts}
+
+	clusters, endpoints, err := c.clusters()
+	if err != nil {
+		return nil, err
+	}
+	routes, err := c.routeConfiguration()
+	if err != nil {
+		return nil, err
+	}
+	listeners, err := c.listeners()
+	if err != nil {
+		return nil, err
+	}
+	res := map[string][]Resource{
+		ClusterType:         clusters,
+		EndpointType:        endpoints,
+		ListenerType:        listeners,
+		RouteType:           {routes},
+		JwtProviderType:     c.jwtProviders(),
+		ApiKeyShardType:     c.apiKeyShards(),
+		RevocationListType:  {c.revocations()},
+		RateLimitRuleType:   c.rateLimitRules(),
+		RateLimitConfigType: c.rateLimitConfigs(),
+	}
+	return newSnapshot(strconv.FormatInt(cfg.Version, 10), res)
+}
+
+type compiler struct {
+	cfg  *spec.Config
+	opts Options
+}

@@ -1,0 +1,14 @@
+package compile
+
+import "errors"
+
+var (
+	// ErrInvalidConfig means the input config fails spec validation or
+	// violates an assumption of the compiler.
+	ErrInvalidConfig = errors.New("compile: invalid config")
+	// ErrOptions means the Options are unusable (bad address, out of range).
+	ErrOptions = errors.New("compile: invalid options")
+	// ErrInvalidOutput means a compiled resource failed its proto validation
+	// or the snapshot is inconsistent: a compiler bug, never the caller's.
+	ErrInvalidOutput = errors.New("compile: invalid output")
+)

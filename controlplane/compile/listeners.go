@@ -1,0 +1,241 @@
+package compile
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	mutationv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	ratelimitconfv3 "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
+	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	bufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/buffer/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/portico-io/portico/controlplane/spec"
+)
+
+// HTTP filter names; per-route configs are keyed by them.
+const (
+	FilterHeaderMutation = "envoy.filters.http.header_mutation"
+	FilterExtAuthz       = "envoy.filters.http.ext_authz"
+	FilterRateLimit      = "envoy.filters.http.ratelimit"
+	FilterBuffer         = "envoy.filters.http.buffer"
+	FilterRouter         = "envoy.filters.http.router"
+
+	hcmFilterName    = "envoy.filters.network.http_connection_manager"
+	stdoutLogger     = "envoy.access_loggers.stdout"
+	extAuthzTimeout  = 200 * time.Millisecond
+	rateLimitTimeout = 20 * time.Millisecond
+)
+
+// PorticoHeaderPrefix marks headers only Portico (extauthz) may set; the
+// gateway strips client-supplied ones before any filter runs.
+const PorticoHeaderPrefix = "x-portico-"
+
+// strippedHeaders are client-supplied forwarding headers removed on entry:
+// upstreams would otherwise trust a host/port/prefix the client made up.
+var strippedHeaders = []string{"x-forwarded-host", "x-forwarded-port", "x-forwarded-prefix"}
+
+func anyOf(m proto.Message) (*anypb.Any, error) {
+	// anypb.New marshals non-deterministically (map order), which would
+	// make equal configs produce different bytes.
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOutput, err)
+	}
+	return a, nil
+}
+
+// listeners compiles ingress_http and one API listener per distinct
+// non-wildcard route host, for proxyless gRPC clients dialing xds:///<host>.
+func (c *compiler) listeners() ([]Resource, error) {
+	hcm, err := c.hcm(false)
+	if err != nil {
+		return nil, err
+	}
+	hcmAny, err := anyOf(hcm)
+	if err != nil {
+		return nil, err
+	}
+	out := []Resource{&listenerv3.Listener{
+		Name:    ListenerName,
+		Address: socketAddress(c.opts.ListenerAddress, c.opts.ListenerPort),
+		FilterChains: []*listenerv3.FilterChain{{
+			Filters: []*listenerv3.Filter{{
+				Name:       hcmFilterName,
+				ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny},
+			}},
+		}},
+	}}
+	hosts := c.apiListenerHosts()
+	if len(hosts) > 0 {
+		api, err := c.hcm(true)
+		if err != nil {
+			return nil, err
+		}
+		apiAny, err := anyOf(api)
+		if err != nil {
+			return nil, err
+		}
+		for _, h := range hosts {
+			if h == ListenerName {
+				return nil, fmt.Errorf("%w: host %q collides with the listener name", ErrInvalidConfig, h)
+			}
+			out = append(out, &listenerv3.Listener{
+				Name:        h,
+				ApiListener: &listenerv3.ApiListener{ApiListener: apiAny},
+			})
+		}
+	}
+	sortByName(out)
+	return out, nil
+}
+
+// apiListenerHosts are the distinct, lowercased route hosts without a
+// wildcard, sorted.
+func (c *compiler) apiListenerHosts() []string {
+	set := map[string]bool{}
+	for _, r := range c.cfg.Routes {
+		for _, h := range r.Match.Hosts {
+			if !strings.Contains(h, "*") {
+				set[strings.ToLower(h)] = true
+			}
+		}
+	}
+	return spec.SortedKeys(set)
+}
+
+// needsBuffer reports whether any body limit exists; without one the buffer
+// filter stays out of the chain (it would hold streaming bodies for nothing).
+func (c *compiler) needsBuffer() bool {
+	if c.opts.DefaultMaxRequestBytes > 0 {
+		return true
+	}
+	for _, r := range c.cfg.Routes {
+		if r.MaxRequestBytes > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// hcm builds the HTTP connection manager. For API listeners (proxyless
+// gRPC) every filter but the router is optional and XFF hops are 0, the only
+// values grpc-go accepts; Envoy knows all these filters so is_optional does
+// not change its behaviour on ingress_http, where they stay mandatory.
+func (c *compiler) hcm(api bool) (*hcmv3.HttpConnectionManager, error) {
+	type filter struct {
+		name     string
+		cfg      proto.Message
+		disabled bool
+	}
+	filters := []filter{
+		{FilterHeaderMutation, headerMutation(), false},
+		{FilterExtAuthz, &extauthzv3.ExtAuthz{
+			Services: &extauthzv3.ExtAuthz_GrpcService{GrpcService: &corev3.GrpcService{
+				TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: ExtAuthzCluster}},
+				Timeout:         durationpb.New(extAuthzTimeout),
+			}},
+			TransportApiVersion:    corev3.ApiVersion_V3,
+			FailureModeAllow:       false,
+			IncludePeerCertificate: false,
+		}, false},
+		{FilterRateLimit, &ratelimitv3.RateLimit{
+			Domain:          c.opts.RateLimitDomain,
+			Timeout:         durationpb.New(rateLimitTimeout),
+			FailureModeDeny: false,
+			RateLimitService: &ratelimitconfv3.RateLimitServiceConfig{
+				GrpcService: &corev3.GrpcService{
+					TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: RateLimitCluster}},
+				},
+				TransportApiVersion: corev3.ApiVersion_V3,
+			},
+			EnableXRatelimitHeaders: ratelimitv3.RateLimit_DRAFT_VERSION_03,
+		}, false},
+	}
+	if c.needsBuffer() {
+		// With no listener-wide limit the filter is disabled by default and
+		// only routes with their own limit turn it on (per-route config).
+		limit, disabled := c.opts.DefaultMaxRequestBytes, false
+		if limit == 0 {
+			limit, disabled = math.MaxUint32, true
+		}
+		filters = append(filters, filter{FilterBuffer, &bufferv3.Buffer{MaxRequestBytes: wrapperspb.UInt32(limit)}, disabled})
+	}
+	filters = append(filters, filter{FilterRouter, &routerv3.Router{}, false})
+
+	var httpFilters []*hcmv3.HttpFilter
+	for _, f := range filters {
+		a, err := anyOf(f.cfg)
+		if err != nil {
+			return nil, err
+		}
+		httpFilters = append(httpFilters, &hcmv3.HttpFilter{
+			Name:       f.name,
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: a},
+			IsOptional: api && f.name != FilterRouter,
+			Disabled:   f.disabled,
+		})
+	}
+	logCfg, err := anyOf(&streamv3.StdoutAccessLog{})
+	if err != nil {
+		return nil, err
+	}
+	h := &hcmv3.HttpConnectionManager{
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		StatPrefix: ListenerName,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsConfigSource(),
+			RouteConfigName: RouteConfigName,
+		}},
+		HttpFilters: httpFilters,
+		AccessLog: []*accesslogv3.AccessLog{{
+			Name:       stdoutLogger,
+			ConfigType: &accesslogv3.AccessLog_TypedConfig{TypedConfig: logCfg},
+		}},
+		UseRemoteAddress:    wrapperspb.Bool(true),
+		XffNumTrustedHops:   c.opts.XFFNumTrustedHops,
+		GenerateRequestId:   wrapperspb.Bool(true),
+		MaxRequestHeadersKb: wrapperspb.UInt32(c.opts.MaxRequestHeadersKB),
+		// Route matching (and so the auth requirement) must see the same
+		// path the upstream does: no "/public/../admin" tricks.
+		NormalizePath:                wrapperspb.Bool(true),
+		MergeSlashes:                 true,
+		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT,
+		// Upgrades must be declared here to exist at all; routes with
+		// websocket: true turn it on.
+		UpgradeConfigs: []*hcmv3.HttpConnectionManager_UpgradeConfig{{
+			UpgradeType: "websocket",
+			Enabled:     wrapperspb.Bool(false),
+		}},
+	}
+	if api {
+		h.XffNumTrustedHops = 0
+	}
+	return h, nil
+}
+
+func headerMutation() *headermutationv3.HeaderMutation {
+	muts := []*mutationv3.HeaderMutation{{
+		Action: &mutationv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationv3.HeaderMutation_RemoveOnMatch{
+			KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: PorticoHeaderPrefix}},
+		}},
+	}}
+	for _, h := range strippedHeaders {
+		muts = append(muts, &mutationv3.HeaderMutation{Action: &mutationv3.HeaderMutation_Remove{Remove: h}})
+	}
+	return &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{RequestMutations: muts}}
+}

@@ -1,0 +1,477 @@
+package compile
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	bufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/buffer/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/portico-io/portico/controlplane/spec"
+)
+
+// Context extension keys handed to extauthz with every check request.
+const (
+	CtxRoute    = "route"
+	CtxMode     = "mode"
+	CtxProvider = "provider"
+	CtxScopes   = "scopes"
+)
+
+// WildcardVirtualHost names the virtual host of routes without hosts.
+const WildcardVirtualHost = "wildcard"
+
+// idempotentMethods are retried by default (RFC 9110 §9.2.2, minus TRACE
+// which nobody routes).
+var idempotentMethods = []string{"DELETE", "GET", "HEAD", "OPTIONS", "PUT"}
+
+const defaultRetryOn = "5xx"
+
+// host tiers: within equal path specificity a route naming the exact host
+// beats one naming a covering wildcard, which beats a route for any host.
+const (
+	tierExact = iota
+	tierSuffix
+	tierAny
+)
+
+type vhRoute struct {
+	r    *spec.Route
+	tier int
+}
+
+// routeConfiguration compiles RDS. Envoy rejects a domain listed in two
+// virtual hosts, so there is one virtual host per distinct domain (not per
+// host set); it holds the routes naming that domain plus the routes whose
+// hosts cover it (a "*.suffix" pattern or no hosts at all), because a
+// request only ever sees the one virtual host Envoy selects.
+func (c *compiler) routeConfiguration() (*routev3.RouteConfiguration, error) {
+	domains := map[string]bool{}
+	for _, r := range c.cfg.Routes {
+		for _, h := range hostsOf(r) {
+			domains[h] = true
+		}
+	}
+	rc := &routev3.RouteConfiguration{Name: RouteConfigName}
+	for _, d := range spec.SortedKeys(domains) {
+		var members []vhRoute
+		for _, name := range spec.SortedKeys(c.cfg.Routes) {
+			r := c.cfg.Routes[name]
+			if t, ok := covers(hostsOf(r), d); ok {
+				members = append(members, vhRoute{r, t})
+			}
+		}
+		sortRoutes(members)
+		vh := &routev3.VirtualHost{Name: d, Domains: []string{d}}
+		if d == "*" {
+			vh.Name = WildcardVirtualHost
+		}
+		for _, m := range members {
+			rs, err := c.routes(m.r)
+			if err != nil {
+				return nil, err
+			}
+			vh.Routes = append(vh.Routes, rs...)
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, vh)
+	}
+	return rc, nil
+}
+
+// hostsOf returns r's lowercased hosts, ["*"] when it has none.
+func hostsOf(r *spec.Route) []string {
+	if len(r.Match.Hosts) == 0 {
+		return []string{"*"}
+	}
+	out := make([]string, 0, len(r.Match.Hosts))
+	for _, h := range r.Match.Hosts {
+		out = append(out, strings.ToLower(h))
+	}
+	return out
+}
+
+// covers reports whether a route with hosts serves requests routed to the
+// virtual host of domain d, and with which tier.
+func covers(hosts []string, d string) (int, bool) {
+	best, ok := 0, false
+	take := func(t int) {
+		if !ok || t < best {
+			best, ok = t, true
+		}
+	}
+	base := strings.TrimPrefix(d, "*.")
+	for _, h := range hosts {
+		switch {
+		case h == d:
+			take(tierExact)
+		case h == "*":
+			take(tierAny)
+		case strings.HasPrefix(h, "*.") && d != "*" && strings.HasSuffix(base, "."+h[2:]):
+			take(tierSuffix)
+		}
+	}
+	if ok && best == tierExact && d == "*" {
+		best = tierAny
+	}
+	return best, ok
+}
+
+// sortRoutes orders routes so the most specific match comes first (Envoy
+// takes the first match): exact paths, then regexes, then prefixes longest
+// first; then more header/method constraints first; then host tier; then
+// name. spec.Config.Validate guarantees no two routes tie on everything but
+// the name, so the order is total.
+func sortRoutes(rs []vhRoute) {
+	sort.SliceStable(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		if ka, kb := pathRank(a.r), pathRank(b.r); ka != kb {
+			return ka < kb
+		}
+		if la, lb := len(a.r.Match.PathPrefix), len(b.r.Match.PathPrefix); la != lb {
+			return la > lb
+		}
+		if ca, cb := constraints(a.r), constraints(b.r); ca != cb {
+			return ca > cb
+		}
+		if a.tier != b.tier {
+			return a.tier < b.tier
+		}
+		return a.r.Name < b.r.Name
+	})
+}
+
+func pathRank(r *spec.Route) int {
+	switch {
+	case r.Match.Path != "":
+		return 0
+	case r.Match.PathRegex != "":
+		return 1
+	}
+	return 2
+}
+
+func constraints(r *spec.Route) int {
+	n := len(r.Match.Headers)
+	if len(r.Match.Methods) > 0 {
+		n++
+	}
+	return n
+}
+
+// variant is one Envoy route compiled from a spec route.
+type variant struct {
+	suffix  string
+	methods []string // nil: any method
+	canary  bool
+	retry   bool
+}
+
+// variants splits a spec route into the Envoy routes it needs, in match
+// order. A header canary is a copy with the extra header matcher placed
+// before the main route. Retries: Envoy would retry any method, so unless
+// AllowNonIdempotent is set the retry policy goes only on a copy restricted
+// to the idempotent methods, placed before a copy without retries that
+// catches the remaining methods. When the route lists methods, they are
+// partitioned exactly instead (no copy matches a method twice).
+func variants(r *spec.Route) []variant {
+	type split struct {
+		suffix  string
+		methods []string
+		retry   bool
+	}
+	var splits []split
+	switch {
+	case r.Retries == nil || r.Retries.AllowNonIdempotent:
+		splits = []split{{"", r.Match.Methods, r.Retries != nil}}
+	case len(r.Match.Methods) == 0:
+		splits = []split{{"/retry", idempotentMethods, true}, {"", nil, false}}
+	default:
+		var idem, other []string
+		for _, m := range r.Match.Methods {
+			if slices.Contains(idempotentMethods, m) {
+				idem = append(idem, m)
+			} else {
+				other = append(other, m)
+			}
+		}
+		switch {
+		case len(other) == 0:
+			splits = []split{{"", idem, true}}
+		case len(idem) == 0:
+			splits = []split{{"", other, false}}
+		default:
+			splits = []split{{"/retry", idem, true}, {"", other, false}}
+		}
+	}
+	var out []variant
+	if r.Canary != nil {
+		for _, s := range splits {
+			out = append(out, variant{"/canary" + s.suffix, s.methods, true, s.retry})
+		}
+	}
+	for _, s := range splits {
+		out = append(out, variant{s.suffix, s.methods, false, s.retry})
+	}
+	return out
+}
+
+func (c *compiler) routes(r *spec.Route) ([]*routev3.Route, error) {
+	perFilter, err := c.perFilterConfig(r)
+	if err != nil {
+		return nil, err
+	}
+	var out []*routev3.Route
+	for _, v := range variants(r) {
+		m, err := routeMatch(r, v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &routev3.Route{
+			Name:                   r.Name + v.suffix,
+			Match:                  m,
+			Action:                 &routev3.Route_Route{Route: routeAction(r, v)},
+			RequestHeadersToAdd:    headersToAdd(r),
+			RequestHeadersToRemove: headersToRemove(r),
+			TypedPerFilterConfig:   perFilter,
+		})
+	}
+	return out, nil
+}
+
+func routeMatch(r *spec.Route, v variant) (*routev3.RouteMatch, error) {
+	m := &routev3.RouteMatch{}
+	switch {
+	case r.Match.Path != "":
+		m.PathSpecifier = &routev3.RouteMatch_Path{Path: r.Match.Path}
+	case r.Match.PathRegex != "":
+		m.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: r.Match.PathRegex}}
+	case r.Match.PathPrefix != "":
+		m.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: r.Match.PathPrefix}
+	default:
+		return nil, fmt.Errorf("%w: routes/%s: no path matcher", ErrInvalidConfig, r.Name)
+	}
+	if mm := methodMatcher(v.methods); mm != nil {
+		m.Headers = append(m.Headers, mm)
+	}
+	for _, h := range r.Match.Headers {
+		hm := &routev3.HeaderMatcher{Name: h.Name, InvertMatch: h.Invert}
+		switch {
+		case h.Present:
+			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+		case h.Exact != "":
+			hm.HeaderMatchSpecifier = stringMatch(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: h.Exact}})
+		case h.Prefix != "":
+			hm.HeaderMatchSpecifier = stringMatch(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: h.Prefix}})
+		case h.Regex != "":
+			hm.HeaderMatchSpecifier = stringMatch(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{
+				SafeRegex: &matcherv3.RegexMatcher{Regex: h.Regex},
+			}})
+		default:
+			return nil, fmt.Errorf("%w: routes/%s: header %q without matcher", ErrInvalidConfig, r.Name, h.Name)
+		}
+		m.Headers = append(m.Headers, hm)
+	}
+	if v.canary {
+		m.Headers = append(m.Headers, &routev3.HeaderMatcher{
+			Name: r.Canary.Header,
+			HeaderMatchSpecifier: stringMatch(&matcherv3.StringMatcher{
+				MatchPattern: &matcherv3.StringMatcher_Exact{Exact: r.Canary.Value},
+			}),
+		})
+	}
+	return m, nil
+}
+
+func stringMatch(sm *matcherv3.StringMatcher) *routev3.HeaderMatcher_StringMatch {
+	return &routev3.HeaderMatcher_StringMatch{StringMatch: sm}
+}
+
+// methodMatcher matches :method against methods (sorted, deduplicated).
+func methodMatcher(methods []string) *routev3.HeaderMatcher {
+	if len(methods) == 0 {
+		return nil
+	}
+	ms := slices.Clone(methods)
+	slices.Sort(ms)
+	ms = slices.Compact(ms)
+	var sm *matcherv3.StringMatcher
+	if len(ms) == 1 {
+		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: ms[0]}}
+	} else {
+		sm = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{
+			SafeRegex: &matcherv3.RegexMatcher{Regex: "^(" + strings.Join(ms, "|") + ")$"},
+		}}
+	}
+	return &routev3.HeaderMatcher{Name: ":method", HeaderMatchSpecifier: stringMatch(sm)}
+}
+
+func routeAction(r *spec.Route, v variant) *routev3.RouteAction {
+	a := &routev3.RouteAction{}
+	switch {
+	case v.canary:
+		a.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: r.Canary.Cluster}
+	case len(r.WeightedClusters) > 0:
+		wcs := slices.Clone(r.WeightedClusters)
+		slices.SortFunc(wcs, func(x, y spec.WeightedCluster) int { return strings.Compare(x.Cluster, y.Cluster) })
+		w := &routev3.WeightedCluster{}
+		for _, wc := range wcs {
+			w.Clusters = append(w.Clusters, &routev3.WeightedCluster_ClusterWeight{
+				Name:   wc.Cluster,
+				Weight: wrapperspb.UInt32(wc.Weight),
+			})
+		}
+		a.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: w}
+	default:
+		a.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: r.Cluster}
+	}
+	if r.Timeout > 0 {
+		a.Timeout = durationpb.New(r.Timeout.D())
+	}
+	if v.retry {
+		a.RetryPolicy = retryPolicy(r.Retries)
+	}
+	if r.WebSocket {
+		a.UpgradeConfigs = []*routev3.RouteAction_UpgradeConfig{{
+			UpgradeType: "websocket",
+			Enabled:     wrapperspb.Bool(true),
+		}}
+	}
+	for _, rl := range r.RateLimits {
+		out := &routev3.RateLimit{}
+		for _, d := range rl.Descriptors {
+			out.Actions = append(out.Actions, rateLimitAction(d))
+		}
+		a.RateLimits = append(a.RateLimits, out)
+	}
+	return a
+}
+
+func rateLimitAction(d spec.RateLimitDescriptorEntry) *routev3.RateLimit_Action {
+	switch {
+	case d.FromHeader != "":
+		return &routev3.RateLimit_Action{ActionSpecifier: &routev3.RateLimit_Action_RequestHeaders_{
+			RequestHeaders: &routev3.RateLimit_Action_RequestHeaders{
+				HeaderName:    d.FromHeader,
+				DescriptorKey: d.Key,
+				SkipIfAbsent:  true,
+			},
+		}}
+	case d.RemoteAddress:
+		return &routev3.RateLimit_Action{ActionSpecifier: &routev3.RateLimit_Action_RemoteAddress_{
+			RemoteAddress: &routev3.RateLimit_Action_RemoteAddress{},
+		}}
+	default:
+		return &routev3.RateLimit_Action{ActionSpecifier: &routev3.RateLimit_Action_GenericKey_{
+			GenericKey: &routev3.RateLimit_Action_GenericKey{DescriptorKey: d.Key, DescriptorValue: d.Value},
+		}}
+	}
+}
+
+// retryPolicy sets num_retries only when positive: grpc-go NACKs 0.
+func retryPolicy(p *spec.RetryPolicy) *routev3.RetryPolicy {
+	on := slices.Clone(p.RetryOn)
+	slices.Sort(on)
+	on = slices.Compact(on)
+	retryOn := strings.Join(on, ",")
+	if retryOn == "" {
+		retryOn = defaultRetryOn
+	}
+	rp := &routev3.RetryPolicy{RetryOn: retryOn}
+	if p.NumRetries > 0 {
+		rp.NumRetries = wrapperspb.UInt32(p.NumRetries)
+	}
+	if p.PerTryTimeout > 0 {
+		rp.PerTryTimeout = durationpb.New(p.PerTryTimeout.D())
+	}
+	return rp
+}
+
+func headersToAdd(r *spec.Route) []*corev3.HeaderValueOption {
+	if r.RequestHeaders == nil {
+		return nil
+	}
+	var out []*corev3.HeaderValueOption
+	for _, h := range r.RequestHeaders.Set {
+		out = append(out, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: h.Name, Value: h.Value},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	return out
+}
+
+func headersToRemove(r *spec.Route) []string {
+	if r.RequestHeaders == nil {
+		return nil
+	}
+	return slices.Clone(r.RequestHeaders.Remove)
+}
+
+// perFilterConfig wraps every per-route config in FilterConfig{is_optional}
+// so grpc-go, which shares this route configuration, ignores configs for
+// filters it does not implement instead of NACKing.
+func (c *compiler) perFilterConfig(r *spec.Route) (map[string]*anypb.Any, error) {
+	out := map[string]*anypb.Any{}
+	add := func(name string, m proto.Message) error {
+		inner, err := anyOf(m)
+		if err != nil {
+			return err
+		}
+		a, err := anyOf(&routev3.FilterConfig{Config: inner, IsOptional: true})
+		if err != nil {
+			return err
+		}
+		out[name] = a
+		return nil
+	}
+	if err := add(FilterExtAuthz, extAuthzPerRoute(r)); err != nil {
+		return nil, err
+	}
+	if c.needsBuffer() {
+		var b *bufferv3.BufferPerRoute
+		switch {
+		case r.MaxRequestBytes > 0:
+			b = &bufferv3.BufferPerRoute{Override: &bufferv3.BufferPerRoute_Buffer{
+				Buffer: &bufferv3.Buffer{MaxRequestBytes: wrapperspb.UInt32(r.MaxRequestBytes)},
+			}}
+		case r.WebSocket && c.opts.DefaultMaxRequestBytes > 0:
+			// An upgraded stream never ends; buffering it would hang it.
+			b = &bufferv3.BufferPerRoute{Override: &bufferv3.BufferPerRoute_Disabled{Disabled: true}}
+		}
+		if b != nil {
+			if err := add(FilterBuffer, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// extAuthzPerRoute disables ext_authz for routes without auth and otherwise
+// tells extauthz what to check through context extensions.
+func extAuthzPerRoute(r *spec.Route) *extauthzv3.ExtAuthzPerRoute {
+	if r.Auth == nil || r.Auth.Mode == spec.AuthNone || r.Auth.Mode == "" {
+		return &extauthzv3.ExtAuthzPerRoute{Override: &extauthzv3.ExtAuthzPerRoute_Disabled{Disabled: true}}
+	}
+	ext := map[string]string{CtxRoute: r.Name, CtxMode: r.Auth.Mode}
+	if r.Auth.Provider != "" {
+		ext[CtxProvider] = r.Auth.Provider
+	}
+	if len(r.Auth.RequiredScopes) > 0 {
+		s := slices.Clone(r.Auth.RequiredScopes)
+		slices.Sort(s)
+		ext[CtxScopes] = strings.Join(slices.Compact(s), ",")
+	}
+	return &extauthzv3.ExtAuthzPerRoute{Override: &extauthzv3.ExtAuthzPerRoute_CheckSettings{
+		CheckSettings: &extauthzv3.CheckSettings{ContextExtensions: ext},
+	}}
+}
