@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // versionNumber reads the config version a snapshot was compiled from; the
 // snapshot version string is the decimal version.
-func versionNumber(snap *cache.Snapshot) float64 {
+func versionNumber(snap cache.ResourceSnapshot) float64 {
 	if snap == nil {
 		return 0
 	}

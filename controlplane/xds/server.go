@@ -42,7 +42,7 @@ const GroupMetadataKey = "portico.group"
 // Policy chooses the snapshot a node is served. latest is the newest
 // published snapshot; returning nil serves latest.
 type Policy interface {
-	SnapshotFor(node nodes.Status, latest *cache.Snapshot) *cache.Snapshot
+	SnapshotFor(node nodes.Status, latest cache.ResourceSnapshot) cache.ResourceSnapshot
 }
 
 // Config configures a Server. Zero values take defaults.
@@ -64,7 +64,7 @@ type Server struct {
 	m       *metrics
 
 	mu      sync.Mutex
-	latest  *cache.Snapshot
+	latest  cache.ResourceSnapshot
 	policy  Policy
 	conns   map[string]*conn // node id → connection info
 	streams map[int64]*stream
@@ -123,7 +123,7 @@ func (s *Server) Register(g *grpc.Server) {
 
 // Publish makes snap the latest snapshot and re-targets every connected
 // node. snap must be immutable from here on.
-func (s *Server) Publish(ctx context.Context, snap *cache.Snapshot) error {
+func (s *Server) Publish(ctx context.Context, snap cache.ResourceSnapshot) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.latest = snap
@@ -132,7 +132,7 @@ func (s *Server) Publish(ctx context.Context, snap *cache.Snapshot) error {
 }
 
 // Latest returns the latest published snapshot, or nil.
-func (s *Server) Latest() *cache.Snapshot {
+func (s *Server) Latest() cache.ResourceSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.latest

@@ -1,0 +1,47 @@
+// Command controlplane runs Portico's control plane: the admin REST API
+// (:18080) and the xDS server (:18000) backed by PostgreSQL.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/internal/envflag"
+	"github.com/portico-io/portico/internal/logging"
+)
+
+func main() {
+	fs := flag.NewFlagSet("controlplane", flag.ExitOnError)
+	var cfg controlplane.Config
+	admin := envflag.String(fs, "admin-addr", "PORTICO_ADMIN_ADDR", controlplane.DefaultAdminAddr, "admin REST listen address")
+	xdsAddr := envflag.String(fs, "xds-addr", "PORTICO_XDS_LISTEN_ADDR", controlplane.DefaultXDSAddr, "xDS gRPC listen address")
+	db := envflag.String(fs, "database-url", "PORTICO_DATABASE_URL", controlplane.DefaultDatabaseURL, "PostgreSQL URL")
+	extauthz := envflag.String(fs, "extauthz-addr", "PORTICO_EXTAUTHZ_ADDR", "127.0.0.1:18100", "extauthz gRPC address Envoy calls")
+	ratelimit := envflag.String(fs, "ratelimit-addr", "PORTICO_RATELIMIT_ADDR", "127.0.0.1:18200", "ratelimitsvc gRPC address Envoy calls")
+	listenerPort := envflag.Uint(fs, "envoy-listener-port", "PORTICO_ENVOY_LISTENER_PORT", 10000, "port of Envoy's ingress_http listener")
+	xff := envflag.Uint(fs, "xff-trusted-hops", "PORTICO_XFF_TRUSTED_HOPS", 0, "X-Forwarded-For hops in front of Envoy that are trusted")
+	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
+	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	_ = fs.Parse(os.Args[1:])
+
+	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = *admin, *xdsAddr, *db, log
+	cfg.Compile.ExtAuthzAddress, cfg.Compile.RateLimitAddress = *extauthz, *ratelimit
+	cfg.Compile.ListenerPort, cfg.Compile.XFFNumTrustedHops = uint32(*listenerPort), uint32(*xff)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := controlplane.Run(ctx, cfg); err != nil {
+		log.Error("controlplane: exiting", "err", err)
+		os.Exit(1)
+	}
+}

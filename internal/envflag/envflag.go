@@ -1,0 +1,47 @@
+// Package envflag defines command-line flags whose default comes from a
+// PORTICO_* environment variable, so every setting is both a flag and an
+// env var (flag wins, then env, then the built-in default).
+package envflag
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// String defines a string flag defaulting to $env, else def.
+func String(fs *flag.FlagSet, name, env, def, usage string) *string {
+	if v, ok := os.LookupEnv(env); ok {
+		def = v
+	}
+	return fs.String(name, def, fmt.Sprintf("%s (env %s)", usage, env))
+}
+
+// Uint defines a uint flag defaulting to $env, else def. A malformed env
+// value stops the program with a clear message rather than being ignored.
+func Uint(fs *flag.FlagSet, name, env string, def uint, usage string) *uint {
+	if v, ok := os.LookupEnv(env); ok {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s=%q: not a non-negative integer\n", env, v)
+			os.Exit(2)
+		}
+		def = uint(n)
+	}
+	return fs.Uint(name, def, fmt.Sprintf("%s (env %s)", usage, env))
+}
+
+// Duration defines a duration flag defaulting to $env, else def.
+func Duration(fs *flag.FlagSet, name, env string, def time.Duration, usage string) *time.Duration {
+	if v, ok := os.LookupEnv(env); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s=%q: not a duration\n", env, v)
+			os.Exit(2)
+		}
+		def = d
+	}
+	return fs.Duration(name, def, fmt.Sprintf("%s (env %s)", usage, env))
+}
