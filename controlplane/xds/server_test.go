@@ -15,10 +15,12 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -298,4 +300,84 @@ func TestClientKeepsConfigWhileControlPlaneDown(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "client to converge on the restarted control plane", func() bool { return serverOf(t, c) == "b" })
 	eventually(t, 5*time.Second, "CDS ACK on the new control plane", func() bool { return ackedVersion(tr2, "client-1", resource.ClusterType) == "2" })
+}
+
+// deltaRecv receives the next delta response or fails after d.
+func deltaRecv(t *testing.T, s discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, d time.Duration) *discovery.DeltaDiscoveryResponse {
+	t.Helper()
+	ch := make(chan *discovery.DeltaDiscoveryResponse, 1)
+	errc := make(chan error, 1)
+	go func() {
+		r, err := s.Recv()
+		if err != nil {
+			errc <- err
+			return
+		}
+		ch <- r
+	}()
+	select {
+	case r := <-ch:
+		return r
+	case err := <-errc:
+		t.Fatalf("delta recv: %v", err)
+	case <-time.After(d):
+		t.Fatalf("no delta response after %v", d)
+	}
+	return nil
+}
+
+// Delta xDS: ACKs and NACKs are recorded per node; a NACK is not answered
+// with the same resources again; the next version is delivered.
+func TestDeltaACKAndNACK(t *testing.T) {
+	a, b := startBackend(t, "a"), startBackend(t, "b")
+	tr := nodes.NewTracker()
+	cp := startControlPlane(t, "127.0.0.1:0", tr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := cp.srv.Publish(ctx, snapshot(t, 1, clusterv3.Cluster_ROUND_ROBIN, a)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "delta-1", Cluster: "portico-gateway"}
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	r := deltaRecv(t, s, 5*time.Second)
+	if len(r.GetResources()) != 1 || r.GetResources()[0].GetName() != "echo" {
+		t.Fatalf("first delta response: %v", r.GetResources())
+	}
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "delta ACK", func() bool { return ackedVersion(tr, "delta-1", resource.ClusterType) != "" })
+
+	// Version 2 changes the cluster; the client rejects it.
+	if err := cp.srv.Publish(ctx, snapshot(t, 2, clusterv3.Cluster_MAGLEV, b)); err != nil {
+		t.Fatal(err)
+	}
+	r = deltaRecv(t, s, 5*time.Second)
+	if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce(),
+		ErrorDetail: &statuspb.Status{Code: 3, Message: "maglev unsupported"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "delta NACK recorded", func() bool {
+		st, ok := tr.Get("delta-1")
+		return ok && st.Types[resource.ClusterType].Nack != nil && st.Types[resource.ClusterType].Nack.Error == "maglev unsupported"
+	})
+	// The next response must be version 3, not a re-send of 2.
+	if err := cp.srv.Publish(ctx, snapshot(t, 3, clusterv3.Cluster_ROUND_ROBIN, b)); err != nil {
+		t.Fatal(err)
+	}
+	r = deltaRecv(t, s, 5*time.Second)
+	if r.GetSystemVersionInfo() != "3" {
+		t.Fatalf("after NACK got system version %q, want 3 (no re-send of 2)", r.GetSystemVersionInfo())
+	}
 }
