@@ -100,7 +100,12 @@ func New(ctx context.Context, cfg Config) *Server {
 		streams: map[int64]*stream{},
 	}
 	s.cache = &nackSuppressor{
-		SnapshotCache: cache.NewSnapshotCache(true, cache.IDHash{}, cacheLogger{cfg.Logger}),
+		// ads=false: in ADS mode the cache answers a request naming resources
+		// only if it names every resource of that type in the snapshot, which
+		// holds for Envoy but never for proxyless gRPC clients (they ask for
+		// their one listener). Envoy warms clusters and listeners until their
+		// EDS/RDS dependencies arrive, so it does not need the ordering.
+		SnapshotCache: cache.NewSnapshotCache(false, cache.IDHash{}, cacheLogger{cfg.Logger}),
 		tracker:       cfg.Tracker,
 	}
 	s.xds = serverv3.NewServer(ctx, s.cache, s)
@@ -381,7 +386,7 @@ func shortType(typeURL string) string {
 
 type cacheLogger struct{ l *slog.Logger }
 
-func (c cacheLogger) Debugf(f string, a ...any) {}
-func (c cacheLogger) Infof(f string, a ...any)  {}
+func (c cacheLogger) Debugf(f string, a ...any) { c.l.Debug(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
 func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
 func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }

@@ -1,0 +1,157 @@
+// Package controlplane wires the control plane together: the Postgres
+// config store, the admin API, the snapshot compiler and the xDS server.
+//
+// Every accepted change commits a new config version in Postgres and
+// notifies every replica (LISTEN/NOTIFY, with polling as a safety net); each
+// replica compiles that version deterministically and publishes it to its
+// xDS clients. Replicas therefore serve identical snapshots without talking
+// to each other.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/portico-io/portico/controlplane/admin"
+	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/controlplane/nodes"
+	"github.com/portico-io/portico/controlplane/store"
+	"github.com/portico-io/portico/controlplane/xds"
+	"github.com/portico-io/portico/internal/grpcserver"
+	"github.com/portico-io/portico/internal/health"
+	"github.com/portico-io/portico/internal/httpserver"
+)
+
+// Defaults for Config.
+const (
+	DefaultAdminAddr   = "127.0.0.1:18080"
+	DefaultXDSAddr     = "127.0.0.1:18000"
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:55432/portico?sslmode=disable"
+)
+
+// Config configures Run. Zero values take the defaults.
+type Config struct {
+	AdminAddr   string
+	XDSAddr     string
+	DatabaseURL string
+	// Compile holds the gateway-wide knobs of the compiled Envoy config.
+	Compile compile.Options
+	Logger  *slog.Logger
+	// Registry receives every metric; a new one is made when nil.
+	Registry *prometheus.Registry
+
+	// Ready, when set, is closed once both servers listen and the first
+	// snapshot is published (a test hook).
+	Ready chan<- Addrs
+}
+
+// Addrs are the addresses the servers actually listen on.
+type Addrs struct{ Admin, XDS string }
+
+func (c *Config) defaults() {
+	if c.AdminAddr == "" {
+		c.AdminAddr = DefaultAdminAddr
+	}
+	if c.XDSAddr == "" {
+		c.XDSAddr = DefaultXDSAddr
+	}
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = DefaultDatabaseURL
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+}
+
+// Run serves until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	log := cfg.Logger
+
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	tracker := nodes.NewTracker()
+	xsrv := xds.New(ctx, xds.Config{Tracker: tracker, Registerer: cfg.Registry, Logger: log})
+	pub := newPublisher(st, xsrv, cfg.Compile, cfg.Registry, log)
+
+	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: tracker, Registry: cfg.Registry, Logger: log})
+	if err != nil {
+		return fmt.Errorf("controlplane: admin: %w", err)
+	}
+	checks := health.New()
+	checks.Add("postgres", st.Ping)
+	checks.Add("snapshot", pub.ready)
+
+	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
+	if err != nil {
+		return fmt.Errorf("controlplane: admin listener: %w", err)
+	}
+	xdsLis, err := net.Listen("tcp", cfg.XDSAddr)
+	if err != nil {
+		adminLis.Close()
+		return fmt.Errorf("controlplane: xds listener: %w", err)
+	}
+	g := grpcserver.New()
+	xsrv.Register(g.Server)
+
+	grp, gctx := errgroup.WithContext(ctx)
+	grp.Go(func() error {
+		return httpserver.Serve(gctx, adminLis, httpserver.Config{
+			Handler: adminHandler, Gatherer: cfg.Registry, Health: checks, Logger: log,
+		})
+	})
+	grp.Go(func() error { return g.Serve(gctx, xdsLis, 5*time.Second) })
+	grp.Go(func() error { return pub.run(gctx) })
+	if cfg.Ready != nil {
+		grp.Go(func() error {
+			select {
+			case <-pub.first:
+				cfg.Ready <- Addrs{Admin: adminLis.Addr().String(), XDS: xdsLis.Addr().String()}
+			case <-gctx.Done():
+			}
+			return nil
+		})
+	}
+	log.Info("controlplane: serving", "admin", adminLis.Addr().String(), "xds", xdsLis.Addr().String())
+	err = grp.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// openStore retries until Postgres answers: the control plane is useless
+// without it, but a database that starts a little later must not need an
+// operator to restart us.
+func openStore(ctx context.Context, cfg Config) (*store.Store, error) {
+	backoff := 200 * time.Millisecond
+	for {
+		st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, Logger: cfg.Logger})
+		if err == nil {
+			return st, nil
+		}
+		cfg.Logger.Warn("controlplane: postgres not available, retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("controlplane: open store: %w", err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
