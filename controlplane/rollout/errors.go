@@ -1,0 +1,15 @@
+package rollout
+
+import "errors"
+
+// Sentinel errors returned (possibly wrapped) by the controller. Invalid
+// specs are *spec.FieldError values instead (errors.As), which also match
+// spec.ErrInvalid.
+var (
+	// ErrRolloutRunning: Start was called while another rollout runs.
+	ErrRolloutRunning = errors.New("rollout: a rollout is already running")
+	// ErrNotFound: no rollout has that id.
+	ErrNotFound = errors.New("rollout: not found")
+	// ErrNotRunning: Abort named a rollout that has already ended.
+	ErrNotRunning = errors.New("rollout: not running")
+)
