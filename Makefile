@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-COMPONENTS := $(notdir $(wildcard */cmd/*))
+CMDS := $(addprefix ./,$(wildcard */cmd/*))
 PROTOS := $(shell find proto -name '*.proto' | sort)
 TEST_TIMEOUT ?= 15m
 export PORTICO_DATABASE_URL ?= postgres://postgres@127.0.0.1:55432/portico?sslmode=disable
@@ -19,7 +19,7 @@ test: deps proto-check fmt-check vet
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./*/cmd/...
+	$(GO) build -o $(BIN)/ $(CMDS)
 
 deps:
 	@bash e2e/scripts/deps.sh
