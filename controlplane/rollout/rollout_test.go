@@ -690,3 +690,35 @@ func value(c prometheus.Metric) float64 {
 	}
 	return m.Counter.GetValue()
 }
+
+func TestReportsFollowNodesAndExpire(t *testing.T) {
+	e := newEnv(t)
+	e.commit("a")
+	a := e.replica("a", ModeManual)
+	b := e.replica("b", ModeManual)
+	e.commit("b")
+	a.connect("canary", "canary-1", "canary-2")
+	b.connect("canary", "canary-3")
+	a.connect(nodes.DefaultGroup, "gw-1") // not in the rollout
+	if _, err := a.ctl.Start(testCtx(t), Spec{Waves: []Wave{{Groups: []string{"canary"}}}, BakeSeconds: 3600}); err != nil {
+		t.Fatal(err)
+	}
+	a.step()
+	b.step()
+	reports := func() int { return e.count(`SELECT count(*) FROM controlplane.rollout_reports`) }
+	if n := reports(); n != 3 {
+		t.Fatalf("%d reports, want 3", n)
+	}
+	// A node that leaves its replica is no longer reported.
+	a.tracker.Disconnect("canary-2")
+	a.step()
+	if n := reports(); n != 2 {
+		t.Fatalf("%d reports after a disconnect, want 2", n)
+	}
+	// A replica that stops reporting is forgotten after ReportTTL.
+	e.clock.Advance(DefaultReportTTL + time.Second)
+	a.step()
+	if n := reports(); n != 1 {
+		t.Fatalf("%d reports after b went quiet, want 1", n)
+	}
+}
