@@ -270,3 +270,30 @@ func randomConfig(r *rand.Rand) *spec.Config {
 	}
 	return cfg
 }
+
+// FuzzCompile drives the random config generator from fuzzed seeds: any
+// config that passes spec validation must compile to a valid, consistent,
+// deterministic snapshot.
+func FuzzCompile(f *testing.F) {
+	for i := range uint64(8) {
+		f.Add(i, i*7919)
+	}
+	f.Fuzz(func(t *testing.T, a, b uint64) {
+		cfg := randomConfig(rand.New(rand.NewPCG(a, b)))
+		if cfg.Validate() != nil {
+			return
+		}
+		snap, err := Compile(cfg, Options{DefaultMaxRequestBytes: uint32(a % 3)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSnapshot(t, snap, cfg.Version)
+		again, err := Compile(reinsert(cfg), Options{DefaultMaxRequestBytes: uint32(a % 3)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !Equal(snap, again) {
+			t.Fatal("not deterministic")
+		}
+	})
+}

@@ -1,0 +1,27 @@
+package compile
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"testing"
+
+	"github.com/portico-io/portico/controlplane/spec"
+)
+
+// BenchmarkCompileAPIKeys compiles the echo config with 100k API keys: the
+// cost that grows with tenants (validation, sharding, hashing).
+func BenchmarkCompileAPIKeys(b *testing.B) {
+	cfg, opts := loadCase(b, "testdata/in/minimal_echo.yaml")
+	for i := range 100_000 {
+		sum := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
+		id := fmt.Sprintf("k%06d", i)
+		cfg.APIKeys[id] = &spec.APIKey{Name: id, Consumer: "acme", SHA256: hex.EncodeToString(sum[:])}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := Compile(cfg, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
