@@ -9,11 +9,14 @@ import (
 	"github.com/portico-io/portico/controlplane/spec"
 )
 
-// BenchmarkCompileAPIKeys compiles the echo config with 100k API keys: the
+// benchKeys is the API-key count of BenchmarkCompileAPIKeys.
+var benchKeys = 100_000
+
+// BenchmarkCompileAPIKeys compiles the echo config with benchKeys API keys: the
 // cost that grows with tenants (validation, sharding, hashing).
 func BenchmarkCompileAPIKeys(b *testing.B) {
 	cfg, opts := loadCase(b, "testdata/in/minimal_echo.yaml")
-	for i := range 100_000 {
+	for i := range benchKeys {
 		sum := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
 		id := fmt.Sprintf("k%06d", i)
 		cfg.APIKeys[id] = &spec.APIKey{Name: id, Consumer: "acme", SHA256: hex.EncodeToString(sum[:])}
