@@ -173,8 +173,8 @@ func planChanges(ctx context.Context, tx pgx.Tx, head *spec.Config, changes []Ch
 			}
 		case !exists:
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, ref)
-		case c.IfMatch != "" && c.IfMatch != IfMatchAny && c.IfMatch != etag(from):
-			return nil, fmt.Errorf("%w: %s is at %s", ErrPreconditionFailed, ref, etag(from))
+		case c.IfMatch != "" && c.IfMatch != IfMatchAny && c.IfMatch != ETag(from):
+			return nil, fmt.Errorf("%w: %s is at %s", ErrPreconditionFailed, ref, ETag(from))
 		}
 		var before, after []byte
 		if cur := head.Get(c.Kind, c.Name); cur != nil {
@@ -188,7 +188,7 @@ func planChanges(ctx context.Context, tx pgx.Tx, head *spec.Config, changes []Ch
 			}
 		}
 		if exists && bytes.Equal(before, after) {
-			p.etags[i] = etag(from)
+			p.etags[i] = ETag(from)
 			continue
 		}
 		action := ActionUpdate
@@ -200,7 +200,7 @@ func planChanges(ctx context.Context, tx pgx.Tx, head *spec.Config, changes []Ch
 		}
 		p.writes = append(p.writes, write{kind: c.Kind, name: c.Name, before: before, after: after, action: action})
 		if c.Resource != nil {
-			p.etags[i] = etag(head.Version + 1)
+			p.etags[i] = ETag(head.Version + 1)
 		}
 		d.set(c.Kind, c.Name, c.Resource)
 	}

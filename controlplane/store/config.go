@@ -18,8 +18,9 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// etag is the strong ETag of a resource revision: the version that wrote it.
-func etag(versionFrom int64) string {
+// ETag is the strong ETag of a resource revision: the version that wrote it.
+// A write's new revisions all have ETag(Result.Version).
+func ETag(versionFrom int64) string {
 	return `"` + strconv.FormatInt(versionFrom, 10) + `"`
 }
 

@@ -92,7 +92,7 @@ func (s *Store) Get(ctx context.Context, kind spec.Kind, name string) (spec.Reso
 	if err != nil {
 		return nil, "", err
 	}
-	return r, etag(from), nil
+	return r, ETag(from), nil
 }
 
 // List returns current resources of kind with names after the cursor, in
@@ -138,7 +138,7 @@ func collectItems(rows pgx.Rows, kind spec.Kind, limit int) ([]Item, string, err
 		if err != nil {
 			return nil, "", err
 		}
-		items = append(items, Item{Resource: r, ETag: etag(from)})
+		items = append(items, Item{Resource: r, ETag: ETag(from)})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("store: list %s: %w", kind, err)
