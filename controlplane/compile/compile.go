@@ -32,6 +32,7 @@ package compile
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -110,6 +111,9 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) validate() error {
+	if _, err := netip.ParseAddr(o.ListenerAddress); err != nil {
+		return fmt.Errorf("%w: listener address %q must be an IP address", ErrOptions, o.ListenerAddress)
+	}
 	if o.ListenerPort > 65535 {
 		return fmt.Errorf("%w: listener port %d out of range", ErrOptions, o.ListenerPort)
 	}

@@ -133,6 +133,8 @@ func TestCompileRejects(t *testing.T) {
 		{ExtAuthzAddress: "no-port"},
 		{RateLimitAddress: "host:0"},
 		{ListenerPort: 70000},
+		{ListenerAddress: "localhost"},
+		{MaxRequestHeadersKB: 9000},
 	} {
 		if _, err := Compile(cfg, o); !errors.Is(err, ErrOptions) {
 			t.Fatalf("%+v: %v", o, err)

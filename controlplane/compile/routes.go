@@ -27,8 +27,6 @@ const (
 	CtxScopes   = "scopes"
 )
 
-// WildcardVirtualHost names the virtual host of routes without hosts.
-const WildcardVirtualHost = "wildcard"
 
 // idempotentMethods are retried by default (RFC 9110 §9.2.2, minus TRACE
 // which nobody routes).
@@ -71,10 +69,8 @@ func (c *compiler) routeConfiguration() (*routev3.RouteConfiguration, error) {
 			}
 		}
 		sortRoutes(members)
+		// Named after its only domain: unique, and no hostname can be "*".
 		vh := &routev3.VirtualHost{Name: d, Domains: []string{d}}
-		if d == "*" {
-			vh.Name = WildcardVirtualHost
-		}
 		for _, m := range members {
 			rs, err := c.routes(m.r)
 			if err != nil {
