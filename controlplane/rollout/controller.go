@@ -507,6 +507,7 @@ func (c *Controller) lead(ctx context.Context, v *view) (bool, error) {
 	}
 	r := v.running
 	if r == nil {
+		c.m.nackRatio.Set(0)
 		if c.cfg.Mode != ModeAuto {
 			return false, nil
 		}

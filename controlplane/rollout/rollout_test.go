@@ -13,6 +13,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -56,6 +57,8 @@ type env struct {
 	st    *store.Store
 	clock *clock
 
+	pool *pgxpool.Pool // for assertions on the tables
+
 	mu        sync.Mutex
 	rollbacks []int64 // versions Rollback was asked for
 }
@@ -67,7 +70,12 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	return &env{t: t, url: url, st: st, clock: newClock()}
+	pool, err := pgxpool.New(testCtx(t), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return &env{t: t, url: url, st: st, pool: pool, clock: newClock()}
 }
 
 // commit makes a new version adding a cluster and returns it.
@@ -190,8 +198,7 @@ func (r *replica) deployed() int64 {
 func (e *env) count(sql string, args ...any) int {
 	e.t.Helper()
 	var n int
-	pool := openPool(e.t, e.url)
-	if err := pool.QueryRow(testCtx(e.t), sql, args...).Scan(&n); err != nil {
+	if err := e.pool.QueryRow(testCtx(e.t), sql, args...).Scan(&n); err != nil {
 		e.t.Fatal(err)
 	}
 	return n
