@@ -329,8 +329,14 @@ func routeAction(r *spec.Route, v variant) *routev3.RouteAction {
 	default:
 		a.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: r.Cluster}
 	}
-	if r.Timeout > 0 {
+	switch {
+	case r.Timeout > 0:
 		a.Timeout = durationpb.New(r.Timeout.D())
+	case r.WebSocket:
+		// The route timeout covers the whole response, which for an
+		// upgraded stream never ends: Envoy's 15s default would cut every
+		// websocket. 0 disables it; idle timeouts still apply.
+		a.Timeout = durationpb.New(0)
 	}
 	if v.retry {
 		a.RetryPolicy = retryPolicy(r.Retries)
