@@ -140,6 +140,22 @@ func renderYAML(rs []Resource) ([]byte, error) {
 }
 
 func TestGolden(t *testing.T) {
+	inputs := map[string]bool{}
+	for _, path := range goldenCases(t) {
+		inputs[caseName(path)] = true
+	}
+	outs, _ := filepath.Glob(filepath.Join("testdata", "out", "*"))
+	for _, dir := range outs {
+		if name := filepath.Base(dir); !inputs[name] {
+			if *update {
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			t.Errorf("%s has no testdata/in/%s.yaml (run with -update to remove it)", dir, name)
+		}
+	}
 	for _, path := range goldenCases(t) {
 		name := caseName(path)
 		t.Run(name, func(t *testing.T) {
