@@ -425,30 +425,10 @@ func TestWatchSeesOtherReplica(t *testing.T) {
 	ctx := testCtx(t)
 	wctx, cancel := context.WithCancel(ctx)
 	ch := b.Watch(wctx)
-	waitFor := func(want int64) {
-		t.Helper()
-		deadline := time.After(30 * time.Second)
-		for {
-			select {
-			case v, ok := <-ch:
-				if !ok {
-					t.Fatal("watch closed")
-				}
-				if v == want {
-					return
-				}
-				if v > want {
-					t.Fatalf("got %d, want %d", v, want)
-				}
-			case <-deadline:
-				t.Fatalf("version %d not delivered", want)
-			}
-		}
-	}
-	waitFor(1) // the head when the watch started
+	waitVersion(t, ch, 1) // the head when the watch started
 	for i := range 5 {
 		res := mustApply(t, a, put(cluster(fmt.Sprintf("n%d", i), 1), ""))
-		waitFor(res.Version)
+		waitVersion(t, ch, res.Version)
 		// b's view of the head follows without re-reading everything.
 		c, err := b.ConfigAt(ctx, res.Version)
 		if err != nil || len(c.Clusters) != i+2 {
@@ -566,5 +546,74 @@ func TestAuditNeverHoldsSecrets(t *testing.T) {
 	vs, next, err := s.Versions(ctx, 0, 2)
 	if err != nil || len(vs) != 2 || vs[0].Version != 3 || next != 2 {
 		t.Fatalf("versions: %+v %d %v", vs, next, err)
+	}
+}
+
+// waitVersion reads ch until want arrives (values may be coalesced).
+func waitVersion(t *testing.T, ch <-chan int64, want int64) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				t.Fatal("watch closed")
+			}
+			if v == want {
+				return
+			}
+			if v > want {
+				t.Fatalf("got %d, want %d", v, want)
+			}
+		case <-deadline:
+			t.Fatalf("version %d not delivered", want)
+		}
+	}
+}
+
+func TestWatchPollsWhenNotificationsAreLost(t *testing.T) {
+	url := testdeps.Postgres(t)
+	s, err := Open(testCtx(t), Config{DatabaseURL: url, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ch := s.Watch(testCtx(t))
+	waitVersion(t, ch, 0)
+
+	// A version whose NOTIFY never arrives (written without one) is still
+	// seen by the poll.
+	if _, err := s.pool.Exec(testCtx(t), `INSERT INTO controlplane.config_versions (version, author) VALUES (1, 'test');
+		UPDATE controlplane.config_head SET version = 1`); err != nil {
+		t.Fatal(err)
+	}
+	waitVersion(t, ch, 1)
+
+	// The LISTEN connection dies: the watch reconnects and keeps delivering.
+	var killed int
+	err = s.pool.QueryRow(testCtx(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN `+NotifyChannel+`'`).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminated %d listeners: %v", killed, err)
+	}
+	res := mustApply(t, s, put(cluster("after-reconnect", 1), ""))
+	waitVersion(t, ch, res.Version)
+	res = mustApply(t, s, put(cluster("after-reconnect-2", 1), ""))
+	waitVersion(t, ch, res.Version)
+}
+
+func TestWatchStopsOnClose(t *testing.T) {
+	s, err := Open(testCtx(t), Config{DatabaseURL: testdeps.Postgres(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := s.Watch(context.Background())
+	waitVersion(t, ch, 0)
+	s.Close() // waits for the watch goroutine
+	if _, ok := <-ch; ok {
+		t.Fatal("watch still open after Close")
+	}
+	if _, err := s.Apply(context.Background(), meta, []Change{put(cluster("a", 1), "")}, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("apply after close: %v", err)
 	}
 }
