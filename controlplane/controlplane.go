@@ -23,6 +23,7 @@ import (
 	"github.com/portico-io/portico/controlplane/admin"
 	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/nodes"
+	"github.com/portico-io/portico/controlplane/rollout"
 	"github.com/portico-io/portico/controlplane/store"
 	"github.com/portico-io/portico/controlplane/xds"
 	"github.com/portico-io/portico/internal/grpcserver"
@@ -42,6 +43,10 @@ type Config struct {
 	AdminAddr   string
 	XDSAddr     string
 	DatabaseURL string
+	// DeployMode is rollout.ModeAuto (default: every new version goes to
+	// every node at once) or rollout.ModeManual (versions are served only
+	// through rollouts).
+	DeployMode string
 	// Compile holds the gateway-wide knobs of the compiled Envoy config.
 	Compile compile.Options
 	Logger  *slog.Logger
@@ -89,6 +94,21 @@ func Run(ctx context.Context, cfg Config) error {
 	tracker := nodes.NewTracker()
 	xsrv := xds.New(ctx, xds.Config{Tracker: tracker, Registerer: cfg.Registry, Logger: log})
 	pub := newPublisher(st, xsrv, cfg.Compile, cfg.Registry, log)
+	// The rollout controller is the xDS policy; it must be in place before
+	// the first publish so manual mode never serves the head by accident.
+	ctl, err := rollout.New(ctx, rollout.Config{
+		DatabaseURL: cfg.DatabaseURL, Mode: cfg.DeployMode, Tracker: tracker, XDS: xsrv,
+		Snapshots: pub.snapshot,
+		Rollback: func(ctx context.Context, to int64, reason string) (int64, error) {
+			res, err := st.Rollback(ctx, store.Meta{Author: "rollout-controller", Reason: reason}, to, nil)
+			return res.Version, err
+		},
+		Registerer: cfg.Registry, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("controlplane: rollouts: %w", err)
+	}
+	defer ctl.Close()
 
 	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: tracker, Registry: cfg.Registry, Logger: log})
 	if err != nil {
@@ -118,6 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	grp.Go(func() error { return g.Serve(gctx, xdsLis, 5*time.Second) })
 	grp.Go(func() error { return pub.run(gctx) })
+	grp.Go(func() error { return ctl.Run(gctx) })
 	if cfg.Ready != nil {
 		grp.Go(func() error {
 			select {

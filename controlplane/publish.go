@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portico-io/portico/controlplane/compile"
@@ -97,22 +98,32 @@ func (p *publisher) run(ctx context.Context) error {
 	}
 }
 
-func (p *publisher) publish(ctx context.Context, v int64) error {
+// snapshot loads and compiles version v (0 is the empty config). The
+// rollout controller uses it for baseline and target versions.
+func (p *publisher) snapshot(ctx context.Context, v int64) (cache.ResourceSnapshot, error) {
 	start := time.Now()
 	cfg := spec.NewConfig(0)
 	if v > 0 {
 		var err error
 		if cfg, err = p.st.ConfigAt(ctx, v); err != nil {
-			p.failures.Inc()
-			return fmt.Errorf("load version %d: %w", v, err)
+			return nil, fmt.Errorf("load version %d: %w", v, err)
 		}
 	}
 	snap, err := compile.Compile(cfg, p.opts)
 	if err != nil {
-		p.failures.Inc()
-		return fmt.Errorf("compile version %d: %w", v, err)
+		return nil, fmt.Errorf("compile version %d: %w", v, err)
 	}
 	p.compileSeconds.Observe(time.Since(start).Seconds())
+	return snap, nil
+}
+
+func (p *publisher) publish(ctx context.Context, v int64) error {
+	start := time.Now()
+	snap, err := p.snapshot(ctx, v)
+	if err != nil {
+		p.failures.Inc()
+		return err
+	}
 	if err := p.xs.Publish(ctx, snap); err != nil {
 		p.failures.Inc()
 		return err

@@ -25,6 +25,7 @@ func main() {
 	ratelimit := envflag.String(fs, "ratelimit-addr", "PORTICO_RATELIMIT_ADDR", "127.0.0.1:18200", "ratelimitsvc gRPC address Envoy calls")
 	listenerPort := envflag.Uint(fs, "envoy-listener-port", "PORTICO_ENVOY_LISTENER_PORT", 10000, "port of Envoy's ingress_http listener")
 	xff := envflag.Uint(fs, "xff-trusted-hops", "PORTICO_XFF_TRUSTED_HOPS", 0, "X-Forwarded-For hops in front of Envoy that are trusted")
+	deployMode := envflag.String(fs, "deploy-mode", "PORTICO_DEPLOY_MODE", "auto", "auto: every new config version goes to every node; manual: only rollouts move nodes")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	_ = fs.Parse(os.Args[1:])
@@ -35,6 +36,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = *admin, *xdsAddr, *db, log
+	cfg.DeployMode = *deployMode
 	cfg.Compile.ExtAuthzAddress, cfg.Compile.RateLimitAddress = *extauthz, *ratelimit
 	cfg.Compile.ListenerPort, cfg.Compile.XFFNumTrustedHops = uint32(*listenerPort), uint32(*xff)
 
