@@ -27,7 +27,6 @@ const (
 	CtxScopes   = "scopes"
 )
 
-
 // idempotentMethods are retried by default (RFC 9110 §9.2.2, minus TRACE
 // which nobody routes).
 var idempotentMethods = []string{"DELETE", "GET", "HEAD", "OPTIONS", "PUT"}
