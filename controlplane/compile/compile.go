@@ -25,8 +25,17 @@
 //
 // grpc-go still NACKs clusters it cannot express: MAGLEV load balancing,
 // upstream TLS (it requires certificate-provider instances) and clusters whose
-// endpoints are hostnames (compiled as STRICT_DNS for Envoy). Routes meant for
-// gRPC clients must target clusters without those options.
+// endpoints are hostnames (compiled as STRICT_DNS for Envoy). A gRPC client
+// resolves every cluster named by the routes of its host's virtual host,
+// which includes routes without hosts (they are merged into every virtual
+// host); such routes must target clusters without those options. gRPC calls
+// are POSTs, so gRPC routes only get retries with allowNonIdempotent.
+//
+// Serving: a go-control-plane SnapshotCache must run with ads=false. In ADS
+// mode it answers a request only when it names every resource of the type,
+// and gRPC clients ask for their own listener and clusters only. Envoy
+// gateways subscribe to all listeners and receive the API listeners too;
+// Envoy accepts API listeners only from its bootstrap and skips these.
 package compile
 
 import (

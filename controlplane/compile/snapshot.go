@@ -31,7 +31,7 @@ const (
 )
 
 // TypeURLs lists every type a snapshot serves, Envoy types first in the
-// order ADS wants them (CDS, EDS, LDS, RDS).
+// order ADS wants them (CDS, EDS, LDS, RDS). Read-only.
 var TypeURLs = []string{
 	ClusterType, EndpointType, ListenerType, RouteType, RateLimitConfigType,
 	JwtProviderType, ApiKeyShardType, RevocationListType, RateLimitRuleType,
