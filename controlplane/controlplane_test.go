@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -372,6 +374,11 @@ func TestControlPlaneRestart(t *testing.T) {
 // fetchAll returns the deterministic bytes of every resource of typeURL
 // that the control plane at xdsAddr serves for version v (SotW ADS fetch).
 func fetchAll(t *testing.T, xdsAddr, typeURL, v string) map[string][]byte {
+	return fetchAs(t, xdsAddr, "", typeURL, v)
+}
+
+// fetchAs is fetchAll for a node with the given user agent ("envoy" for a proxy).
+func fetchAs(t *testing.T, xdsAddr, userAgent, typeURL, v string) map[string][]byte {
 	t.Helper()
 	conn, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -384,7 +391,7 @@ func fetchAll(t *testing.T, xdsAddr, typeURL, v string) map[string][]byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: "fetch-" + xdsAddr, Cluster: "portico-gateway"}, TypeUrl: typeURL}); err != nil {
+	if err := s.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: "fetch-" + userAgent + xdsAddr, Cluster: "portico-gateway", UserAgentName: userAgent}, TypeUrl: typeURL}); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -435,5 +442,22 @@ func TestReplicasServeIdenticalSnapshots(t *testing.T) {
 				t.Fatalf("%s: replicas serve different bytes for %s", typeURL, k)
 			}
 		}
+	}
+}
+
+// Envoy proxies are not sent the API listeners meant for proxyless gRPC
+// clients (Envoy takes those only from its bootstrap); gRPC clients are.
+func TestProxyViewOmitsAPIListeners(t *testing.T) {
+	cp := start(t, testdeps.Postgres(t), "127.0.0.1:0", "127.0.0.1:0")
+	create(t, cp.addrs.Admin, "clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": 18900}}})
+	v := strconv.FormatInt(create(t, cp.addrs.Admin, "routes", map[string]any{"name": "echo",
+		"match": map[string]any{"hosts": []string{"echo.grpc"}, "pathPrefix": "/"}, "cluster": "echo"}), 10)
+	envoy := fetchAs(t, cp.addrs.XDS, "envoy", resource.ListenerType, v)
+	grpcClient := fetchAs(t, cp.addrs.XDS, "gRPC Go", resource.ListenerType, v)
+	if _, ok := envoy["ingress_http"]; !ok || len(envoy) != 1 {
+		t.Fatalf("Envoy got listeners %v, want only ingress_http", slices.Collect(maps.Keys(envoy)))
+	}
+	if _, ok := grpcClient["echo.grpc"]; !ok {
+		t.Fatalf("gRPC client got listeners %v, want echo.grpc among them", slices.Collect(maps.Keys(grpcClient)))
 	}
 }

@@ -3,7 +3,10 @@ package compile
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -58,6 +61,11 @@ type Snapshot struct {
 	items      map[string]map[string]types.ResourceWithTTL
 	versionMap map[string]map[string]string
 	envoy      *cache.Snapshot
+	// proxy is the view served to Envoy proxies: the same resources minus
+	// the API listeners meant for proxyless gRPC clients, which Envoy can
+	// only take from its bootstrap and would warn about on every push.
+	// It is the snapshot itself when there are none.
+	proxy *Snapshot
 }
 
 var _ cache.ResourceSnapshot = (*Snapshot)(nil)
@@ -118,8 +126,36 @@ func newSnapshot(version string, res map[string][]Resource) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOutput, err)
 	}
 	s.envoy = es
+	s.proxy = s.withoutAPIListeners()
 	return s, nil
 }
+
+func (s *Snapshot) withoutAPIListeners() *Snapshot {
+	listeners := s.items[ListenerType]
+	keep := make(map[string]types.ResourceWithTTL, len(listeners))
+	hashes := make(map[string]string, len(listeners))
+	for name, r := range listeners {
+		if l, ok := r.Resource.(*listenerv3.Listener); ok && l.GetApiListener() != nil {
+			continue
+		}
+		keep[name] = r
+		hashes[name] = s.versionMap[ListenerType][name]
+	}
+	if len(keep) == len(listeners) {
+		return s
+	}
+	v := *s
+	v.items = maps.Clone(s.items)
+	v.items[ListenerType] = keep
+	v.versionMap = maps.Clone(s.versionMap)
+	v.versionMap[ListenerType] = hashes
+	v.proxy = &v
+	return &v
+}
+
+// ForProxy returns the view of the snapshot served to Envoy proxies (no
+// proxyless API listeners). It shares everything else with s.
+func (s *Snapshot) ForProxy() cache.ResourceSnapshot { return s.proxy }
 
 // Version is the config version the snapshot was compiled from.
 func (s *Snapshot) Version() string { return s.version }

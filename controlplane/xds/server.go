@@ -73,6 +73,15 @@ type Server struct {
 type conn struct {
 	cluster, group string
 	streams        int
+	// proxy is true for Envoy (user agent "envoy"), which gets the
+	// snapshot's proxy view when it has one.
+	proxy bool
+}
+
+// ProxyViewer is implemented by snapshots with a distinct view for Envoy
+// proxies (compile.Snapshot: no proxyless API listeners).
+type ProxyViewer interface {
+	ForProxy() cache.ResourceSnapshot
 }
 
 // stream remembers, per type, the nonce and version of the last response,
@@ -186,6 +195,11 @@ func (s *Server) targetLocked(ctx context.Context, id string) error {
 			snap = p
 		}
 	}
+	if c := s.conns[id]; c != nil && c.proxy {
+		if pv, ok := snap.(ProxyViewer); ok {
+			snap = pv.ForProxy()
+		}
+	}
 	if cur, err := s.cache.GetSnapshot(id); err == nil && cur == snap {
 		return nil
 	}
@@ -216,6 +230,7 @@ func (s *Server) identify(id int64, node *core.Node) {
 		s.m.nodes.Inc()
 	}
 	c.cluster, c.group = node.GetCluster(), group
+	c.proxy = node.GetUserAgentName() == "envoy"
 	c.streams++
 	s.tracker.Connect(st.nodeID, c.cluster, c.group)
 	if err := s.targetLocked(context.Background(), st.nodeID); err != nil {
