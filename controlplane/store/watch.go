@@ -54,11 +54,12 @@ func (s *Store) watch(ctx context.Context, ch chan int64) {
 			return
 		}
 		last = v
-		offer(ch, v)
+		// Marked before the hand-off, so a reader holding v sees it delivered.
 		if _, err := s.pool.Exec(ctx, `UPDATE controlplane.outbox SET delivered_at = now()
 			WHERE delivered_at IS NULL AND version <= $1`, v); err != nil && ctx.Err() == nil {
 			s.log.Warn("config watch: mark outbox delivered", "version", v, "err", err)
 		}
+		offer(ch, v)
 	}
 	for ctx.Err() == nil {
 		if conn == nil {
