@@ -31,7 +31,7 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
+	Field   string `json:"field"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
