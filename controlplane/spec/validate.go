@@ -566,11 +566,18 @@ func (c *Config) Validate() error {
 			matches[k] = name
 		}
 	}
-	for _, name := range SortedKeys(c.APIKeys) {
-		k := c.APIKeys[name]
-		if _, ok := c.Consumers[k.Consumer]; !ok {
-			return fieldErr("apikeys/"+name+": consumer", CodeUnknownRef, "consumer %q does not exist", k.Consumer)
+	// API keys may number in the millions and this runs on every change:
+	// scan them unsorted, then report the first dangling one in name order so
+	// the error stays deterministic.
+	dangling := ""
+	for name, k := range c.APIKeys {
+		if _, ok := c.Consumers[k.Consumer]; !ok && (dangling == "" || name < dangling) {
+			dangling = name
 		}
+	}
+	if dangling != "" {
+		k := c.APIKeys[dangling]
+		return fieldErr("apikeys/"+dangling+": consumer", CodeUnknownRef, "consumer %q does not exist", k.Consumer)
 	}
 	type ruleKey struct {
 		domain, desc, tenant string
