@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ctl.Close()
 
-	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: tracker, Registry: cfg.Registry, Logger: log})
+	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: tracker, Rollouts: ctl, Registry: cfg.Registry, Logger: log})
 	if err != nil {
 		return fmt.Errorf("controlplane: admin: %w", err)
 	}

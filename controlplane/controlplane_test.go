@@ -41,14 +41,16 @@ type instance struct {
 
 func start(t testing.TB, dbURL, adminAddr, xdsAddr string) *instance {
 	t.Helper()
+	return startWith(t, controlplane.Config{AdminAddr: adminAddr, XDSAddr: xdsAddr, DatabaseURL: dbURL})
+}
+
+func startWith(t testing.TB, cfg controlplane.Config) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{
-			AdminAddr: adminAddr, XDSAddr: xdsAddr, DatabaseURL: dbURL, Ready: ready, Logger: testLogger(),
-		})
-	}()
+	cfg.Ready, cfg.Logger = ready, testLogger()
+	go func() { done <- controlplane.Run(ctx, cfg) }()
 	var in instance
 	select {
 	case in.addrs = <-ready:
@@ -160,11 +162,15 @@ func startBackend(t *testing.T, id string) *backend {
 }
 
 func dial(t *testing.T, xdsAddr, nodeID, host string) testgrpc.TestServiceClient {
+	return dialGroup(t, xdsAddr, nodeID, "canary", host)
+}
+
+func dialGroup(t *testing.T, xdsAddr, nodeID, group, host string) testgrpc.TestServiceClient {
 	t.Helper()
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q, "cluster": "portico-gateway", "metadata": {"portico.group": "canary"}}
-	}`, xdsAddr, nodeID)
+		"node": {"id": %q, "cluster": "portico-gateway", "metadata": {"portico.group": %q}}
+	}`, xdsAddr, nodeID, group)
 	rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		t.Fatal(err)

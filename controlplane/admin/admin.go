@@ -51,8 +51,10 @@ var _ NodeLister = (*nodes.Tracker)(nil)
 // Config configures the handler. Store is required; zero values of the
 // rest mean defaults (no nodes, a private metrics registry, no logs).
 type Config struct {
-	Store    *store.Store
-	Nodes    NodeLister
+	Store *store.Store
+	Nodes NodeLister
+	// Rollouts serves /config/rollouts; nil leaves those endpoints out.
+	Rollouts Rollouts
 	Registry prometheus.Registerer
 	Logger   *slog.Logger
 	// MaxBodyBytes caps request bodies; 0 means DefaultMaxBodyBytes.
@@ -61,13 +63,14 @@ type Config struct {
 
 // Handler serves the admin API. It is safe for concurrent use.
 type Handler struct {
-	store   *store.Store
-	nodes   NodeLister
-	log     *slog.Logger
-	maxBody int64
-	metrics *metrics
-	mux     *http.ServeMux
-	timeNow func() time.Time
+	store    *store.Store
+	nodes    NodeLister
+	rollouts Rollouts
+	log      *slog.Logger
+	maxBody  int64
+	metrics  *metrics
+	mux      *http.ServeMux
+	timeNow  func() time.Time
 }
 
 // New validates cfg, registers the metrics and builds the routes.
@@ -92,13 +95,14 @@ func New(cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{
-		store:   cfg.Store,
-		nodes:   cfg.Nodes,
-		log:     cfg.Logger,
-		maxBody: cfg.MaxBodyBytes,
-		metrics: m,
-		mux:     http.NewServeMux(),
-		timeNow: time.Now,
+		store:    cfg.Store,
+		nodes:    cfg.Nodes,
+		rollouts: cfg.Rollouts,
+		log:      cfg.Logger,
+		maxBody:  cfg.MaxBodyBytes,
+		metrics:  m,
+		mux:      http.NewServeMux(),
+		timeNow:  time.Now,
 	}
 	h.routes()
 	return h, nil
@@ -132,6 +136,7 @@ func (h *Handler) routes() {
 	h.Handle("POST "+Prefix+"/config/rollback", h.rollback)
 	h.Handle("GET "+Prefix+"/audit", h.listAudit)
 	h.Handle("GET "+Prefix+"/nodes", h.listNodes)
+	h.rolloutRoutes()
 
 	// Anything else under the prefix gets a JSON 404 or 405.
 	h.mux.Handle(Prefix+"/", h.instrument("unmatched", h.unmatched))

@@ -618,6 +618,49 @@ func (c *Controller) finish(ctx context.Context, r *Rollout, state State, n Node
 // spec (waves, percent, groups, bakeSeconds, maxNackRatio, minNodes, and a
 // targetVersion that does not exist or equals the deployed version).
 func (c *Controller) Start(ctx context.Context, s Spec) (Rollout, error) {
+	r, _, err := c.StartOnce(ctx, "", "", s)
+	return r, err
+}
+
+// StartOnce is Start with an idempotency key (empty: none). A key already
+// used with the same requestHash returns the rollout it started (replayed
+// true), whatever its state now; with another hash, ErrIdempotencyMismatch.
+func (c *Controller) StartOnce(ctx context.Context, key, requestHash string, s Spec) (r Rollout, replayed bool, err error) {
+	if key != "" {
+		r, replayed, err = c.replay(ctx, key, requestHash)
+		if replayed || err != nil {
+			return r, replayed, err
+		}
+	}
+	r, err = c.start(ctx, key, requestHash, s)
+	if err != nil && key != "" && errors.Is(err, errKeyTaken) {
+		// A concurrent request with the same key won the insert.
+		return c.replay(ctx, key, requestHash)
+	}
+	return r, false, err
+}
+
+// errKeyTaken reports a unique violation on the idempotency key.
+var errKeyTaken = errors.New("rollout: idempotency key taken")
+
+func (c *Controller) replay(ctx context.Context, key, requestHash string) (Rollout, bool, error) {
+	var id int64
+	var hash string
+	err := c.pool.QueryRow(ctx, `SELECT id, coalesce(request_hash, '') FROM controlplane.rollouts WHERE idempotency_key = $1`, key).Scan(&id, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Rollout{}, false, nil
+	}
+	if err != nil {
+		return Rollout{}, false, fmt.Errorf("rollout: idempotency lookup: %w", err)
+	}
+	if hash != requestHash {
+		return Rollout{}, false, ErrIdempotencyMismatch
+	}
+	r, err := getRollout(ctx, c.pool, id)
+	return r, err == nil, err
+}
+
+func (c *Controller) start(ctx context.Context, key, requestHash string, s Spec) (Rollout, error) {
 	s, err := s.normalize()
 	if err != nil {
 		return Rollout{}, err
@@ -652,9 +695,9 @@ func (c *Controller) Start(ctx context.Context, s Spec) (Rollout, error) {
 		return Rollout{}, fmt.Errorf("rollout: start: %w", err)
 	}
 	rows, err := tx.Query(ctx, `INSERT INTO controlplane.rollouts
-		(target_version, baseline_version, spec, state, wave, wave_started_at, created_at, updated_at)
-		VALUES ($1, $2, $3, 'running', 0, $4, $4, $4) RETURNING `+rolloutColumns,
-		s.TargetVersion, baseline, specJSON, now)
+		(target_version, baseline_version, spec, state, wave, wave_started_at, created_at, updated_at, idempotency_key, request_hash)
+		VALUES ($1, $2, $3, 'running', 0, $4, $4, $4, nullif($5, ''), nullif($6, '')) RETURNING `+rolloutColumns,
+		s.TargetVersion, baseline, specJSON, now, key, requestHash)
 	if err != nil {
 		return Rollout{}, fmt.Errorf("rollout: start: %w", err)
 	}
@@ -662,7 +705,7 @@ func (c *Controller) Start(ctx context.Context, s Spec) (Rollout, error) {
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" {
-			return Rollout{}, ErrRolloutRunning
+			return Rollout{}, uniqueViolation(pe)
 		}
 		return Rollout{}, fmt.Errorf("rollout: start: %w", err)
 	}
@@ -672,7 +715,7 @@ func (c *Controller) Start(ctx context.Context, s Spec) (Rollout, error) {
 	if err := tx.Commit(ctx); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" {
-			return Rollout{}, ErrRolloutRunning
+			return Rollout{}, uniqueViolation(pe)
 		}
 		return Rollout{}, fmt.Errorf("rollout: start: %w", err)
 	}
@@ -682,6 +725,13 @@ func (c *Controller) Start(ctx context.Context, s Spec) (Rollout, error) {
 		c.log.Warn("rollout: apply after start", "rollout", r.ID, "err", err)
 	}
 	return r, nil
+}
+
+func uniqueViolation(pe *pgconn.PgError) error {
+	if pe.ConstraintName == "rollouts_idempotency_key" {
+		return errKeyTaken
+	}
+	return ErrRolloutRunning
 }
 
 // Abort ends running rollout id: every node returns to the baseline and no
