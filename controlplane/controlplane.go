@@ -47,6 +47,9 @@ type Config struct {
 	// every node at once) or rollout.ModeManual (versions are served only
 	// through rollouts).
 	DeployMode string
+	// IdempotencyTTL is how long an Idempotency-Key is remembered (default
+	// 24h); older records are pruned hourly.
+	IdempotencyTTL time.Duration
 	// Compile holds the gateway-wide knobs of the compiled Envoy config.
 	Compile compile.Options
 	Logger  *slog.Logger
@@ -73,6 +76,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.IdempotencyTTL <= 0 {
+		c.IdempotencyTTL = 24 * time.Hour
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()
@@ -139,6 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 	grp.Go(func() error { return g.Serve(gctx, xdsLis, 5*time.Second) })
 	grp.Go(func() error { return pub.run(gctx) })
 	grp.Go(func() error { return ctl.Run(gctx) })
+	grp.Go(func() error { pruneIdempotency(gctx, st, cfg.IdempotencyTTL, log); return nil })
 	if cfg.Ready != nil {
 		grp.Go(func() error {
 			select {
@@ -174,5 +181,28 @@ func openStore(ctx context.Context, cfg Config) (*store.Store, error) {
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// pruneIdempotency deletes expired idempotency records every hour. Every
+// replica may run it: the DELETE is idempotent.
+func pruneIdempotency(ctx context.Context, st *store.Store, ttl time.Duration, log *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		n, err := st.PruneIdempotency(pctx, ttl)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("controlplane: pruning idempotency records", "err", err)
+		case n > 0:
+			log.Info("controlplane: pruned idempotency records", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
