@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -23,14 +22,13 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/store"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/xdstest"
 )
 
 // instance is one control plane run by the test, against dbURL.
@@ -137,73 +135,6 @@ func update(t testing.TB, admin, kind, name string, patch any) int64 {
 	return v
 }
 
-type backend struct {
-	testgrpc.UnimplementedTestServiceServer
-	id   string
-	port int
-}
-
-func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	return &testgrpc.SimpleResponse{ServerId: b.id}, nil
-}
-
-func startBackend(t *testing.T, id string) *backend {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{id: id, port: lis.Addr().(*net.TCPAddr).Port}
-	s := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(s, b)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return b
-}
-
-func dial(t *testing.T, xdsAddr, nodeID, host string) testgrpc.TestServiceClient {
-	return dialGroup(t, xdsAddr, nodeID, "canary", host)
-}
-
-func dialGroup(t *testing.T, xdsAddr, nodeID, group, host string) testgrpc.TestServiceClient {
-	t.Helper()
-	bootstrap := fmt.Sprintf(`{
-		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q, "cluster": "portico-gateway", "metadata": {"portico.group": %q}}
-	}`, xdsAddr, nodeID, group)
-	rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient("xds:///"+host, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return testgrpc.NewTestServiceClient(cc)
-}
-
-func serverOf(c testgrpc.TestServiceClient) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	return resp.GetServerId()
-}
-
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 type nodeView struct {
 	ID    string `json:"id"`
 	Group string `json:"group"`
@@ -238,15 +169,15 @@ func TestAdminToGRPCClient(t *testing.T) {
 	dbURL := testdeps.Postgres(t)
 	cp := start(t, dbURL, "127.0.0.1:0", "127.0.0.1:0")
 	admin := cp.addrs.Admin
-	a, b := startBackend(t, "a"), startBackend(t, "b")
+	a, b := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b")
 
-	create(t, admin, "clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": a.port}}})
+	create(t, admin, "clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": a.Port}}})
 	v := create(t, admin, "routes", map[string]any{"name": "echo", "match": map[string]any{"hosts": []string{"echo.grpc"}, "pathPrefix": "/"}, "cluster": "echo"})
-	c := dial(t, cp.addrs.XDS, "grpc-1", "echo.grpc")
-	if got := serverOf(c); got != "a" {
+	c := xdstest.Dial(t, cp.addrs.XDS, "grpc-1", "canary", "echo.grpc")
+	if got := xdstest.Reached(c); got != "a" {
 		t.Fatalf("RPC reached %q, want a; nodes: %+v latest %v", got, nodesOf(t, admin), metric(t, admin, "portico_controlplane_xds_latest_version"))
 	}
-	eventually(t, 5*time.Second, "CDS ACK", func() bool {
+	xdstest.Eventually(t, 5*time.Second, "CDS ACK", func() bool {
 		return nodesOf(t, admin)["grpc-1"].Types[resource.ClusterType].AckedVersion == strconv.FormatInt(v, 10)
 	})
 	if n := nodesOf(t, admin)["grpc-1"]; n.Group != "canary" {
@@ -254,18 +185,18 @@ func TestAdminToGRPCClient(t *testing.T) {
 	}
 
 	// An endpoint change reaches the client on its open stream.
-	good := update(t, admin, "clusters", "echo", map[string]any{"endpoints": []any{map[string]any{"address": "127.0.0.1", "port": b.port}}})
-	eventually(t, 5*time.Second, "RPCs to reach b", func() bool { return serverOf(c) == "b" })
+	good := update(t, admin, "clusters", "echo", map[string]any{"endpoints": []any{map[string]any{"address": "127.0.0.1", "port": b.Port}}})
+	xdstest.Eventually(t, 5*time.Second, "RPCs to reach b", func() bool { return xdstest.Reached(c) == "b" })
 
 	// grpc-go cannot do MAGLEV: the version is NACKed, shown in /nodes, not
 	// re-sent, and the client keeps routing on its last good config.
 	bad := update(t, admin, "clusters", "echo", map[string]any{"lbPolicy": "MAGLEV"})
 	badV := strconv.FormatInt(bad, 10)
-	eventually(t, 5*time.Second, "the NACK in /admin/v1/nodes", func() bool {
+	xdstest.Eventually(t, 5*time.Second, "the NACK in /admin/v1/nodes", func() bool {
 		n := nodesOf(t, admin)["grpc-1"].Types[resource.ClusterType].Nack
 		return n != nil && n.Version == badV && n.Error != ""
 	})
-	if got := serverOf(c); got != "b" {
+	if got := xdstest.Reached(c); got != "b" {
 		t.Fatalf("after NACK, RPC reached %q; want b", got)
 	}
 	nacks := func() float64 {
@@ -282,7 +213,7 @@ func TestAdminToGRPCClient(t *testing.T) {
 
 	// The next good version is ACKed.
 	fixed := update(t, admin, "clusters", "echo", map[string]any{"lbPolicy": "ROUND_ROBIN"})
-	eventually(t, 5*time.Second, "ACK of the fixed version", func() bool {
+	xdstest.Eventually(t, 5*time.Second, "ACK of the fixed version", func() bool {
 		return nodesOf(t, admin)["grpc-1"].Types[resource.ClusterType].AckedVersion == strconv.FormatInt(fixed, 10)
 	})
 
@@ -314,7 +245,7 @@ func TestAdminToGRPCClient(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, 5*time.Second, "ACK of the rollback version", func() bool {
+	xdstest.Eventually(t, 5*time.Second, "ACK of the rollback version", func() bool {
 		return nodesOf(t, admin)["grpc-1"].Types[resource.ClusterType].AckedVersion == strconv.FormatInt(rb.Version, 10)
 	})
 }
@@ -355,26 +286,26 @@ func metric(t testing.TB, admin, series string) float64 {
 func TestControlPlaneRestart(t *testing.T) {
 	dbURL := testdeps.Postgres(t)
 	cp := start(t, dbURL, "127.0.0.1:0", "127.0.0.1:0")
-	a, b := startBackend(t, "a"), startBackend(t, "b")
-	create(t, cp.addrs.Admin, "clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": a.port}}})
+	a, b := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b")
+	create(t, cp.addrs.Admin, "clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": a.Port}}})
 	create(t, cp.addrs.Admin, "routes", map[string]any{"name": "echo", "match": map[string]any{"hosts": []string{"echo.grpc"}, "pathPrefix": "/"}, "cluster": "echo"})
-	c := dial(t, cp.addrs.XDS, "grpc-1", "echo.grpc")
-	if got := serverOf(c); got != "a" {
+	c := xdstest.Dial(t, cp.addrs.XDS, "grpc-1", "canary", "echo.grpc")
+	if got := xdstest.Reached(c); got != "a" {
 		t.Fatalf("RPC reached %q, want a", got)
 	}
 	cp.stop()
 	for range 10 {
-		if got := serverOf(c); got != "a" {
+		if got := xdstest.Reached(c); got != "a" {
 			t.Fatalf("control plane down: RPC reached %q, want a", got)
 		}
 	}
 	// Another replica (same database) changes the config while this one is
 	// down, then this one comes back on its old addresses.
 	other := start(t, dbURL, "127.0.0.1:0", "127.0.0.1:0")
-	update(t, other.addrs.Admin, "clusters", "echo", map[string]any{"endpoints": []any{map[string]any{"address": "127.0.0.1", "port": b.port}}})
+	update(t, other.addrs.Admin, "clusters", "echo", map[string]any{"endpoints": []any{map[string]any{"address": "127.0.0.1", "port": b.Port}}})
 	other.stop()
 	start(t, dbURL, cp.addrs.Admin, cp.addrs.XDS)
-	eventually(t, 30*time.Second, "the client to converge after the restart", func() bool { return serverOf(c) == "b" })
+	xdstest.Eventually(t, 30*time.Second, "the client to converge after the restart", func() bool { return xdstest.Reached(c) == "b" })
 }
 
 // fetchAll returns the deterministic bytes of every resource of typeURL

@@ -10,6 +10,7 @@ import (
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/rollout"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/xdstest"
 )
 
 type rolloutView struct {
@@ -46,22 +47,22 @@ func TestRolloutAPI(t *testing.T) {
 	cp := startWith(t, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0",
 		DatabaseURL: testdeps.Postgres(t), DeployMode: rollout.ModeManual})
 	admin := cp.addrs.Admin
-	a, b := startBackend(t, "a"), startBackend(t, "b")
-	create(t, admin, "clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": a.port}}})
+	a, b := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b")
+	create(t, admin, "clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": a.Port}}})
 	create(t, admin, "routes", map[string]any{"name": "echo", "match": map[string]any{"hosts": []string{"echo.grpc"}, "pathPrefix": "/"}, "cluster": "echo"})
-	canary := dialGroup(t, cp.addrs.XDS, "grpc-canary", "canary", "echo.grpc")
-	stable := dialGroup(t, cp.addrs.XDS, "grpc-stable", "default", "echo.grpc")
+	canary := xdstest.Dial(t, cp.addrs.XDS, "grpc-canary", "canary", "echo.grpc")
+	stable := xdstest.Dial(t, cp.addrs.XDS, "grpc-stable", "default", "echo.grpc")
 
 	first := startRollout(t, admin, "deploy-1", map[string]any{"waves": []any{map[string]any{"percent": 100}}, "bakeSeconds": 1}, http.StatusCreated)
-	eventually(t, 20*time.Second, "the first rollout to succeed", func() bool { return getRollout(t, admin, first.ID).State == "succeeded" })
-	if serverOf(canary) != "a" || serverOf(stable) != "a" {
+	xdstest.Eventually(t, 20*time.Second, "the first rollout to succeed", func() bool { return getRollout(t, admin, first.ID).State == "succeeded" })
+	if xdstest.Reached(canary) != "a" || xdstest.Reached(stable) != "a" {
 		t.Fatal("after the first rollout both clients must reach a")
 	}
 
 	// A committed change is not served in manual mode.
-	v := update(t, admin, "clusters", "echo", map[string]any{"endpoints": []any{map[string]any{"address": "127.0.0.1", "port": b.port}}})
+	v := update(t, admin, "clusters", "echo", map[string]any{"endpoints": []any{map[string]any{"address": "127.0.0.1", "port": b.Port}}})
 	for range 5 {
-		if got := serverOf(stable); got != "a" {
+		if got := xdstest.Reached(stable); got != "a" {
 			t.Fatalf("manual mode served an undeployed version: %q", got)
 		}
 	}
@@ -74,9 +75,9 @@ func TestRolloutAPI(t *testing.T) {
 	startRollout(t, admin, "canary-2", body, http.StatusConflict)
 	startRollout(t, admin, "bad", map[string]any{"waves": []any{map[string]any{"percent": 101}}}, http.StatusUnprocessableEntity)
 
-	eventually(t, 10*time.Second, "the canary client to reach b", func() bool { return serverOf(canary) == "b" })
+	xdstest.Eventually(t, 10*time.Second, "the canary client to reach b", func() bool { return xdstest.Reached(canary) == "b" })
 	for range 5 {
-		if got := serverOf(stable); got != "a" {
+		if got := xdstest.Reached(stable); got != "a" {
 			t.Fatalf("stable client outside the canary wave reached %q", got)
 		}
 	}
@@ -84,5 +85,5 @@ func TestRolloutAPI(t *testing.T) {
 	if code, _ := call(t, http.MethodPost, "http://"+admin+"/admin/v1/config/rollouts/"+strconv.FormatInt(ro.ID, 10)+"/abort", nil, nil, &aborted); code != http.StatusOK || aborted.State != "aborted" {
 		t.Fatalf("abort: %d %+v", code, aborted)
 	}
-	eventually(t, 10*time.Second, "the canary client to return to a", func() bool { return serverOf(canary) == "a" })
+	xdstest.Eventually(t, 10*time.Second, "the canary client to return to a", func() bool { return xdstest.Reached(canary) == "a" })
 }

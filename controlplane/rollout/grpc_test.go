@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/xdstest"
+
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -19,10 +21,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	grpcxds "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -35,33 +33,10 @@ import (
 // This file drives rollouts against real proxyless grpc-go xDS clients: the
 // ACKs and NACKs the controller evaluates come from grpc-go itself.
 
-type backend struct {
-	testgrpc.UnimplementedTestServiceServer
-	id, addr string
-}
-
-func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	return &testgrpc.SimpleResponse{ServerId: b.id}, nil
-}
-
-func startBackend(t *testing.T, id string) *backend {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{id: id, addr: lis.Addr().String()}
-	s := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(s, b)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return b
-}
-
 const grpcTarget = "echo-grpc"
 
 // grpcSnapshot routes grpcTarget to b; lb MAGLEV makes grpc-go NACK it.
-func grpcSnapshot(t *testing.T, v int64, lb clusterv3.Cluster_LbPolicy, b *backend) *cache.Snapshot {
+func grpcSnapshot(t *testing.T, v int64, lb clusterv3.Cluster_LbPolicy, b *xdstest.Backend) *cache.Snapshot {
 	t.Helper()
 	ads := &corev3.ConfigSource{ResourceApiVersion: corev3.ApiVersion_V3, ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
 	router, _ := anypb.New(&routerv3.Router{})
@@ -85,7 +60,7 @@ func grpcSnapshot(t *testing.T, v int64, lb clusterv3.Cluster_LbPolicy, b *backe
 		ConnectTimeout:       durationpb.New(time.Second),
 		LbPolicy:             lb,
 	}
-	host, port, _ := net.SplitHostPort(b.addr)
+	host, port, _ := net.SplitHostPort(b.Addr)
 	p, _ := strconv.Atoi(port)
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: "echo", Endpoints: []*endpointv3.LocalityLbEndpoints{{
 		LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
@@ -102,59 +77,15 @@ func grpcSnapshot(t *testing.T, v int64, lb clusterv3.Cluster_LbPolicy, b *backe
 	return snap
 }
 
-func dialXDS(t *testing.T, cpAddr, nodeID, group string) testgrpc.TestServiceClient {
-	t.Helper()
-	bootstrap := fmt.Sprintf(`{
-		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q, "cluster": "portico-gateway", "metadata": {"portico.group": %q}}
-	}`, cpAddr, nodeID, group)
-	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient("xds:///"+grpcTarget, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return testgrpc.NewTestServiceClient(cc)
-}
-
-func reached(c testgrpc.TestServiceClient) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	return resp.GetServerId()
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		case <-tick.C:
-		}
-	}
-}
-
 func TestRolloutWithGRPCClients(t *testing.T) {
 	e := newEnv(t)
-	a, b := startBackend(t, "a"), startBackend(t, "b")
+	a, b := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b")
 
 	// Config versions live in the store; what each serves is a grpc-go
 	// snapshot picked per version (v1 → a, v2 → b, v3 → b but NACKed).
 	var mu sync.Mutex
 	content := map[int64]func(v int64) *cache.Snapshot{}
-	def := func(v int64, lb clusterv3.Cluster_LbPolicy, to *backend) {
+	def := func(v int64, lb clusterv3.Cluster_LbPolicy, to *xdstest.Backend) {
 		mu.Lock()
 		defer mu.Unlock()
 		content[v] = func(v int64) *cache.Snapshot { return grpcSnapshot(t, v, lb, to) }
@@ -216,9 +147,9 @@ func TestRolloutWithGRPCClients(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	canary := dialXDS(t, lis.Addr().String(), "canary-1", "canary")
-	other := dialXDS(t, lis.Addr().String(), "gw-1", nodes.DefaultGroup)
-	if x, y := reached(canary), reached(other); x != "a" || y != "a" {
+	canary := xdstest.Dial(t, lis.Addr().String(), "canary-1", "canary", grpcTarget)
+	other := xdstest.Dial(t, lis.Addr().String(), "gw-1", nodes.DefaultGroup, grpcTarget)
+	if x, y := xdstest.Reached(canary), xdstest.Reached(other); x != "a" || y != "a" {
 		t.Fatalf("before the rollout: canary → %s, other → %s; want a, a", x, y)
 	}
 
@@ -226,19 +157,19 @@ func TestRolloutWithGRPCClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the canary to move to b", func() bool { return reached(canary) == "b" })
-	if got := reached(other); got != "a" {
+	xdstest.Eventually(t, 10*time.Second, "the canary to move to b", func() bool { return xdstest.Reached(canary) == "b" })
+	if got := xdstest.Reached(other); got != "a" {
 		t.Fatalf("during wave 0 the other node reached %s", got)
 	}
-	waitFor(t, 10*time.Second, "the canary's ACKs", func() bool {
+	xdstest.Eventually(t, 10*time.Second, "the canary's ACKs", func() bool {
 		step()
 		got, _ := ctl.Get(testCtx(t), ro.ID)
 		return got.Nodes == NodeCounts{Total: 1, Acked: 1}
 	})
 	e.clock.Advance(time.Minute)
 	step()
-	waitFor(t, 10*time.Second, "the other node to move to b", func() bool { return reached(other) == "b" })
-	waitFor(t, 10*time.Second, "both ACKs", func() bool {
+	xdstest.Eventually(t, 10*time.Second, "the other node to move to b", func() bool { return xdstest.Reached(other) == "b" })
+	xdstest.Eventually(t, 10*time.Second, "both ACKs", func() bool {
 		step()
 		got, _ := ctl.Get(testCtx(t), ro.ID)
 		return got.Nodes == NodeCounts{Total: 2, Acked: 2}
@@ -258,7 +189,7 @@ func TestRolloutWithGRPCClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got Rollout
-	waitFor(t, 10*time.Second, "the canary's NACK to roll back", func() bool {
+	xdstest.Eventually(t, 10*time.Second, "the canary's NACK to roll back", func() bool {
 		step()
 		got, _ = ctl.Get(testCtx(t), ro.ID)
 		return got.State == StateRolledBack
@@ -268,12 +199,12 @@ func TestRolloutWithGRPCClients(t *testing.T) {
 	}
 	v4 := strconv.FormatInt(got.RollbackVersion, 10)
 	for _, id := range []string{"canary-1", "gw-1"} {
-		waitFor(t, 10*time.Second, id+" to ACK the rollback version", func() bool {
+		xdstest.Eventually(t, 10*time.Second, id+" to ACK the rollback version", func() bool {
 			st, ok := tr.Get(id)
 			return ok && st.Types[resource.ClusterType] != nil && st.Types[resource.ClusterType].AckedVersion == v4
 		})
 	}
-	if x, y := reached(canary), reached(other); x != "b" || y != "b" {
+	if x, y := xdstest.Reached(canary), xdstest.Reached(other); x != "b" || y != "b" {
 		t.Fatalf("after rollback: canary → %s, other → %s; want b, b", x, y)
 	}
 }

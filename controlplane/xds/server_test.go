@@ -2,7 +2,6 @@ package xds_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -23,8 +22,6 @@ import (
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -32,32 +29,8 @@ import (
 	"github.com/portico-io/portico/controlplane/nodes"
 	xdsserver "github.com/portico-io/portico/controlplane/xds"
 	"github.com/portico-io/portico/internal/grpcserver"
+	"github.com/portico-io/portico/internal/xdstest"
 )
-
-// backend is a gRPC test service answering UnaryCall with its id.
-type backend struct {
-	testgrpc.UnimplementedTestServiceServer
-	id   string
-	addr string
-}
-
-func (b *backend) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	return &testgrpc.SimpleResponse{ServerId: b.id}, nil
-}
-
-func startBackend(t *testing.T, id string) *backend {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{id: id, addr: lis.Addr().String()}
-	s := grpc.NewServer()
-	testgrpc.RegisterTestServiceServer(s, b)
-	go func() { _ = s.Serve(lis) }()
-	t.Cleanup(s.Stop)
-	return b
-}
 
 // controlPlane runs an xds.Server on addr ("127.0.0.1:0" for any port).
 type controlPlane struct {
@@ -88,7 +61,7 @@ const target = "echo-grpc"
 
 // snapshot builds the resources a grpc-go client needs to reach backends
 // through cluster "echo" (version v); lbPolicy lets a test make grpc-go NACK.
-func snapshot(t *testing.T, v int, lb clusterv3.Cluster_LbPolicy, backends ...*backend) *cache.Snapshot {
+func snapshot(t *testing.T, v int, lb clusterv3.Cluster_LbPolicy, backends ...*xdstest.Backend) *cache.Snapshot {
 	t.Helper()
 	ads := &corev3.ConfigSource{ResourceApiVersion: corev3.ApiVersion_V3, ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
 	router, _ := anypb.New(&routerv3.Router{})
@@ -114,7 +87,7 @@ func snapshot(t *testing.T, v int, lb clusterv3.Cluster_LbPolicy, backends ...*b
 	}
 	var eps []*endpointv3.LbEndpoint
 	for _, b := range backends {
-		host, port, _ := net.SplitHostPort(b.addr)
+		host, port, _ := net.SplitHostPort(b.Addr)
 		p, _ := strconv.Atoi(port)
 		eps = append(eps, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 			Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
@@ -135,49 +108,6 @@ func snapshot(t *testing.T, v int, lb clusterv3.Cluster_LbPolicy, backends ...*b
 	return snap
 }
 
-// dial opens a proxyless grpc-go channel to xds:///echo-grpc with its own
-// bootstrap pointing at cp.
-func dial(t *testing.T, cpAddr, nodeID, group string) testgrpc.TestServiceClient {
-	t.Helper()
-	bootstrap := fmt.Sprintf(`{
-		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q, "cluster": "portico-gateway", "metadata": {"portico.group": %q}}
-	}`, cpAddr, nodeID, group)
-	rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient("xds:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	return testgrpc.NewTestServiceClient(cc)
-}
-
-// eventually polls cond every 10ms until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func serverOf(t *testing.T, c testgrpc.TestServiceClient) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	return resp.GetServerId()
-}
-
 func ackedVersion(tr *nodes.Tracker, node, typeURL string) string {
 	st, ok := tr.Get(node)
 	if !ok || st.Types[typeURL] == nil {
@@ -187,18 +117,18 @@ func ackedVersion(tr *nodes.Tracker, node, typeURL string) string {
 }
 
 func TestGRPCClientRoutesAndFollowsChanges(t *testing.T) {
-	a, b := startBackend(t, "a"), startBackend(t, "b")
+	a, b := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b")
 	tr := nodes.NewTracker()
 	cp := startControlPlane(t, "127.0.0.1:0", tr)
 	ctx := context.Background()
 	if err := cp.srv.Publish(ctx, snapshot(t, 1, clusterv3.Cluster_ROUND_ROBIN, a)); err != nil {
 		t.Fatal(err)
 	}
-	c := dial(t, cp.addr, "client-1", "canary")
-	if got := serverOf(t, c); got != "a" {
+	c := xdstest.Dial(t, cp.addr, "client-1", "canary", target)
+	if got := xdstest.Reached(c); got != "a" {
 		t.Fatalf("RPC reached %q, want backend a", got)
 	}
-	eventually(t, 5*time.Second, "CDS ACK of version 1", func() bool { return ackedVersion(tr, "client-1", resource.ClusterType) == "1" })
+	xdstest.Eventually(t, 5*time.Second, "CDS ACK of version 1", func() bool { return ackedVersion(tr, "client-1", resource.ClusterType) == "1" })
 	st, _ := tr.Get("client-1")
 	if st.Group != "canary" || st.Cluster != "portico-gateway" {
 		t.Fatalf("node identity not recorded: %+v", st)
@@ -208,15 +138,15 @@ func TestGRPCClientRoutesAndFollowsChanges(t *testing.T) {
 	if err := cp.srv.Publish(ctx, snapshot(t, 2, clusterv3.Cluster_ROUND_ROBIN, b)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "RPCs to move to backend b", func() bool { return serverOf(t, c) == "b" })
-	eventually(t, 5*time.Second, "EDS ACK of version 2", func() bool { return ackedVersion(tr, "client-1", resource.EndpointType) == "2" })
+	xdstest.Eventually(t, 5*time.Second, "RPCs to move to backend b", func() bool { return xdstest.Reached(c) == "b" })
+	xdstest.Eventually(t, 5*time.Second, "EDS ACK of version 2", func() bool { return ackedVersion(tr, "client-1", resource.EndpointType) == "2" })
 	if st, _ := tr.Get("client-1"); st.Streams != 1 {
 		t.Fatalf("client reconnected: %d streams", st.Streams)
 	}
 }
 
 func TestNACKIsRecordedAndNotResent(t *testing.T) {
-	a, b := startBackend(t, "a"), startBackend(t, "b")
+	a, b := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b")
 	tr := nodes.NewTracker()
 	var nacks atomic.Int64
 	tr.Observe(func(_, typeURL, _ string, nack bool) {
@@ -229,18 +159,18 @@ func TestNACKIsRecordedAndNotResent(t *testing.T) {
 	if err := cp.srv.Publish(ctx, snapshot(t, 1, clusterv3.Cluster_ROUND_ROBIN, a)); err != nil {
 		t.Fatal(err)
 	}
-	c := dial(t, cp.addr, "client-1", "default")
-	if got := serverOf(t, c); got != "a" {
+	c := xdstest.Dial(t, cp.addr, "client-1", "default", target)
+	if got := xdstest.Reached(c); got != "a" {
 		t.Fatalf("RPC reached %q, want a", got)
 	}
-	eventually(t, 5*time.Second, "CDS ACK of version 1", func() bool { return ackedVersion(tr, "client-1", resource.ClusterType) == "1" })
+	xdstest.Eventually(t, 5*time.Second, "CDS ACK of version 1", func() bool { return ackedVersion(tr, "client-1", resource.ClusterType) == "1" })
 
 	// grpc-go rejects MAGLEV: version 2's CDS is NACKed (its EDS, unchanged,
 	// is ACKed: ACK and NACK are per type).
 	if err := cp.srv.Publish(ctx, snapshot(t, 2, clusterv3.Cluster_MAGLEV, a)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "CDS NACK of version 2", func() bool { return nacks.Load() > 0 })
+	xdstest.Eventually(t, 5*time.Second, "CDS NACK of version 2", func() bool { return nacks.Load() > 0 })
 	st, _ := tr.Get("client-1")
 	n := st.Types[resource.ClusterType]
 	if n.Nack == nil || n.Nack.Version != "2" || n.Nack.Error == "" || n.AckedVersion != "1" {
@@ -250,7 +180,7 @@ func TestNACKIsRecordedAndNotResent(t *testing.T) {
 	// go-control-plane re-sends at once and the NACK count climbs by
 	// thousands per second; give it a window to show that it does not.
 	for range 20 {
-		if got := serverOf(t, c); got != "a" {
+		if got := xdstest.Reached(c); got != "a" {
 			t.Fatalf("after NACK, RPC reached %q; want last good backend a", got)
 		}
 	}
@@ -266,28 +196,28 @@ func TestNACKIsRecordedAndNotResent(t *testing.T) {
 	if err := cp.srv.Publish(ctx, snapshot(t, 3, clusterv3.Cluster_ROUND_ROBIN, b)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "CDS ACK of version 3", func() bool { return ackedVersion(tr, "client-1", resource.ClusterType) == "3" })
-	eventually(t, 5*time.Second, "RPCs to reach backend b", func() bool { return serverOf(t, c) == "b" })
+	xdstest.Eventually(t, 5*time.Second, "CDS ACK of version 3", func() bool { return ackedVersion(tr, "client-1", resource.ClusterType) == "3" })
+	xdstest.Eventually(t, 5*time.Second, "RPCs to reach backend b", func() bool { return xdstest.Reached(c) == "b" })
 	if got := nacks.Load(); got > 2 {
 		t.Fatalf("%d NACKs for one bad version", got)
 	}
 }
 
 func TestClientKeepsConfigWhileControlPlaneDown(t *testing.T) {
-	a, b := startBackend(t, "a"), startBackend(t, "b")
+	a, b := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b")
 	tr := nodes.NewTracker()
 	cp := startControlPlane(t, "127.0.0.1:0", tr)
 	ctx := context.Background()
 	if err := cp.srv.Publish(ctx, snapshot(t, 1, clusterv3.Cluster_ROUND_ROBIN, a)); err != nil {
 		t.Fatal(err)
 	}
-	c := dial(t, cp.addr, "client-1", "default")
-	if got := serverOf(t, c); got != "a" {
+	c := xdstest.Dial(t, cp.addr, "client-1", "default", target)
+	if got := xdstest.Reached(c); got != "a" {
 		t.Fatalf("RPC reached %q, want a", got)
 	}
 	cp.stop()
 	for range 10 {
-		if got := serverOf(t, c); got != "a" {
+		if got := xdstest.Reached(c); got != "a" {
 			t.Fatalf("with the control plane down, RPC reached %q; want a", got)
 		}
 	}
@@ -298,8 +228,8 @@ func TestClientKeepsConfigWhileControlPlaneDown(t *testing.T) {
 	if err := cp2.srv.Publish(ctx, snapshot(t, 2, clusterv3.Cluster_ROUND_ROBIN, b)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "client to converge on the restarted control plane", func() bool { return serverOf(t, c) == "b" })
-	eventually(t, 5*time.Second, "CDS ACK on the new control plane", func() bool { return ackedVersion(tr2, "client-1", resource.ClusterType) == "2" })
+	xdstest.Eventually(t, 20*time.Second, "client to converge on the restarted control plane", func() bool { return xdstest.Reached(c) == "b" })
+	xdstest.Eventually(t, 5*time.Second, "CDS ACK on the new control plane", func() bool { return ackedVersion(tr2, "client-1", resource.ClusterType) == "2" })
 }
 
 // deltaRecv receives the next delta response or fails after d.
@@ -329,7 +259,7 @@ func deltaRecv(t *testing.T, s discovery.AggregatedDiscoveryService_DeltaAggrega
 // Delta xDS: ACKs and NACKs are recorded per node; a NACK is not answered
 // with the same resources again; the next version is delivered.
 func TestDeltaACKAndNACK(t *testing.T) {
-	a, b := startBackend(t, "a"), startBackend(t, "b")
+	a, b := xdstest.StartBackend(t, "a"), xdstest.StartBackend(t, "b")
 	tr := nodes.NewTracker()
 	cp := startControlPlane(t, "127.0.0.1:0", tr)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -357,7 +287,7 @@ func TestDeltaACKAndNACK(t *testing.T) {
 	if err := s.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce()}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "delta ACK", func() bool { return ackedVersion(tr, "delta-1", resource.ClusterType) != "" })
+	xdstest.Eventually(t, 5*time.Second, "delta ACK", func() bool { return ackedVersion(tr, "delta-1", resource.ClusterType) != "" })
 
 	// Version 2 changes the cluster; the client rejects it.
 	if err := cp.srv.Publish(ctx, snapshot(t, 2, clusterv3.Cluster_MAGLEV, b)); err != nil {
@@ -368,7 +298,7 @@ func TestDeltaACKAndNACK(t *testing.T) {
 		ErrorDetail: &statuspb.Status{Code: 3, Message: "maglev unsupported"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "delta NACK recorded", func() bool {
+	xdstest.Eventually(t, 5*time.Second, "delta NACK recorded", func() bool {
 		st, ok := tr.Get("delta-1")
 		return ok && st.Types[resource.ClusterType].Nack != nil && st.Types[resource.ClusterType].Nack.Error == "maglev unsupported"
 	})
