@@ -1,6 +1,7 @@
 // Package spec holds the declarative resources an operator manages through
 // the admin API (clusters, routes, JWT providers, consumers, API keys,
-// revocations, rate-limit rules) and their validation.
+// revocations, rate-limit rules, listeners, TLS secrets) and their
+// validation.
 //
 // Resources are plain values with JSON tags; they are what the store persists
 // (as JSON) per config version and what the compiler turns into xDS
@@ -26,10 +27,13 @@ const (
 	KindAPIKey        Kind = "apikeys"
 	KindRevocation    Kind = "revocations"
 	KindRateLimitRule Kind = "ratelimit-rules"
+	KindSecret        Kind = "secrets"
+	KindListener      Kind = "listeners"
 )
 
 // Kinds lists every kind; the order is the order of validation and compilation.
-var Kinds = []Kind{KindCluster, KindRoute, KindJWTProvider, KindConsumer, KindAPIKey, KindRevocation, KindRateLimitRule}
+var Kinds = []Kind{KindCluster, KindRoute, KindJWTProvider, KindConsumer, KindAPIKey, KindRevocation, KindRateLimitRule,
+	KindSecret, KindListener}
 
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool {
@@ -95,6 +99,12 @@ type HealthCheck struct {
 // UpstreamTLS turns on TLS to the cluster's endpoints.
 type UpstreamTLS struct {
 	SNI string `json:"sni,omitempty"`
+	// CASecret names a secret of type ca the upstream's certificate is
+	// verified against; empty means the gateway's system CA bundle.
+	CASecret string `json:"caSecret,omitempty"`
+	// ClientCertificate names a secret of type tls presented to the
+	// upstream (mutual TLS).
+	ClientCertificate string `json:"clientCertificate,omitempty"`
 }
 
 // Cluster is an upstream service.
@@ -288,6 +298,76 @@ type RateLimitRule struct {
 	Priority    int32            `json:"priority,omitempty"`
 }
 
+// Secret types.
+const (
+	// SecretTLS is a certificate chain and its private key.
+	SecretTLS = "tls"
+	// SecretCA is a bundle of trusted CA certificates.
+	SecretCA = "ca"
+)
+
+// Secret is TLS material delivered to gateways by SDS. It is either inline
+// (PEM in the resource) or referenced (Files: paths on the gateway host, so
+// nothing sensitive is stored).
+//
+// An inline private key is write-only: the admin API accepts PrivateKey,
+// seals it (package seal) into SealedPrivateKey and clears PrivateKey
+// before the store sees it, and never returns either field. A Secret in a
+// Config therefore carries SealedPrivateKey, never PrivateKey.
+type Secret struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Certificate is the PEM certificate chain, leaf first (type tls).
+	Certificate string `json:"certificate,omitempty"`
+	// PrivateKey is the PEM private key (type tls; input only).
+	PrivateKey string `json:"privateKey,omitempty"`
+	// SealedPrivateKey is PrivateKey encrypted at rest (set by the server).
+	SealedPrivateKey string `json:"sealedPrivateKey,omitempty"`
+	// CA is the PEM bundle of trusted certificates (type ca).
+	CA    string       `json:"ca,omitempty"`
+	Files *SecretFiles `json:"files,omitempty"`
+}
+
+// SecretFiles are absolute paths on the gateway host that Envoy reads.
+type SecretFiles struct {
+	CertificateChain string `json:"certificateChain,omitempty"`
+	PrivateKey       string `json:"privateKey,omitempty"`
+	TrustedCA        string `json:"trustedCa,omitempty"`
+}
+
+// TLS versions accepted for ListenerTLS.MinVersion.
+const (
+	TLS12 = "1.2"
+	TLS13 = "1.3"
+)
+
+// ListenerTLS terminates TLS on a listener.
+type ListenerTLS struct {
+	// Certificates name secrets of type tls (at least one; Envoy picks by
+	// SNI and key type).
+	Certificates []string `json:"certificates"`
+	// ClientCA names a secret of type ca client certificates are verified
+	// against.
+	ClientCA string `json:"clientCa,omitempty"`
+	// RequireClientCert rejects clients without a valid certificate (mTLS);
+	// it needs ClientCA.
+	RequireClientCert bool `json:"requireClientCert,omitempty"`
+	// MinVersion is "1.2" (default) or "1.3".
+	MinVersion string `json:"minVersion,omitempty"`
+	// ALPN is the protocols offered, default h2 and http/1.1.
+	ALPN []string `json:"alpn,omitempty"`
+}
+
+// Listener is an extra gateway listener (ingress_http is built in). Every
+// listener serves the same routes (ingress_routes) with the same filters.
+type Listener struct {
+	Name string `json:"name"`
+	// Address is the IP to bind (default 0.0.0.0).
+	Address string       `json:"address,omitempty"`
+	Port    uint32       `json:"port"`
+	TLS     *ListenerTLS `json:"tls,omitempty"`
+}
+
 // Config is every live resource at one config version. Maps are keyed by
 // resource name. A Config is treated as immutable once built.
 type Config struct {
@@ -299,6 +379,8 @@ type Config struct {
 	APIKeys        map[string]*APIKey
 	Revocations    map[string]*Revocation
 	RateLimitRules map[string]*RateLimitRule
+	Secrets        map[string]*Secret
+	Listeners      map[string]*Listener
 }
 
 // NewConfig returns an empty config at version v.
@@ -312,6 +394,8 @@ func NewConfig(v int64) *Config {
 		APIKeys:        map[string]*APIKey{},
 		Revocations:    map[string]*Revocation{},
 		RateLimitRules: map[string]*RateLimitRule{},
+		Secrets:        map[string]*Secret{},
+		Listeners:      map[string]*Listener{},
 	}
 }
 
@@ -338,5 +422,7 @@ func (c *Config) Clone() *Config {
 		APIKeys:        maps.Clone(c.APIKeys),
 		Revocations:    maps.Clone(c.Revocations),
 		RateLimitRules: maps.Clone(c.RateLimitRules),
+		Secrets:        maps.Clone(c.Secrets),
+		Listeners:      maps.Clone(c.Listeners),
 	}
 }

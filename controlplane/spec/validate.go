@@ -28,6 +28,8 @@ var (
 	_ Resource = (*APIKey)(nil)
 	_ Resource = (*Revocation)(nil)
 	_ Resource = (*RateLimitRule)(nil)
+	_ Resource = (*Secret)(nil)
+	_ Resource = (*Listener)(nil)
 )
 
 func (c *Cluster) ResourceName() string       { return c.Name }
@@ -37,6 +39,8 @@ func (c *Consumer) ResourceName() string      { return c.Name }
 func (k *APIKey) ResourceName() string        { return k.Name }
 func (r *Revocation) ResourceName() string    { return r.Name }
 func (r *RateLimitRule) ResourceName() string { return r.Name }
+func (s *Secret) ResourceName() string        { return s.Name }
+func (l *Listener) ResourceName() string      { return l.Name }
 
 // New returns an empty resource of kind k.
 func New(k Kind) (Resource, error) {
@@ -55,6 +59,10 @@ func New(k Kind) (Resource, error) {
 		return &Revocation{}, nil
 	case KindRateLimitRule:
 		return &RateLimitRule{}, nil
+	case KindSecret:
+		return &Secret{}, nil
+	case KindListener:
+		return &Listener{}, nil
 	}
 	return nil, fieldErr("kind", CodeInvalid, "unknown resource kind %q", k)
 }
@@ -159,6 +167,17 @@ func (c *Cluster) Validate() error {
 		}
 		if od.Interval < 0 || od.BaseEjectionTime < 0 {
 			return fieldErr("outlierDetection", CodeInvalid, "durations must not be negative")
+		}
+	}
+	if t := c.TLS; t != nil {
+		if t.CASecret != "" && checkName(t.CASecret) != nil {
+			return fieldErr("tls.caSecret", CodeInvalid, "must be a secret name")
+		}
+		if t.ClientCertificate != "" && checkName(t.ClientCertificate) != nil {
+			return fieldErr("tls.clientCertificate", CodeInvalid, "must be a secret name")
+		}
+		if t.SNI != "" && !validHostname(t.SNI) {
+			return fieldErr("tls.sni", CodeInvalid, "must be a hostname")
 		}
 	}
 	if hc := c.HealthCheck; hc != nil {
@@ -593,7 +612,7 @@ func (c *Config) Validate() error {
 		}
 		rules[k] = name
 	}
-	return nil
+	return c.validateTLS()
 }
 
 // Put stores r in the config's map for kind k (replacing any same-named one).
@@ -613,6 +632,10 @@ func (c *Config) Put(k Kind, r Resource) {
 		c.Revocations[v.Name] = v
 	case *RateLimitRule:
 		c.RateLimitRules[v.Name] = v
+	case *Secret:
+		c.Secrets[v.Name] = v
+	case *Listener:
+		c.Listeners[v.Name] = v
 	}
 }
 
@@ -633,6 +656,10 @@ func (c *Config) Delete(k Kind, name string) {
 		delete(c.Revocations, name)
 	case KindRateLimitRule:
 		delete(c.RateLimitRules, name)
+	case KindSecret:
+		delete(c.Secrets, name)
+	case KindListener:
+		delete(c.Listeners, name)
 	}
 }
 
@@ -665,6 +692,14 @@ func (c *Config) Get(k Kind, name string) Resource {
 		}
 	case KindRateLimitRule:
 		if v, ok := c.RateLimitRules[name]; ok {
+			return v
+		}
+	case KindSecret:
+		if v, ok := c.Secrets[name]; ok {
+			return v
+		}
+	case KindListener:
+		if v, ok := c.Listeners[name]; ok {
 			return v
 		}
 	}

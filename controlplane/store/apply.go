@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -204,6 +205,16 @@ func planChanges(ctx context.Context, tx pgx.Tx, head *spec.Config, changes []Ch
 		}
 		d.set(c.Kind, c.Name, c.Resource)
 	}
+	// A secret still in use after the whole change set cannot go: say so
+	// on the secret rather than as a dangling reference on its user.
+	for _, c := range changes {
+		if c.Kind == spec.KindSecret && c.Resource == nil {
+			if users := d.cfg.SecretUsers(c.Name); len(users) > 0 {
+				return nil, &spec.FieldError{Field: "secrets/" + c.Name, Code: spec.CodeInUse,
+					Message: fmt.Sprintf("secret %q is used by %s", c.Name, strings.Join(users, ", "))}
+			}
+		}
+	}
 	p.next = d.cfg
 	return p, nil
 }
@@ -287,6 +298,10 @@ func kindNames(c *spec.Config, k spec.Kind) []string {
 		return spec.SortedKeys(c.Revocations)
 	case spec.KindRateLimitRule:
 		return spec.SortedKeys(c.RateLimitRules)
+	case spec.KindSecret:
+		return spec.SortedKeys(c.Secrets)
+	case spec.KindListener:
+		return spec.SortedKeys(c.Listeners)
 	}
 	return nil
 }

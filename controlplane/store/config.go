@@ -54,6 +54,10 @@ func kindOf(r spec.Resource) spec.Kind {
 		return spec.KindRevocation
 	case *spec.RateLimitRule:
 		return spec.KindRateLimitRule
+	case *spec.Secret:
+		return spec.KindSecret
+	case *spec.Listener:
+		return spec.KindListener
 	}
 	return ""
 }
@@ -93,6 +97,10 @@ func (d *draft) own(k spec.Kind) {
 		c.Revocations = maps.Clone(c.Revocations)
 	case spec.KindRateLimitRule:
 		c.RateLimitRules = maps.Clone(c.RateLimitRules)
+	case spec.KindSecret:
+		c.Secrets = maps.Clone(c.Secrets)
+	case spec.KindListener:
+		c.Listeners = maps.Clone(c.Listeners)
 	}
 }
 

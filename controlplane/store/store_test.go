@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -615,5 +616,32 @@ func TestWatchStopsOnClose(t *testing.T) {
 	}
 	if _, err := s.Apply(context.Background(), meta, []Change{put(cluster("a", 1), "")}, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("apply after close: %v", err)
+	}
+}
+
+func TestSecretInUseCannotBeDeleted(t *testing.T) {
+	s := openStore(t, testdeps.Postgres(t))
+	ctx := testCtx(t)
+	gw := &spec.Secret{Name: "gw", Type: spec.SecretTLS, Files: &spec.SecretFiles{CertificateChain: "/c.pem", PrivateKey: "/k.pem"}}
+	https := &spec.Listener{Name: "https", Port: 10443, TLS: &spec.ListenerTLS{Certificates: []string{"gw"}}}
+	mustApply(t, s, put(gw, ""), put(https, ""))
+	h := head(t, s)
+	_, err := s.Apply(ctx, meta, []Change{{Kind: spec.KindSecret, Name: "gw", IfMatch: IfMatchAny}}, nil)
+	var fe *spec.FieldError
+	if !errors.As(err, &fe) || fe.Code != spec.CodeInUse || fe.Field != "secrets/gw" || !strings.Contains(fe.Message, "listeners/https") {
+		t.Fatalf("delete in-use secret: %v", err)
+	}
+	if head(t, s) != h {
+		t.Fatal("head moved")
+	}
+	// Deleting the user in the same change set is fine.
+	mustApply(t, s, Change{Kind: spec.KindListener, Name: "https", IfMatch: IfMatchAny}, Change{Kind: spec.KindSecret, Name: "gw", IfMatch: IfMatchAny})
+	c, err := s.ConfigAt(ctx, head(t, s))
+	if err != nil || len(c.Secrets) != 0 || len(c.Listeners) != 0 {
+		t.Fatalf("after delete: %+v %v", c, err)
+	}
+	// Older versions still hold them (rollback material).
+	if c, err := s.ConfigAt(ctx, h); err != nil || c.Secrets["gw"] == nil || c.Listeners["https"] == nil {
+		t.Fatalf("version %d: %v", h, err)
 	}
 }
