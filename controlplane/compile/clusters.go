@@ -199,21 +199,34 @@ func http2Options() (map[string]*anypb.Any, error) {
 	return map[string]*anypb.Any{httpProtocolOptions: a}, nil
 }
 
-// upstreamTLS verifies the upstream against the CA bundle and, when an SNI is
-// given, requires the certificate to carry it as a DNS SAN: TLS without
-// verification would only look secure.
+// upstreamTLS verifies the upstream against the cluster's CA secret (by
+// SDS) or the gateway's CA bundle and, when an SNI is given, requires the
+// certificate to carry it as a DNS SAN: TLS without verification would only
+// look secure. A client certificate secret makes it mutual TLS.
 func (c *compiler) upstreamTLS(sc *spec.Cluster) (*corev3.TransportSocket, error) {
-	vc := &tlsv3.CertificateValidationContext{
-		TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: c.opts.UpstreamCAFile}},
-	}
+	vc := &tlsv3.CertificateValidationContext{}
 	if sni := sc.TLS.SNI; sni != "" {
 		vc.MatchTypedSubjectAltNames = []*tlsv3.SubjectAltNameMatcher{{
 			SanType: tlsv3.SubjectAltNameMatcher_DNS,
 			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
 		}}
 	}
-	common := &tlsv3.CommonTlsContext{
-		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc},
+	common := &tlsv3.CommonTlsContext{}
+	if ca := sc.TLS.CASecret; ca != "" {
+		// The SDS secret carries the trusted CAs; the SAN check stays
+		// with the cluster, merged in by Envoy.
+		common.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         vc,
+				ValidationContextSdsSecretConfig: sdsConfig(ca),
+			},
+		}
+	} else {
+		vc.TrustedCa = fileSource(c.opts.UpstreamCAFile)
+		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc}
+	}
+	if cert := sc.TLS.ClientCertificate; cert != "" {
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsConfig(cert)}
 	}
 	if sc.HTTP2 {
 		common.AlpnProtocols = []string{"h2"}

@@ -1,5 +1,5 @@
 // Package compile turns one config version (*spec.Config) into an immutable
-// xDS snapshot: the Envoy resources (LDS, RDS, CDS, EDS), the standard
+// xDS snapshot: the Envoy resources (LDS, RDS, CDS, EDS, SDS), the standard
 // envoyproxy/ratelimit RateLimitConfig, and Portico's own auth and rate-limit
 // resources for extauthz and ratelimitsvc.
 //
@@ -90,8 +90,13 @@ type Options struct {
 	// DefaultMaxRequestBytes caps request bodies on routes without their own
 	// limit; 0 means unlimited.
 	DefaultMaxRequestBytes uint32
-	// UpstreamCAFile is the CA bundle Envoy verifies upstream TLS against.
+	// UpstreamCAFile is the CA bundle Envoy verifies upstream TLS against
+	// for clusters without a caSecret.
 	UpstreamCAFile string
+	// Unseal opens the sealed private key of an inline tls secret (package
+	// seal). Nil: a config whose listeners or clusters use such a secret
+	// fails to compile with ErrUnseal. It must be safe for concurrent use.
+	Unseal func(sealed string) ([]byte, error)
 }
 
 func (o Options) withDefaults() Options {
@@ -165,6 +170,9 @@ func Compile(cfg *spec.Config, opts Options) (*Snapshot, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if err := CheckConfig(cfg, opts); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	c := &compiler{cfg: cfg, opts: opts}
 
 	clusters, endpoints, err := c.clusters()
@@ -179,11 +187,16 @@ func Compile(cfg *spec.Config, opts Options) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	secrets, err := c.secrets()
+	if err != nil {
+		return nil, err
+	}
 	res := map[string][]Resource{
 		ClusterType:         clusters,
 		EndpointType:        endpoints,
 		ListenerType:        listeners,
 		RouteType:           {routes},
+		SecretType:          secrets,
 		JwtProviderType:     c.jwtProviders(),
 		ApiKeyShardType:     c.apiKeyShards(),
 		RevocationListType:  {c.revocations()},

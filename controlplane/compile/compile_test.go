@@ -40,6 +40,12 @@ func reinsert(cfg *spec.Config) *spec.Config {
 	for _, k := range rev(spec.SortedKeys(cfg.RateLimitRules)) {
 		out.RateLimitRules[k] = cfg.RateLimitRules[k]
 	}
+	for _, k := range rev(spec.SortedKeys(cfg.Secrets)) {
+		out.Secrets[k] = cfg.Secrets[k]
+	}
+	for _, k := range rev(spec.SortedKeys(cfg.Listeners)) {
+		out.Listeners[k] = cfg.Listeners[k]
+	}
 	return out
 }
 

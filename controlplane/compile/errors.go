@@ -11,4 +11,7 @@ var (
 	// ErrInvalidOutput means a compiled resource failed its proto validation
 	// or the snapshot is inconsistent: a compiler bug, never the caller's.
 	ErrInvalidOutput = errors.New("compile: invalid output")
+	// ErrUnseal means an inline secret's sealed private key cannot be
+	// opened: no Options.Unseal, or another key sealed it.
+	ErrUnseal = errors.New("compile: cannot unseal a secret")
 )

@@ -59,8 +59,9 @@ func anyOf(m proto.Message) (*anypb.Any, error) {
 	return a, nil
 }
 
-// listeners compiles ingress_http and one API listener per distinct
-// non-wildcard route host, for proxyless gRPC clients dialing xds:///<host>.
+// listeners compiles ingress_http, the operator's listeners, and one API
+// listener per distinct non-wildcard route host, for proxyless gRPC clients
+// dialing xds:///<host>.
 func (c *compiler) listeners() ([]Resource, error) {
 	hcm, err := c.hcm(false)
 	if err != nil {
@@ -80,6 +81,11 @@ func (c *compiler) listeners() ([]Resource, error) {
 			}},
 		}},
 	}}
+	user, err := c.userListeners(hcm)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, user...)
 	hosts := c.apiListenerHosts()
 	if len(hosts) > 0 {
 		api, err := c.hcm(true)
@@ -91,7 +97,7 @@ func (c *compiler) listeners() ([]Resource, error) {
 			return nil, err
 		}
 		for _, h := range hosts {
-			if h == ListenerName {
+			if _, user := c.cfg.Listeners[h]; h == ListenerName || user {
 				return nil, fmt.Errorf("%w: host %q collides with the listener name", ErrInvalidConfig, h)
 			}
 			out = append(out, &listenerv3.Listener{

@@ -25,6 +25,7 @@ const (
 	EndpointType        = resource.EndpointType
 	ListenerType        = resource.ListenerType
 	RouteType           = resource.RouteType
+	SecretType          = resource.SecretType
 	RateLimitConfigType = resource.RateLimitConfigType
 
 	JwtProviderType    = resource.APITypePrefix + "portico.auth.v1.JwtProvider"
@@ -34,9 +35,9 @@ const (
 )
 
 // TypeURLs lists every type a snapshot serves, Envoy types first in the
-// order ADS wants them (CDS, EDS, LDS, RDS). Read-only.
+// order ADS wants them (CDS, EDS, LDS, RDS, SDS). Read-only.
 var TypeURLs = []string{
-	ClusterType, EndpointType, ListenerType, RouteType, RateLimitConfigType,
+	ClusterType, EndpointType, ListenerType, RouteType, SecretType, RateLimitConfigType,
 	JwtProviderType, ApiKeyShardType, RevocationListType, RateLimitRuleType,
 }
 
