@@ -1,0 +1,346 @@
+// Package policy is extauthz's view of the auth resources the control plane
+// serves over xDS: JWT providers, API-key hashes and revoked jtis, validated
+// and indexed into one immutable Policy value.
+//
+// A Policy is never modified after Build returns it; a new config produces a
+// new Policy that callers swap in atomically, so readers need no lock.
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	authv1 "github.com/portico-io/portico/proto/portico/auth/v1"
+)
+
+// Type URLs of the resources a Policy is built from.
+const (
+	JwtProviderType    = "type.googleapis.com/portico.auth.v1.JwtProvider"
+	ApiKeyShardType    = "type.googleapis.com/portico.auth.v1.ApiKeyShard"
+	RevocationListType = "type.googleapis.com/portico.auth.v1.RevocationList"
+)
+
+// Types lists the resource types a Policy is built from. Read-only.
+var Types = []string{JwtProviderType, ApiKeyShardType, RevocationListType}
+
+// Defaults for provider fields left unset.
+const (
+	DefaultClockSkew    = 30 * time.Second
+	DefaultJWKSCacheTTL = 5 * time.Minute
+)
+
+// Algorithms extauthz verifies. HMAC and "none" are deliberately absent: a
+// provider publishes public keys, and a shared secret cannot be one.
+var Algorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+// Provider is one trusted issuer.
+type Provider struct {
+	Name      string
+	Issuer    string
+	Audiences []string
+	// Exactly one of JWKSURI and InlineKeys is set.
+	JWKSURI          string
+	InlineKeys       *jose.JSONWebKeySet
+	Algorithms       []string
+	ClockSkew        time.Duration
+	JWKSCacheTTL     time.Duration
+	IntrospectionURI string
+}
+
+// AllowsAlg reports whether alg is one of the provider's pinned algorithms.
+func (p *Provider) AllowsAlg(alg string) bool { return slices.Contains(p.Algorithms, alg) }
+
+// SameKeySource reports whether p and q would fetch the same keys the same
+// way, so a JWKS cache built for one can serve the other.
+func (p *Provider) SameKeySource(q *Provider) bool {
+	return p.JWKSURI == q.JWKSURI && p.JWKSCacheTTL == q.JWKSCacheTTL && p.InlineKeys == nil && q.InlineKeys == nil
+}
+
+// APIKey is one consumer credential, known by the SHA-256 of its secret.
+type APIKey struct {
+	ID       string
+	Hash     [sha256.Size]byte
+	Consumer string
+	Tenant   string
+	Tier     string
+	Scopes   []string
+	// ExpiresAt is zero for keys that do not expire.
+	ExpiresAt time.Time
+}
+
+// Resources are the raw resources of each type with the version they came
+// with: the input of Build and what is persisted to disk.
+type Resources map[string]TypeResources
+
+// TypeResources is the state of the world of one type.
+type TypeResources struct {
+	Version   string       `json:"version"`
+	Resources []*anypb.Any `json:"-"`
+}
+
+// With returns a copy of r with typeURL replaced.
+func (r Resources) With(typeURL string, tr TypeResources) Resources {
+	out := make(Resources, len(r)+1)
+	for k, v := range r {
+		out[k] = v
+	}
+	out[typeURL] = tr
+	return out
+}
+
+// Policy is an immutable, indexed auth policy.
+type Policy struct {
+	// Versions holds the xDS version of each type the policy was built from.
+	Versions  map[string]string
+	Providers map[string]*Provider
+	// Keys is indexed by the SHA-256 of the secret.
+	Keys map[[sha256.Size]byte]*APIKey
+	// Revoked maps a revoked jti to the token's own expiry. An entry
+	// matters until that expiry plus Grace.
+	Revoked map[string]time.Time
+	// Grace is the largest provider clock skew: a token is accepted up to
+	// exp+skew, so its revocation must be kept that long too.
+	Grace time.Duration
+	// Raw is what the policy was built from (shared; MUST NOT be modified).
+	Raw Resources
+}
+
+// Complete reports whether every type has been received at least once.
+func (p *Policy) Complete() bool {
+	for _, t := range Types {
+		if _, ok := p.Versions[t]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Version returns the numeric xDS version of typeURL, or -1.
+func (p *Policy) Version(typeURL string) float64 {
+	v, err := strconv.ParseFloat(p.Versions[typeURL], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// IsRevoked reports whether jti is revoked at now.
+func (p *Policy) IsRevoked(jti string, now time.Time) bool {
+	if jti == "" {
+		return false
+	}
+	exp, ok := p.Revoked[jti]
+	return ok && !now.After(exp.Add(p.Grace))
+}
+
+// Prune returns a policy without the revocations that expired before now,
+// or p itself when none did. Expired revocations name tokens that no longer
+// verify anyway, so dropping them changes no decision and bounds memory.
+func (p *Policy) Prune(now time.Time) *Policy {
+	n := 0
+	for _, exp := range p.Revoked {
+		if now.After(exp.Add(p.Grace)) {
+			n++
+		}
+	}
+	if n == 0 {
+		return p
+	}
+	q := *p
+	q.Revoked = make(map[string]time.Time, len(p.Revoked)-n)
+	for jti, exp := range p.Revoked {
+		if !now.After(exp.Add(p.Grace)) {
+			q.Revoked[jti] = exp
+		}
+	}
+	return &q
+}
+
+// Build validates res and indexes it. Missing types count as empty. A
+// *ValidationError names the first resource that failed. Revocations that
+// no longer matter at now are left out.
+func Build(res Resources, now time.Time) (*Policy, error) {
+	p := &Policy{
+		Versions:  map[string]string{},
+		Providers: map[string]*Provider{},
+		Keys:      map[[sha256.Size]byte]*APIKey{},
+		Revoked:   map[string]time.Time{},
+		Raw:       res,
+	}
+	for t, tr := range res {
+		if !slices.Contains(Types, t) {
+			return nil, &ValidationError{Type: t, Err: ErrUnknownType}
+		}
+		p.Versions[t] = tr.Version
+		for i, a := range tr.Resources {
+			if a.GetTypeUrl() != t {
+				return nil, &ValidationError{Type: t, Index: i, Err: fmt.Errorf("%w: resource has type %q", ErrInvalid, a.GetTypeUrl())}
+			}
+			var err error
+			var name string
+			switch t {
+			case JwtProviderType:
+				name, err = p.addProvider(a)
+			case ApiKeyShardType:
+				name, err = p.addShard(a)
+			case RevocationListType:
+				name, err = p.addRevocations(a)
+			}
+			if err != nil {
+				return nil, &ValidationError{Type: t, Index: i, Name: name, Err: err}
+			}
+		}
+	}
+	p.Grace = DefaultClockSkew
+	for _, prov := range p.Providers {
+		p.Grace = max(p.Grace, prov.ClockSkew)
+	}
+	return p.Prune(now), nil
+}
+
+func (p *Policy) addProvider(a *anypb.Any) (string, error) {
+	var m authv1.JwtProvider
+	if err := proto.Unmarshal(a.GetValue(), &m); err != nil {
+		return "", fmt.Errorf("%w: decode: %v", ErrInvalid, err)
+	}
+	name := m.GetName()
+	switch {
+	case name == "":
+		return name, fmt.Errorf("%w: name is empty", ErrInvalid)
+	case p.Providers[name] != nil:
+		return name, fmt.Errorf("%w: duplicate provider", ErrInvalid)
+	case m.GetIssuer() == "":
+		return name, fmt.Errorf("%w: issuer is empty", ErrInvalid)
+	case (m.GetJwksUri() == "") == (m.GetInlineJwks() == ""):
+		return name, fmt.Errorf("%w: exactly one of jwks_uri and inline_jwks must be set", ErrInvalid)
+	case m.GetJwksUri() != "" && !strings.HasPrefix(m.GetJwksUri(), "http://") && !strings.HasPrefix(m.GetJwksUri(), "https://"):
+		return name, fmt.Errorf("%w: jwks_uri must be an http(s) URL", ErrInvalid)
+	case len(m.GetAlgorithms()) == 0:
+		return name, fmt.Errorf("%w: no algorithms", ErrInvalid)
+	}
+	for _, alg := range m.GetAlgorithms() {
+		if !slices.Contains(Algorithms, alg) {
+			return name, fmt.Errorf("%w: algorithm %q is not supported (want one of %s)", ErrInvalid, alg, strings.Join(Algorithms, ", "))
+		}
+	}
+	prov := &Provider{
+		Name:             name,
+		Issuer:           m.GetIssuer(),
+		Audiences:        slices.Clone(m.GetAudiences()),
+		JWKSURI:          m.GetJwksUri(),
+		Algorithms:       slices.Clone(m.GetAlgorithms()),
+		ClockSkew:        DefaultClockSkew,
+		JWKSCacheTTL:     DefaultJWKSCacheTTL,
+		IntrospectionURI: m.GetIntrospectionUri(),
+	}
+	if d := m.GetClockSkew(); d != nil {
+		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
+			return name, fmt.Errorf("%w: clock_skew is invalid", ErrInvalid)
+		}
+		prov.ClockSkew = d.AsDuration()
+	}
+	if d := m.GetJwksCacheTtl(); d != nil && d.AsDuration() != 0 {
+		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
+			return name, fmt.Errorf("%w: jwks_cache_ttl is invalid", ErrInvalid)
+		}
+		prov.JWKSCacheTTL = d.AsDuration()
+	}
+	if s := m.GetInlineJwks(); s != "" {
+		set, err := ParseJWKS([]byte(s))
+		if err != nil {
+			return name, fmt.Errorf("inline_jwks: %w", err)
+		}
+		prov.InlineKeys = set
+	}
+	p.Providers[name] = prov
+	return name, nil
+}
+
+// ParseJWKS parses a JWK set and checks that every key is a public key
+// extauthz can verify with. A set with no usable key is an error.
+func ParseJWKS(b []byte) (*jose.JSONWebKeySet, error) {
+	var set jose.JSONWebKeySet
+	if err := json.Unmarshal(b, &set); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadJWKS, err)
+	}
+	if len(set.Keys) == 0 {
+		return nil, fmt.Errorf("%w: no keys", ErrBadJWKS)
+	}
+	for i, k := range set.Keys {
+		if !k.Valid() || !k.IsPublic() {
+			return nil, fmt.Errorf("%w: key %d (kid %q) is not a valid public key", ErrBadJWKS, i, k.KeyID)
+		}
+	}
+	return &set, nil
+}
+
+func (p *Policy) addShard(a *anypb.Any) (string, error) {
+	var m authv1.ApiKeyShard
+	if err := proto.Unmarshal(a.GetValue(), &m); err != nil {
+		return "", fmt.Errorf("%w: decode: %v", ErrInvalid, err)
+	}
+	for _, k := range m.GetKeys() {
+		if len(k.GetSha256()) != sha256.Size {
+			return m.GetName(), fmt.Errorf("%w: key %q: sha256 has %d bytes, want %d", ErrInvalid, k.GetId(), len(k.GetSha256()), sha256.Size)
+		}
+		if k.GetConsumer() == "" {
+			return m.GetName(), fmt.Errorf("%w: key %q: consumer is empty", ErrInvalid, k.GetId())
+		}
+		key := &APIKey{ID: k.GetId(), Consumer: k.GetConsumer(), Tenant: k.GetTenant(), Tier: k.GetTier(), Scopes: slices.Clone(k.GetScopes())}
+		copy(key.Hash[:], k.GetSha256())
+		if k.GetExpiresAt() != nil {
+			key.ExpiresAt = k.GetExpiresAt().AsTime()
+		}
+		if p.Keys[key.Hash] != nil {
+			return m.GetName(), fmt.Errorf("%w: key %q: duplicate hash", ErrInvalid, k.GetId())
+		}
+		p.Keys[key.Hash] = key
+	}
+	return m.GetName(), nil
+}
+
+func (p *Policy) addRevocations(a *anypb.Any) (string, error) {
+	var m authv1.RevocationList
+	if err := proto.Unmarshal(a.GetValue(), &m); err != nil {
+		return "", fmt.Errorf("%w: decode: %v", ErrInvalid, err)
+	}
+	for _, r := range m.GetRevocations() {
+		if r.GetJti() == "" {
+			return m.GetName(), fmt.Errorf("%w: revocation with empty jti", ErrInvalid)
+		}
+		if r.GetExpiresAt() == nil {
+			return m.GetName(), fmt.Errorf("%w: revocation %q has no expires_at", ErrInvalid, r.GetJti())
+		}
+		p.Revoked[r.GetJti()] = r.GetExpiresAt().AsTime()
+	}
+	return m.GetName(), nil
+}
+
+// ValidationError says which resource made Build fail.
+type ValidationError struct {
+	Type  string
+	Index int
+	Name  string
+	Err   error
+}
+
+func (e *ValidationError) Error() string {
+	short := e.Type[strings.LastIndexByte(e.Type, '.')+1:]
+	if e.Name != "" {
+		return fmt.Sprintf("policy: %s %q: %v", short, e.Name, e.Err)
+	}
+	return fmt.Sprintf("policy: %s[%d]: %v", short, e.Index, e.Err)
+}
+
+func (e *ValidationError) Unwrap() error { return e.Err }
+
+var _ error = (*ValidationError)(nil)
