@@ -1,6 +1,7 @@
 // Package admin is the control plane's admin REST API under /admin/v1: JSON
 // CRUD of the spec resources, consumers' API keys, config versions,
-// rollback, audit and connected xDS nodes.
+// rollback, audit and connected xDS nodes. TLS secrets' private keys are
+// write-only and sealed before they are stored (see secrets.go).
 //
 // Semantics every client relies on: POST requires an Idempotency-Key (same
 // key and body replay the first response; same key, other body: 422);
@@ -59,6 +60,9 @@ type Config struct {
 	Logger   *slog.Logger
 	// MaxBodyBytes caps request bodies; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// Sealer encrypts secrets' private keys at rest; nil refuses inline
+	// private keys (secrets referencing files still work).
+	Sealer Sealer
 }
 
 // Handler serves the admin API. It is safe for concurrent use.
@@ -66,6 +70,7 @@ type Handler struct {
 	store    *store.Store
 	nodes    NodeLister
 	rollouts Rollouts
+	sealer   Sealer
 	log      *slog.Logger
 	maxBody  int64
 	metrics  *metrics
@@ -98,6 +103,7 @@ func New(cfg Config) (*Handler, error) {
 		store:    cfg.Store,
 		nodes:    cfg.Nodes,
 		rollouts: cfg.Rollouts,
+		sealer:   cfg.Sealer,
 		log:      cfg.Logger,
 		maxBody:  cfg.MaxBodyBytes,
 		metrics:  m,
@@ -111,7 +117,7 @@ func New(cfg Config) (*Handler, error) {
 // managedKinds are served as /admin/v1/<kind>. API keys are not: they are
 // created and revoked under their consumer, and never listed with hashes.
 var managedKinds = []spec.Kind{spec.KindCluster, spec.KindRoute, spec.KindJWTProvider,
-	spec.KindConsumer, spec.KindRevocation, spec.KindRateLimitRule}
+	spec.KindConsumer, spec.KindRevocation, spec.KindRateLimitRule, spec.KindSecret, spec.KindListener}
 
 // routes is the whole API surface, one line per endpoint.
 func (h *Handler) routes() {

@@ -54,6 +54,8 @@ type configView struct {
 	Consumers      []*spec.Consumer      `json:"consumers"`
 	Revocations    []*spec.Revocation    `json:"revocations"`
 	RateLimitRules []*spec.RateLimitRule `json:"ratelimitRules"`
+	Secrets        []secretView          `json:"secrets"`
+	Listeners      []*spec.Listener      `json:"listeners"`
 	APIKeyCount    int                   `json:"apiKeyCount"`
 }
 
@@ -73,8 +75,18 @@ func viewConfig(c *spec.Config) configView {
 		Consumers:      sorted(c.Consumers),
 		Revocations:    sorted(c.Revocations),
 		RateLimitRules: sorted(c.RateLimitRules),
+		Secrets:        secretViews(sorted(c.Secrets)),
+		Listeners:      sorted(c.Listeners),
 		APIKeyCount:    len(c.APIKeys),
 	}
+}
+
+func secretViews(s []*spec.Secret) []secretView {
+	out := make([]secretView, len(s))
+	for i, x := range s {
+		out[i] = viewSecret(x)
+	}
+	return out
 }
 
 func (h *Handler) getVersion(w http.ResponseWriter, r *http.Request) error {
@@ -163,9 +175,7 @@ func (h *Handler) listAudit(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	for i := range items {
-		if items[i].Kind == spec.KindAPIKey {
-			items[i].Diff = redactKeyHash(items[i].Diff)
-		}
+		items[i].Diff = redactDiff(items[i].Kind, items[i].Diff)
 	}
 	out := list[store.AuditEntry]{Items: nonNil(items)}
 	if next != 0 {
@@ -190,21 +200,4 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
-}
-
-// redactKeyHash drops the sha256 field from an API key diff: the hash is not
-// a secret, but nothing needs to read it through the API.
-func redactKeyHash(diff json.RawMessage) json.RawMessage {
-	var d map[string]map[string]json.RawMessage
-	if err := json.Unmarshal(diff, &d); err != nil {
-		return json.RawMessage(`{}`)
-	}
-	for _, side := range d {
-		delete(side, "sha256")
-	}
-	out, err := json.Marshal(d)
-	if err != nil {
-		return json.RawMessage(`{}`)
-	}
-	return out
 }

@@ -29,9 +29,9 @@ func (h *Handler) list(k spec.Kind) HandlerFunc {
 		if err != nil {
 			return err
 		}
-		out := list[spec.Resource]{Items: make([]spec.Resource, len(items)), NextCursor: next}
+		out := list[any]{Items: make([]any, len(items)), NextCursor: next}
 		for i, it := range items {
-			out.Items[i] = it.Resource
+			out.Items[i] = view(it.Resource)
 		}
 		writeJSON(w, http.StatusOK, out)
 		return nil
@@ -45,7 +45,7 @@ func (h *Handler) get(k spec.Kind) HandlerFunc {
 			return err
 		}
 		w.Header().Set("ETag", tag)
-		writeJSON(w, http.StatusOK, res)
+		writeJSON(w, http.StatusOK, view(res))
 		return nil
 	}
 }
@@ -63,9 +63,17 @@ func (h *Handler) create(k spec.Kind) HandlerFunc {
 		if err := jsonObject(body); err != nil {
 			return err
 		}
+		if err := rejectSealedKey(k, body); err != nil {
+			return err
+		}
 		res, err := spec.Decode(k, body)
 		if err != nil {
 			return err
+		}
+		if s, ok := res.(*spec.Secret); ok {
+			if err := h.sealSecret(s, false, nil); err != nil {
+				return err
+			}
 		}
 		return h.applyOne(w, r, m, store.Change{Kind: k, Name: res.ResourceName(), Resource: res}, http.StatusCreated)
 	}
@@ -95,9 +103,35 @@ func (h *Handler) replace(k spec.Kind) HandlerFunc {
 		if err != nil {
 			return err
 		}
+		if err := rejectSealedKey(k, body); err != nil {
+			return err
+		}
+		var (
+			cur  spec.Resource
+			kept bool
+		)
+		if k == spec.KindSecret {
+			// The kept key must come from the revision If-Match names.
+			var tag string
+			if cur, tag, err = h.store.Get(r.Context(), k, name); err != nil {
+				return err
+			}
+			if match != store.IfMatchAny && match != tag {
+				return store.ErrPreconditionFailed
+			}
+			match = tag
+			if body, kept, err = keepSealedKey(body, cur); err != nil {
+				return err
+			}
+		}
 		res, err := spec.Decode(k, body)
 		if err != nil {
 			return err
+		}
+		if s, ok := res.(*spec.Secret); ok {
+			if err := h.sealSecret(s, kept, cur); err != nil {
+				return err
+			}
 		}
 		return h.applyOne(w, r, m, store.Change{Kind: k, Name: name, Resource: res, IfMatch: match}, http.StatusOK)
 	}
@@ -131,7 +165,18 @@ func (h *Handler) patch(k spec.Kind) HandlerFunc {
 		if match != store.IfMatchAny && match != tag {
 			return store.ErrPreconditionFailed
 		}
-		curJSON, err := json.Marshal(cur)
+		if err := rejectSealedKey(k, body); err != nil {
+			return err
+		}
+		base := cur
+		if s, ok := cur.(*spec.Secret); ok {
+			// Merge onto the secret without its key; keepSealedKey
+			// puts it back unless the patch replaces or drops it.
+			c := *s
+			c.SealedPrivateKey = ""
+			base = &c
+		}
+		curJSON, err := json.Marshal(base)
 		if err != nil {
 			return fmt.Errorf("admin: encode %s/%s: %w", k, name, err)
 		}
@@ -139,9 +184,18 @@ func (h *Handler) patch(k spec.Kind) HandlerFunc {
 		if err != nil {
 			return err
 		}
+		merged, kept, err := keepSealedKey(merged, cur)
+		if err != nil {
+			return err
+		}
 		res, err := spec.Decode(k, merged)
 		if err != nil {
 			return err
+		}
+		if s, ok := res.(*spec.Secret); ok {
+			if err := h.sealSecret(s, kept, cur); err != nil {
+				return err
+			}
 		}
 		if res.ResourceName() != name {
 			return &Error{Status: http.StatusUnprocessableEntity, Code: spec.CodeInvalid, Field: nameField(k), Message: "cannot be changed"}
@@ -171,7 +225,8 @@ func (h *Handler) applyOne(w http.ResponseWriter, r *http.Request, m store.Meta,
 	var body []byte
 	if c.Resource != nil {
 		var err error
-		if body, err = json.Marshal(c.Resource); err != nil {
+		// The recorded replay body is the same view: never key material.
+		if body, err = json.Marshal(view(c.Resource)); err != nil {
 			return fmt.Errorf("admin: encode %s/%s: %w", c.Kind, c.Name, err)
 		}
 	}
@@ -211,7 +266,7 @@ func (h *Handler) unchanged(w http.ResponseWriter, r *http.Request, k spec.Kind,
 	}
 	setVersion(w, head)
 	w.Header().Set("ETag", tag)
-	writeJSON(w, http.StatusOK, cur)
+	writeJSON(w, http.StatusOK, view(cur))
 	return nil
 }
 
