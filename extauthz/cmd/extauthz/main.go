@@ -1,0 +1,48 @@
+// Command extauthz runs Portico's Envoy ext_authz service: gRPC
+// envoy.service.auth.v3.Authorization on :18100 and /metrics, /healthz,
+// /readyz on :18101, with its policy from the control plane over xDS.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/portico-io/portico/extauthz"
+	"github.com/portico-io/portico/extauthz/jwks"
+	"github.com/portico-io/portico/internal/envflag"
+	"github.com/portico-io/portico/internal/logging"
+)
+
+func main() {
+	fs := flag.NewFlagSet("extauthz", flag.ExitOnError)
+	grpcAddr := envflag.String(fs, "grpc-addr", "PORTICO_EXTAUTHZ_GRPC_ADDR", extauthz.DefaultGRPCAddr, "ext_authz gRPC listen address")
+	httpAddr := envflag.String(fs, "http-addr", "PORTICO_EXTAUTHZ_HTTP_ADDR", extauthz.DefaultHTTPAddr, "metrics and health HTTP listen address")
+	xdsAddr := envflag.String(fs, "xds-addr", "PORTICO_XDS_ADDR", extauthz.DefaultXDSAddr, "control plane xDS address (empty: persisted policy only)")
+	nodeID := envflag.String(fs, "node-id", "PORTICO_NODE_ID", "", "xDS node id (default extauthz-<hostname>)")
+	stateDir := envflag.String(fs, "state-dir", "PORTICO_EXTAUTHZ_STATE_DIR", extauthz.DefaultStateDir, "directory holding the last applied policy")
+	refresh := envflag.Duration(fs, "jwks-min-refresh-interval", "PORTICO_EXTAUTHZ_JWKS_MIN_REFRESH_INTERVAL", jwks.DefaultMinRefreshInterval, "least time between two JWKS fetches of one provider")
+	cacheSize := envflag.Uint(fs, "token-cache-size", "PORTICO_EXTAUTHZ_TOKEN_CACHE_SIZE", 100000, "verified-token cache entries")
+	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
+	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	_ = fs.Parse(os.Args[1:])
+
+	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	cfg := extauthz.Config{
+		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, XDSAddr: *xdsAddr, NodeID: *nodeID, StateDir: *stateDir,
+		MinJWKSRefreshInterval: *refresh, TokenCacheSize: int(*cacheSize), Logger: log,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := extauthz.Run(ctx, cfg); err != nil {
+		log.Error("extauthz: exiting", "err", err)
+		os.Exit(1)
+	}
+}

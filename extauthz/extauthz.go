@@ -1,0 +1,245 @@
+// Package extauthz wires Portico's ext_authz service together: the
+// Authorization gRPC service (authz), the policy it decides with, arriving
+// over xDS from the control plane (xdsclient) and persisted to disk so the
+// service boots and decides while the control plane is down (policy.Save /
+// policy.Load), and the HTTP endpoints for metrics and health.
+package extauthz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/portico-io/portico/extauthz/authz"
+	"github.com/portico-io/portico/extauthz/policy"
+	"github.com/portico-io/portico/extauthz/xdsclient"
+	"github.com/portico-io/portico/internal/grpcserver"
+	"github.com/portico-io/portico/internal/health"
+	"github.com/portico-io/portico/internal/httpserver"
+)
+
+// Defaults for Config.
+const (
+	DefaultGRPCAddr      = "127.0.0.1:18100"
+	DefaultHTTPAddr      = "127.0.0.1:18101"
+	DefaultXDSAddr       = "127.0.0.1:18000"
+	DefaultStateDir      = ".run/extauthz"
+	NodeCluster          = "portico-extauthz"
+	DefaultPruneEvery    = time.Minute
+	authorizationService = "envoy.service.auth.v3.Authorization"
+)
+
+// Config configures Run. Zero values take the defaults, except XDSAddr:
+// empty means "no control plane, the persisted policy only".
+type Config struct {
+	GRPCAddr string
+	HTTPAddr string
+	XDSAddr  string
+	// NodeID identifies this replica to the control plane (default
+	// "extauthz-<hostname>").
+	NodeID string
+	// StateDir holds the last applied policy.
+	StateDir string
+	// MinJWKSRefreshInterval and TokenCacheSize: see authz.Config.
+	MinJWKSRefreshInterval time.Duration
+	TokenCacheSize         int
+	// XDSMinBackoff and XDSMaxBackoff bound reconnect delays.
+	XDSMinBackoff, XDSMaxBackoff time.Duration
+	Logger                       *slog.Logger
+	Registry                     *prometheus.Registry
+
+	// Ready, when set, receives the listen addresses once both servers
+	// listen (a test hook).
+	Ready chan<- Addrs
+}
+
+// Addrs are the addresses the servers actually listen on.
+type Addrs struct{ GRPC, HTTP string }
+
+func (c *Config) defaults() {
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultGRPCAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.NodeID == "" {
+		host, _ := os.Hostname()
+		c.NodeID = "extauthz-" + host
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+}
+
+// Run serves until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	log := cfg.Logger
+	srv := authz.New(authz.Config{
+		TokenCacheSize: cfg.TokenCacheSize, MinJWKSRefreshInterval: cfg.MinJWKSRefreshInterval,
+		Registerer: cfg.Registry, Logger: log,
+	})
+	g := grpcserver.New()
+	authv3.RegisterAuthorizationServer(g.Server, srv)
+	g.Health.SetServingStatus(authorizationService, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	grp, gctx := errgroup.WithContext(ctx)
+	ap := &applier{srv: srv, dir: cfg.StateDir, log: log, ctx: gctx, onReady: func() {
+		g.Health.SetServingStatus(authorizationService, healthpb.HealthCheckResponse_SERVING)
+	}}
+	if err := ap.boot(); err != nil {
+		log.Warn("extauthz: persisted policy not loaded", "dir", cfg.StateDir, "err", err)
+	}
+	if cfg.XDSAddr == "" && srv.Policy() == nil {
+		log.Warn("extauthz: no xDS address and no persisted policy: every check is denied")
+	}
+
+	checks := health.New()
+	checks.Add("policy", func(context.Context) error {
+		if !ap.ready() {
+			return errNotLoaded
+		}
+		return nil
+	})
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("extauthz: grpc listener: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("extauthz: http listener: %w", err)
+	}
+	grp.Go(func() error { return g.Serve(gctx, grpcLis, 5*time.Second) })
+	grp.Go(func() error {
+		return httpserver.Serve(gctx, httpLis, httpserver.Config{Gatherer: cfg.Registry, Health: checks, Logger: log})
+	})
+	if cfg.XDSAddr != "" {
+		grp.Go(func() error {
+			return xdsclient.Run(gctx, xdsclient.Config{
+				Addr: cfg.XDSAddr, Node: &corev3.Node{Id: cfg.NodeID, Cluster: NodeCluster, UserAgentName: "portico-extauthz"},
+				Types: policy.Types, Apply: ap.apply, MinBackoff: cfg.XDSMinBackoff, MaxBackoff: cfg.XDSMaxBackoff, Logger: log,
+			})
+		})
+	}
+	grp.Go(func() error {
+		t := time.NewTicker(DefaultPruneEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+				srv.Prune()
+			}
+		}
+	})
+	if cfg.Ready != nil {
+		cfg.Ready <- Addrs{GRPC: grpcLis.Addr().String(), HTTP: httpLis.Addr().String()}
+	}
+	log.Info("extauthz: serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "xds", cfg.XDSAddr, "node", cfg.NodeID)
+	err = grp.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+var errNotLoaded = errors.New("extauthz: no policy loaded yet")
+
+// applier turns xDS responses into policies. apply runs on the xDS client's
+// goroutine only; mu guards raw and loaded against readiness checks.
+type applier struct {
+	srv     *authz.Server
+	dir     string
+	log     *slog.Logger
+	ctx     context.Context
+	onReady func()
+
+	mu     sync.Mutex
+	raw    policy.Resources
+	loaded bool
+}
+
+// boot loads the persisted policy, if any.
+func (a *applier) boot() error {
+	res, err := policy.Load(a.dir)
+	if err != nil {
+		return err
+	}
+	p, err := policy.Build(res, time.Now())
+	if err != nil {
+		return err
+	}
+	a.srv.SetPolicy(p)
+	a.mu.Lock()
+	a.raw = res
+	a.mu.Unlock()
+	a.markLoaded(p)
+	a.log.Info("extauthz: booted from the persisted policy", "dir", a.dir, "versions", p.Versions)
+	go a.srv.Prefetch(a.ctx)
+	return nil
+}
+
+func (a *applier) apply(typeURL, version string, res []*anypb.Any) error {
+	a.mu.Lock()
+	cand := a.raw.With(typeURL, policy.TypeResources{Version: version, Resources: res})
+	a.mu.Unlock()
+	p, err := policy.Build(cand, time.Now())
+	if err != nil {
+		return err
+	}
+	a.srv.SetPolicy(p)
+	a.mu.Lock()
+	a.raw = cand
+	a.mu.Unlock()
+	a.log.Info("extauthz: policy applied", "type", typeURL, "version", version, "resources", len(res))
+	if p.Complete() {
+		if err := policy.Save(a.dir, cand, time.Now()); err != nil {
+			a.log.Error("extauthz: persisting the policy failed (still serving it)", "err", err)
+		}
+		a.markLoaded(p)
+	}
+	go a.srv.Prefetch(a.ctx)
+	return nil
+}
+
+func (a *applier) markLoaded(p *policy.Policy) {
+	if !p.Complete() {
+		return
+	}
+	a.mu.Lock()
+	first := !a.loaded
+	a.loaded = true
+	a.mu.Unlock()
+	if first {
+		a.onReady()
+	}
+}
+
+func (a *applier) ready() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.loaded
+}
