@@ -220,7 +220,9 @@ func eventually(t *testing.T, p *extauthzProc, req *authv3.CheckRequest, what st
 	}
 }
 
-func allowed(r *authv3.CheckResponse) bool { return r.GetOkResponse() != nil && r.GetStatus().GetCode() == 0 }
+func allowed(r *authv3.CheckResponse) bool {
+	return r.GetOkResponse() != nil && r.GetStatus().GetCode() == 0
+}
 
 func denyCode(code string) func(*authv3.CheckResponse) bool {
 	return func(r *authv3.CheckResponse) bool {
