@@ -1,0 +1,141 @@
+// Package bucket holds rate-limit state: token buckets and fixed-window
+// counters, in memory or in Redis, with identical semantics. One Check
+// decides a whole request: it evaluates every item and commits only if no
+// vetoing item is denied (check-all-then-commit), so a denied request
+// consumes nothing.
+//
+// Arithmetic is in integers so that Go (int64) and Redis Lua (float64)
+// agree exactly: a token bucket stores tokens × window-in-ms ("units"), so
+// one elapsed millisecond refills exactly Limit units.
+package bucket
+
+import (
+	"time"
+)
+
+// Kind is the counting algorithm of an item.
+type Kind int
+
+const (
+	// TokenBucket refills Limit tokens per Window up to Capacity.
+	TokenBucket Kind = iota
+	// FixedWindow admits at most Limit per aligned Window.
+	FixedWindow
+)
+
+// Item is one bucket a request touches.
+type Item struct {
+	// Key names the bucket. Within one Check, keys should share a Redis
+	// Cluster hash tag; callers build them.
+	Key      string
+	Kind     Kind
+	Limit    uint64
+	Capacity uint64 // token bucket only; at least Limit
+	Window   time.Duration
+	Cost     uint64
+	// Veto: a denial of this item blocks the commit of every item (ENFORCE).
+	// Non-veto items (SHADOW) are counted when the request commits but their
+	// denial blocks nothing.
+	Veto bool
+}
+
+// Result is one item's outcome.
+type Result struct {
+	Allowed bool
+	// Remaining whole tokens (or requests) after this request.
+	Remaining uint64
+	// RetryAfter is how long until Cost would be allowed (0 when allowed).
+	RetryAfter time.Duration
+	// ResetAfter is how long until the bucket is full (the window ends).
+	ResetAfter time.Duration
+}
+
+// Decision is the outcome of one Check.
+type Decision struct {
+	// Committed is true when no vetoing item was denied and the allowed
+	// items were consumed.
+	Committed bool
+	Results   []Result
+}
+
+// state is one bucket: token bucket (a = tokens in units, b = last refill
+// ms) or fixed window (a = window index, b = count).
+type state struct {
+	a, b   int64
+	exists bool
+}
+
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if q*b < a {
+		q++
+	}
+	return q
+}
+
+// eval computes one item at now (ms). It returns the result before commit
+// (pre) and after commit (post), and the state to store on commit.
+func eval(it Item, s state, now int64) (allowed bool, pre, post Result, next state) {
+	win := it.Window.Milliseconds()
+	limit := int64(it.Limit)
+	cost := int64(it.Cost)
+	switch it.Kind {
+	case FixedWindow:
+		w := now / win
+		var c int64
+		if s.exists && s.a == w {
+			c = s.b
+		}
+		allowed = c+cost <= limit
+		end := time.Duration((w+1)*win-now) * time.Millisecond
+		pre = Result{Allowed: allowed, Remaining: uint64(max(0, limit-c)), ResetAfter: end}
+		if !allowed {
+			pre.RetryAfter = end
+		}
+		post = pre
+		if allowed {
+			post.Remaining = uint64(limit - c - cost)
+		}
+		return allowed, pre, post, state{a: w, b: c + cost, exists: true}
+	default:
+		capU := int64(it.Capacity) * win
+		costU := cost * win
+		tok, ts := capU, now
+		if s.exists {
+			tok, ts = min(s.a, capU), s.b
+		}
+		if need := capU - tok; need > 0 {
+			if el := max(0, now-ts); el >= ceilDiv(need, limit) {
+				tok = capU
+			} else {
+				tok += el * limit
+			}
+		}
+		allowed = tok >= costU
+		pre = Result{Allowed: allowed, Remaining: uint64(tok / win),
+			ResetAfter: time.Duration(ceilDiv(capU-tok, limit)) * time.Millisecond}
+		if !allowed {
+			pre.RetryAfter = time.Duration(ceilDiv(costU-tok, limit)) * time.Millisecond
+		}
+		post = pre
+		if allowed {
+			tok -= costU
+			post.Remaining = uint64(tok / win)
+			post.ResetAfter = time.Duration(ceilDiv(capU-tok, limit)) * time.Millisecond
+		}
+		return allowed, pre, post, state{a: tok, b: now, exists: true}
+	}
+}
+
+// ttl is how long an idle bucket is kept: about twice its full-refill time
+// (token bucket) or until its window ends (fixed window); at least 1s.
+func ttl(it Item, now int64) time.Duration {
+	win := it.Window.Milliseconds()
+	var ms int64
+	if it.Kind == FixedWindow {
+		ms = (now/win+1)*win - now
+	} else {
+		ms = 2 * ceilDiv(int64(it.Capacity)*win, int64(it.Limit))
+	}
+	return time.Duration(max(ms, 1000)) * time.Millisecond
+}

@@ -1,0 +1,91 @@
+-- Check-all-then-commit over every bucket of one request (see bucket.go;
+-- this must stay equivalent to eval there).
+-- KEYS[i]: bucket keys, sharing one hash tag.
+-- ARGV[1]: now in ms, or "" to use Redis TIME (the production path).
+-- ARGV[2+6(i-1) ..]: kind ("t" token bucket | "f" fixed window), limit,
+--   capacity, window ms, cost, veto ("1" = a denial blocks the commit).
+-- Returns {committed, then per key: allowed, remaining, retry ms, reset ms}.
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function ceildiv(a, b)
+  local q = math.floor(a / b)
+  if q * b < a then q = q + 1 end
+  return q
+end
+
+local n = #KEYS
+local st = {}
+local commit = true
+for i = 1, n do
+  local o = 2 + (i - 1) * 6
+  local kind, limit, cap, win, cost = ARGV[o], tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
+  local veto = ARGV[o + 5] == '1'
+  local r = { kind = kind, limit = limit, win = win }
+  if kind == 'f' then
+    local w = math.floor(now / win)
+    local s = redis.call('HMGET', KEYS[i], 'w', 'c')
+    local c = 0
+    if tonumber(s[1]) == w then c = tonumber(s[2]) or 0 end
+    r.allowed = c + cost <= limit
+    r.w, r.old, r.new = w, c, c + cost
+  else
+    local capU, costU = cap * win, cost * win
+    local s = redis.call('HMGET', KEYS[i], 't', 'ts')
+    local tok, ts = tonumber(s[1]), tonumber(s[2])
+    if tok == nil or ts == nil then
+      tok, ts = capU, now
+    end
+    if tok > capU then tok = capU end
+    local need = capU - tok
+    if need > 0 then
+      local el = now - ts
+      if el < 0 then el = 0 end
+      if el >= ceildiv(need, limit) then tok = capU else tok = tok + el * limit end
+    end
+    r.allowed = tok >= costU
+    r.capU, r.costU, r.old, r.new = capU, costU, tok, tok - costU
+  end
+  if veto and not r.allowed then commit = false end
+  st[i] = r
+end
+
+local out = { commit and 1 or 0 }
+for i = 1, n do
+  local r = st[i]
+  local done = commit and r.allowed
+  local v = r.old
+  if done then v = r.new end
+  local rem, retry, reset
+  if r.kind == 'f' then
+    local endms = (r.w + 1) * r.win - now
+    if done then
+      redis.call('HSET', KEYS[i], 'w', r.w, 'c', v)
+      redis.call('PEXPIRE', KEYS[i], math.max(endms, 1000))
+    end
+    rem = r.limit - v
+    if rem < 0 then rem = 0 end
+    reset = endms
+    retry = 0
+    if not r.allowed then retry = endms end
+  else
+    if done then
+      redis.call('HSET', KEYS[i], 't', v, 'ts', now)
+      redis.call('PEXPIRE', KEYS[i], math.max(2 * ceildiv(r.capU, r.limit), 1000))
+    end
+    rem = math.floor(v / r.win)
+    reset = ceildiv(r.capU - v, r.limit)
+    retry = 0
+    if not r.allowed then retry = ceildiv(r.costU - r.old, r.limit) end
+  end
+  out[#out + 1] = r.allowed and 1 or 0
+  out[#out + 1] = rem
+  out[#out + 1] = retry
+  out[#out + 1] = reset
+end
+return out

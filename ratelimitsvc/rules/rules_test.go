@@ -1,0 +1,133 @@
+package rules_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	ratelimitv1 "github.com/portico-io/portico/proto/portico/ratelimit/v1"
+	"github.com/portico-io/portico/ratelimitsvc/rules"
+)
+
+func e(kv ...string) []rules.Entry {
+	var out []rules.Entry
+	for i := 0; i < len(kv); i += 2 {
+		out = append(out, rules.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+func TestEnvoyYAMLMatching(t *testing.T) {
+	rs, version, err := rules.LoadDir("testdata/envoy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version == "" || len(rs) != 8 {
+		t.Fatalf("version %q, %d rules", version, len(rs))
+	}
+	tab, err := rules.Build(rs, map[string]string{"file": version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		domain  string
+		entries []rules.Entry
+		want    string // rule path summary: limit/window/mode or "" for none
+	}{
+		{"mongo_cps", e("database", "users"), "500/1s"},
+		{"mongo_cps", e("database", "other"), ""},
+		{"messaging", e("message_type", "marketing", "to_number", "2061234567"), "5/24h0m0s"},
+		{"messaging", e("to_number", "2061234567"), "100/24h0m0s"},
+		{"messaging", e("message_type", "marketing"), ""},                  // limit only at the leaf
+		{"messaging", e("to_number", "1", "message_type", "marketing"), ""}, // no deeper node
+		{"edge_proxy_per_ip", e("remote_address", "10.0.0.1"), "10/1s"},
+		{"edge_proxy_per_ip", e("remote_address", "50.0.0.5"), "unlimited"},
+		{"edge_proxy_per_ip", e("path", "/foo/bar/baz"), "30/1m0s"}, // longest prefix
+		{"edge_proxy_per_ip", e("path", "/foo/x"), "20/1m0s shadow"},
+		{"nope", e("a", "b"), ""},
+		{"mongo_cps", nil, ""},
+	}
+	for _, c := range cases {
+		got := ""
+		if r := tab.Match(c.domain, c.entries, ""); r != nil {
+			got = summary(r)
+		}
+		if got != c.want {
+			t.Errorf("%s %v: got %q want %q", c.domain, c.entries, got, c.want)
+		}
+	}
+}
+
+func summary(r *rules.Rule) string {
+	if r.Unlimited {
+		return "unlimited"
+	}
+	s := strconv.FormatUint(uint64(r.Limit), 10) + "/" + r.Window.String()
+	if r.Mode == rules.Shadow {
+		s += " shadow"
+	}
+	return s
+}
+
+func TestYAMLErrors(t *testing.T) {
+	for name, doc := range map[string]string{
+		"no domain":    "descriptors: []",
+		"bad unit":     "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: fortnight, requests_per_unit: 1}",
+		"unknown key":  "domain: d\ndescriptors:\n- key: k\n  rate_limits: {}",
+		"empty key":    "domain: d\ndescriptors:\n- value: v\n  rate_limit: {unit: second, requests_per_unit: 1}",
+		"zero limit":   "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: second, requests_per_unit: 0}",
+		"duplicate":    "domain: d\ndescriptors:\n- key: k\n- key: k",
+		"not yaml map": "[1, 2",
+	} {
+		if _, _, err := rules.ParseYAML(name, []byte(doc)); !errors.Is(err, rules.ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestTenantOverridesAndPriority(t *testing.T) {
+	mk := func(name, tenant string, prio int32, limit uint32) *ratelimitv1.RateLimitRule {
+		return &ratelimitv1.RateLimitRule{Name: name, Domain: "portico", Tenant: tenant, Priority: prio, Limit: limit,
+			Window: durationpb.New(time.Second), Descriptors: []*ratelimitv1.Descriptor{{Key: "consumer"}}}
+	}
+	var rs []*rules.Rule
+	for _, p := range []*ratelimitv1.RateLimitRule{mk("base", "", 0, 5), mk("acme", "acme", 0, 50), mk("acme-hi", "acme", 10, 500), mk("global-hi", "", 5, 7)} {
+		r, err := rules.FromProto(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	tab, err := rules.Build(rs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tenant, want := range map[string]string{"": "global-hi", "other": "global-hi", "acme": "acme-hi"} {
+		if r := tab.Match("portico", e("consumer", "c1"), tenant); r == nil || r.Name != want {
+			t.Errorf("tenant %q: got %v want %s", tenant, r, want)
+		}
+	}
+	if _, err := rules.FromProto(&ratelimitv1.RateLimitRule{Name: "s", Domain: "d", Limit: 1, Window: durationpb.New(time.Second),
+		Algorithm: ratelimitv1.Algorithm_SLIDING_WINDOW, Descriptors: []*ratelimitv1.Descriptor{{Key: "k"}}}); !errors.Is(err, rules.ErrUnsupported) {
+		t.Errorf("sliding window: %v, want ErrUnsupported", err)
+	}
+}
+
+func TestLiveKeepsTableOnError(t *testing.T) {
+	l := rules.NewLive()
+	good := &rules.Rule{ID: "a", Domain: "d", Descriptors: e("k", ""), Limit: 1, Window: time.Second}
+	if err := l.Update("file", "v1", []*rules.Rule{good}); err != nil {
+		t.Fatal(err)
+	}
+	bad := &rules.Rule{ID: "b", Domain: "d", Descriptors: e("k", "")}
+	if err := l.Update("xds", "v2", []*rules.Rule{bad}); !errors.Is(err, rules.ErrInvalid) {
+		t.Fatalf("got %v", err)
+	}
+	tab := l.Load()
+	if len(tab.Rules()) != 1 || tab.Versions["file"] != "v1" || tab.Versions["xds"] != "" {
+		t.Fatalf("table changed: %v %v", tab.Rules(), tab.Versions)
+	}
+}

@@ -1,0 +1,216 @@
+package rules
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// TenantKey is the descriptor entry key that names a request's tenant; rules
+// with a Tenant apply only to requests carrying that tenant.
+const TenantKey = "tenant"
+
+// Table is an immutable, indexed set of rules. It is safe for concurrent use.
+type Table struct {
+	domains map[string]*node
+	rules   []*Rule
+	// Versions is the version of each source the table was built from.
+	Versions map[string]string
+}
+
+type node struct {
+	// exact is keyed by key+"\x00"+value; wildcard by key (empty value).
+	exact    map[string]*node
+	wildcard map[string]*node
+	prefixes []prefixChild
+	// rules are the candidates at this node, best first.
+	rules []*Rule
+}
+
+type prefixChild struct {
+	key, prefix string
+	n           *node
+}
+
+func newNode() *node {
+	return &node{exact: map[string]*node{}, wildcard: map[string]*node{}}
+}
+
+// Build validates every rule and indexes them. IDs must be unique.
+func Build(rs []*Rule, versions map[string]string) (*Table, error) {
+	t := &Table{domains: map[string]*node{}, Versions: maps.Clone(versions)}
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if err := r.Validate(); err != nil {
+			return nil, err
+		}
+		if seen[r.ID] {
+			return nil, fmt.Errorf("%w: duplicate rule id %q", ErrInvalid, r.ID)
+		}
+		seen[r.ID] = true
+		n := t.domains[r.Domain]
+		if n == nil {
+			n = newNode()
+			t.domains[r.Domain] = n
+		}
+		for _, d := range r.Descriptors {
+			n = n.child(d)
+		}
+		n.rules = append(n.rules, r)
+		t.rules = append(t.rules, r)
+	}
+	for _, n := range t.domains {
+		n.sort()
+	}
+	slices.SortFunc(t.rules, func(a, b *Rule) int { return cmp.Compare(a.ID, b.ID) })
+	return t, nil
+}
+
+func (n *node) child(d Entry) *node {
+	switch {
+	case d.Value == "":
+		c := n.wildcard[d.Key]
+		if c == nil {
+			c = newNode()
+			n.wildcard[d.Key] = c
+		}
+		return c
+	case strings.HasSuffix(d.Value, "*"):
+		p := strings.TrimSuffix(d.Value, "*")
+		for _, pc := range n.prefixes {
+			if pc.key == d.Key && pc.prefix == p {
+				return pc.n
+			}
+		}
+		c := newNode()
+		n.prefixes = append(n.prefixes, prefixChild{d.Key, p, c})
+		return c
+	default:
+		k := d.Key + "\x00" + d.Value
+		c := n.exact[k]
+		if c == nil {
+			c = newNode()
+			n.exact[k] = c
+		}
+		return c
+	}
+}
+
+// sort orders candidates: higher priority, then tenant-specific, then xDS
+// before files, then ID; and longer prefixes first (most specific match).
+func (n *node) sort() {
+	slices.SortFunc(n.rules, func(a, b *Rule) int {
+		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b2i(b.Tenant != ""), b2i(a.Tenant != "")); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.Source, a.Source); c != 0 { // "xds" > "file"
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	slices.SortStableFunc(n.prefixes, func(a, b prefixChild) int { return cmp.Compare(len(b.prefix), len(a.prefix)) })
+	for _, c := range n.exact {
+		c.sort()
+	}
+	for _, c := range n.wildcard {
+		c.sort()
+	}
+	for _, pc := range n.prefixes {
+		pc.n.sort()
+	}
+}
+
+// Match returns the rule for one request descriptor, or nil. As in
+// envoyproxy/ratelimit, entries are walked in order (exact value, then
+// prefix wildcard, then any value) and a limit applies only at the node the
+// last entry reaches; among that node's rules the first one whose tenant is
+// empty or equals tenant wins.
+func (t *Table) Match(domain string, entries []Entry, tenant string) *Rule {
+	n := t.domains[domain]
+	if n == nil || len(entries) == 0 {
+		return nil
+	}
+	for _, e := range entries {
+		next := n.exact[e.Key+"\x00"+e.Value]
+		if next == nil {
+			for _, pc := range n.prefixes {
+				if pc.key == e.Key && strings.HasPrefix(e.Value, pc.prefix) {
+					next = pc.n
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.wildcard[e.Key]
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	for _, r := range n.rules {
+		if r.Tenant == "" || r.Tenant == tenant {
+			return r
+		}
+	}
+	return nil
+}
+
+// Rules returns every rule ordered by ID. Callers must not modify them.
+func (t *Table) Rules() []*Rule { return t.rules }
+
+// Live holds the current Table and the per-source rules it is built from.
+// Load is lock-free; Update serializes writers (sources) with a mutex.
+type Live struct {
+	cur      atomic.Pointer[Table]
+	mu       sync.Mutex
+	sources  map[string][]*Rule
+	versions map[string]string
+}
+
+// NewLive returns a Live holding an empty table.
+func NewLive() *Live {
+	l := &Live{sources: map[string][]*Rule{}, versions: map[string]string{}}
+	t, _ := Build(nil, nil)
+	l.cur.Store(t)
+	return l
+}
+
+// Load returns the current table; never nil.
+func (l *Live) Load() *Table { return l.cur.Load() }
+
+// Update replaces one source's rules and swaps in a new table. On error the
+// current table stays.
+func (l *Live) Update(source, version string, rs []*Rule) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := maps.Clone(l.sources)
+	next[source] = rs
+	vers := maps.Clone(l.versions)
+	vers[source] = version
+	var all []*Rule
+	for _, s := range slices.Sorted(maps.Keys(next)) {
+		all = append(all, next[s]...)
+	}
+	t, err := Build(all, vers)
+	if err != nil {
+		return err
+	}
+	l.sources, l.versions = next, vers
+	l.cur.Store(t)
+	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
