@@ -34,7 +34,7 @@ var base = time.UnixMilli(19675 * 86_400_000)
 // clock is a manual clock, safe for concurrent reads.
 type clock struct{ ms atomic.Int64 }
 
-func (c *clock) Now() time.Time           { return time.UnixMilli(c.ms.Load()) }
+func (c *clock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 // prefix returns a key prefix no other test or run uses.

@@ -41,7 +41,7 @@ func TestEnvoyYAMLMatching(t *testing.T) {
 		{"mongo_cps", e("database", "other"), ""},
 		{"messaging", e("message_type", "marketing", "to_number", "2061234567"), "5/24h0m0s"},
 		{"messaging", e("to_number", "2061234567"), "100/24h0m0s"},
-		{"messaging", e("message_type", "marketing"), ""},                  // limit only at the leaf
+		{"messaging", e("message_type", "marketing"), ""},                   // limit only at the leaf
 		{"messaging", e("to_number", "1", "message_type", "marketing"), ""}, // no deeper node
 		{"edge_proxy_per_ip", e("remote_address", "10.0.0.1"), "10/1s"},
 		{"edge_proxy_per_ip", e("remote_address", "50.0.0.5"), "unlimited"},
