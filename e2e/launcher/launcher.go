@@ -47,6 +47,8 @@ func Processes(root string) []Process {
 	bin := func(n string) string { return filepath.Join(root, "bin", n) }
 	return []Process{
 		{Name: "controlplane", Args: []string{bin("controlplane"), "--log-format=text"}, Ready: "http://127.0.0.1:18080/readyz"},
+		{Name: "extauthz", Args: []string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
+			Ready: "http://127.0.0.1:18101/readyz"},
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
 	}
 }
