@@ -1,0 +1,127 @@
+package xdsclient_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/portico-io/portico/extauthz/xdsclient"
+)
+
+const typeA, typeB = "type.googleapis.com/test.A", "type.googleapis.com/test.B"
+
+// fakeADS hands each stream to the test: requests arrive on reqs, and the
+// test sends responses on resps; closing a stream is a send on hangup.
+type fakeADS struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+	reqs   chan *discovery.DiscoveryRequest
+	resps  chan *discovery.DiscoveryResponse
+	hangup chan struct{}
+}
+
+func (f *fakeADS) StreamAggregatedResources(s discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			r, err := s.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			f.reqs <- r
+		}
+	}()
+	for {
+		select {
+		case r := <-f.resps:
+			if err := s.Send(r); err != nil {
+				return err
+			}
+		case <-f.hangup:
+			return errors.New("hangup")
+		case err := <-errc:
+			return err
+		}
+	}
+}
+
+func recv(t *testing.T, ch chan *discovery.DiscoveryRequest) *discovery.DiscoveryRequest {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no request from the client")
+		return nil
+	}
+}
+
+func TestAckNackReconnect(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeADS{reqs: make(chan *discovery.DiscoveryRequest, 16), resps: make(chan *discovery.DiscoveryResponse), hangup: make(chan struct{})}
+	g := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, f)
+	go func() { _ = g.Serve(lis) }()
+	defer g.Stop()
+
+	applied := make(chan string, 16)
+	apply := func(typeURL, version string, res []*anypb.Any) error {
+		if version == "bad" {
+			return errors.New(`policy: JwtProvider "x": inline_jwks: broken`)
+		}
+		applied <- typeURL + "@" + version
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- xdsclient.Run(ctx, xdsclient.Config{Addr: lis.Addr().String(), Node: &corev3.Node{Id: "n1", Cluster: "portico-extauthz"},
+			Types: []string{typeA, typeB}, Apply: apply, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	for _, want := range []string{typeA, typeB} {
+		r := recv(t, f.reqs)
+		if r.GetTypeUrl() != want || r.GetVersionInfo() != "" || len(r.GetResourceNames()) != 0 || r.GetNode().GetCluster() != "portico-extauthz" {
+			t.Fatalf("initial request %v", r)
+		}
+	}
+	f.resps <- &discovery.DiscoveryResponse{TypeUrl: typeA, VersionInfo: "1", Nonce: "n1"}
+	if r := recv(t, f.reqs); r.GetVersionInfo() != "1" || r.GetResponseNonce() != "n1" || r.GetErrorDetail() != nil {
+		t.Fatalf("ACK %v", r)
+	}
+	if a := <-applied; a != typeA+"@1" {
+		t.Fatalf("applied %s", a)
+	}
+	f.resps <- &discovery.DiscoveryResponse{TypeUrl: typeA, VersionInfo: "bad", Nonce: "n2"}
+	r := recv(t, f.reqs)
+	if r.GetVersionInfo() != "1" || r.GetResponseNonce() != "n2" || !strings.Contains(r.GetErrorDetail().GetMessage(), "inline_jwks") {
+		t.Fatalf("NACK %v", r)
+	}
+	// The server drops the stream: the client comes back reporting what it holds.
+	f.hangup <- struct{}{}
+	got := map[string]string{}
+	for range 2 {
+		r := recv(t, f.reqs)
+		got[r.GetTypeUrl()] = r.GetVersionInfo()
+	}
+	if got[typeA] != "1" || got[typeB] != "" {
+		t.Fatalf("resubscription versions %v", got)
+	}
+}
