@@ -24,6 +24,8 @@ import (
 	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/nodes"
 	"github.com/portico-io/portico/controlplane/rollout"
+	"github.com/portico-io/portico/controlplane/seal"
+	"github.com/portico-io/portico/controlplane/spec"
 	"github.com/portico-io/portico/controlplane/store"
 	"github.com/portico-io/portico/controlplane/xds"
 	"github.com/portico-io/portico/internal/grpcserver"
@@ -52,7 +54,11 @@ type Config struct {
 	IdempotencyTTL time.Duration
 	// Compile holds the gateway-wide knobs of the compiled Envoy config.
 	Compile compile.Options
-	Logger  *slog.Logger
+	// SecretKey is the 32-byte key sealing TLS private keys at rest
+	// (package seal). Empty: inline private keys are refused and secrets
+	// must reference files on the gateway hosts.
+	SecretKey []byte
+	Logger    *slog.Logger
 	// Registry receives every metric; a new one is made when nil.
 	Registry *prometheus.Registry
 
@@ -91,6 +97,18 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	log := cfg.Logger
 
+	var sealer admin.Sealer // nil interface, not a nil *seal.Sealer
+	if len(cfg.SecretKey) > 0 {
+		s, err := seal.New(cfg.SecretKey)
+		if err != nil {
+			return fmt.Errorf("controlplane: secret key: %w", err)
+		}
+		sealer = s
+		if cfg.Compile.Unseal == nil {
+			cfg.Compile.Unseal = s.Open
+		}
+	}
+
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -116,7 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer ctl.Close()
 
-	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: tracker, Rollouts: ctl, Registry: cfg.Registry, Logger: log})
+	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: tracker, Rollouts: ctl, Registry: cfg.Registry, Logger: log, Sealer: sealer})
 	if err != nil {
 		return fmt.Errorf("controlplane: admin: %w", err)
 	}
@@ -170,7 +188,8 @@ func Run(ctx context.Context, cfg Config) error {
 func openStore(ctx context.Context, cfg Config) (*store.Store, error) {
 	backoff := 200 * time.Millisecond
 	for {
-		st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, Logger: cfg.Logger})
+		st, err := store.Open(ctx, store.Config{DatabaseURL: cfg.DatabaseURL, Logger: cfg.Logger,
+			Check: func(c *spec.Config) error { return compile.CheckConfig(c, cfg.Compile) }})
 		if err == nil {
 			return st, nil
 		}

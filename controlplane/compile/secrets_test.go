@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
 	"github.com/portico-io/portico/controlplane/pkitest"
 	"github.com/portico-io/portico/controlplane/seal"
@@ -74,5 +75,30 @@ func TestListenerPortCollidesWithIngress(t *testing.T) {
 	}
 	if err := CheckConfig(cfg, Options{}); err != nil {
 		t.Fatalf("default port 10000: %v", err)
+	}
+}
+
+func TestSecretsOnlyInProxyView(t *testing.T) {
+	cfg, s, _ := sealedConfig(t)
+	snap, err := Compile(cfg, Options{Unseal: s.Open})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.ForProxy().GetResources(SecretType)) != 1 || len(snap.GetResources(SecretType)) != 1 {
+		t.Fatal("the proxy view lacks the secret")
+	}
+	client := snap.ForClient()
+	if len(client.GetResources(SecretType)) != 0 || len(client.GetVersionMap(SecretType)) != 0 || client.GetVersion(SecretType) != snap.Version() {
+		t.Fatal("the client view holds secrets")
+	}
+	if client != snap.ForClient() || len(client.GetResources(ListenerType)) != len(snap.GetResources(ListenerType)) {
+		t.Fatal("client view unstable or missing listeners")
+	}
+	plain, err := Compile(spec.NewConfig(1), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.ForClient() != cache.ResourceSnapshot(plain) {
+		t.Fatal("a snapshot without secrets should be its own client view")
 	}
 }

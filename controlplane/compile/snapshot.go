@@ -67,6 +67,10 @@ type Snapshot struct {
 	// only take from its bootstrap and would warn about on every push.
 	// It is the snapshot itself when there are none.
 	proxy *Snapshot
+	// client is the view served to every other client (proxyless gRPC,
+	// extauthz, ratelimitsvc): no SDS secrets, so private keys go to
+	// Envoy proxies only. It is the snapshot itself when there are none.
+	client *Snapshot
 }
 
 var _ cache.ResourceSnapshot = (*Snapshot)(nil)
@@ -128,7 +132,23 @@ func newSnapshot(version string, res map[string][]Resource) (*Snapshot, error) {
 	}
 	s.envoy = es
 	s.proxy = s.withoutAPIListeners()
+	s.client = s.withoutSecrets()
+	// Each view leads to the other, whichever a Policy hands out.
+	s.proxy.client = s.client
 	return s, nil
+}
+
+func (s *Snapshot) withoutSecrets() *Snapshot {
+	if len(s.items[SecretType]) == 0 {
+		return s
+	}
+	v := *s
+	v.items = maps.Clone(s.items)
+	v.items[SecretType] = map[string]types.ResourceWithTTL{}
+	v.versionMap = maps.Clone(s.versionMap)
+	v.versionMap[SecretType] = map[string]string{}
+	v.client = &v
+	return &v
 }
 
 func (s *Snapshot) withoutAPIListeners() *Snapshot {
@@ -157,6 +177,11 @@ func (s *Snapshot) withoutAPIListeners() *Snapshot {
 // ForProxy returns the view of the snapshot served to Envoy proxies (no
 // proxyless API listeners). It shares everything else with s.
 func (s *Snapshot) ForProxy() cache.ResourceSnapshot { return s.proxy }
+
+// ForClient returns the view served to xDS clients that are not Envoy
+// proxies: no SDS secrets. It shares everything else with s and is the
+// same value on every call.
+func (s *Snapshot) ForClient() cache.ResourceSnapshot { return s.client }
 
 // Version is the config version the snapshot was compiled from.
 func (s *Snapshot) Version() string { return s.version }

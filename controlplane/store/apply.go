@@ -361,6 +361,11 @@ func (s *Store) write(ctx context.Context, meta Meta, respond Responder,
 	if err := p.next.Validate(); err != nil {
 		return Result{}, err
 	}
+	if s.cfg.Check != nil {
+		if err := s.cfg.Check(p.next); err != nil {
+			return Result{}, err
+		}
+	}
 	v := headVersion + 1
 	p.next.Version = v
 

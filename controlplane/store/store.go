@@ -55,7 +55,12 @@ type Config struct {
 	// PollInterval is how often Watch reads the head even without a
 	// notification, to cover notifications lost across reconnects.
 	PollInterval time.Duration
-	Logger       *slog.Logger
+	// Check, when set, runs on every config a write would create, after
+	// spec validation, for rules that depend on deployment options (a
+	// listener on the built-in listener's port). A *spec.FieldError
+	// rejects the write like a validation failure.
+	Check  func(*spec.Config) error
+	Logger *slog.Logger
 }
 
 // Store is the Postgres-backed configuration store.

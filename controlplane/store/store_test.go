@@ -645,3 +645,23 @@ func TestSecretInUseCannotBeDeleted(t *testing.T) {
 		t.Fatalf("version %d: %v", h, err)
 	}
 }
+
+func TestCheckHookRejectsWrites(t *testing.T) {
+	url := testdeps.Postgres(t)
+	s, err := Open(testCtx(t), Config{DatabaseURL: url, Check: func(c *spec.Config) error {
+		if l, ok := c.Listeners["clash"]; ok && l.Port == 10000 {
+			return &spec.FieldError{Field: "listeners/clash: port", Code: spec.CodeConflict, Message: "taken"}
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	_, err = s.Apply(testCtx(t), meta, []Change{put(&spec.Listener{Name: "clash", Port: 10000}, "")}, nil)
+	var fe *spec.FieldError
+	if !errors.As(err, &fe) || fe.Field != "listeners/clash: port" || head(t, s) != 0 {
+		t.Fatalf("Check: %v", err)
+	}
+	mustApply(t, s, put(&spec.Listener{Name: "clash", Port: 10001}, ""))
+}

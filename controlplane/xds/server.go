@@ -84,6 +84,12 @@ type ProxyViewer interface {
 	ForProxy() cache.ResourceSnapshot
 }
 
+// ClientViewer is implemented by snapshots with a distinct view for
+// clients that are not Envoy proxies (compile.Snapshot: no TLS secrets).
+type ClientViewer interface {
+	ForClient() cache.ResourceSnapshot
+}
+
 // stream remembers, per type, the nonce and version of the last response,
 // so a request can be matched to the response it answers.
 type stream struct {
@@ -199,6 +205,8 @@ func (s *Server) targetLocked(ctx context.Context, id string) error {
 		if pv, ok := snap.(ProxyViewer); ok {
 			snap = pv.ForProxy()
 		}
+	} else if cv, ok := snap.(ClientViewer); ok {
+		snap = cv.ForClient()
 	}
 	if cur, err := s.cache.GetSnapshot(id); err == nil && cur == snap {
 		return nil

@@ -9,8 +9,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/portico-io/portico/controlplane/seal"
 )
 
 // Config says where things are. Zero values take the defaults.
@@ -46,11 +50,41 @@ type Process struct {
 func Processes(root string) []Process {
 	bin := func(n string) string { return filepath.Join(root, "bin", n) }
 	return []Process{
-		{Name: "controlplane", Args: []string{bin("controlplane"), "--log-format=text"}, Ready: "http://127.0.0.1:18080/readyz"},
+		{Name: "controlplane", Args: []string{bin("controlplane"), "--log-format=text",
+			"--secret-key-file=" + SecretKeyFile(root)}, Ready: "http://127.0.0.1:18080/readyz"},
 		{Name: "extauthz", Args: []string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
 			Ready: "http://127.0.0.1:18101/readyz"},
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
 	}
+}
+
+// SecretKeyFile is the control plane's key sealing TLS private keys in a
+// local run; it is made once and kept, so stored secrets stay readable
+// across runs.
+func SecretKeyFile(root string) string { return filepath.Join(root, ".run", "secret.key") }
+
+// ensureSecretKey writes a new random key to path (mode 0600) unless a file
+// is there already.
+func ensureSecretKey(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("secret key: %w", err)
+	}
+	key, err := seal.NewKey()
+	if err == nil {
+		_, err = fmt.Fprintln(f, key)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("secret key: %w", err)
+	}
+	return nil
 }
 
 // Run starts everything, seeds the demo, and blocks until ctx is done; then
@@ -67,6 +101,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	logDir := filepath.Join(cfg.Root, ".run", "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	if err := ensureSecretKey(SecretKeyFile(cfg.Root)); err != nil {
 		return err
 	}
 	pidFile := filepath.Join(cfg.Root, ".run", "launch.pid")

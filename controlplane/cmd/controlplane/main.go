@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/controlplane/seal"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 )
@@ -26,6 +27,7 @@ func main() {
 	listenerPort := envflag.Uint(fs, "envoy-listener-port", "PORTICO_ENVOY_LISTENER_PORT", 10000, "port of Envoy's ingress_http listener")
 	xff := envflag.Uint(fs, "xff-trusted-hops", "PORTICO_XFF_TRUSTED_HOPS", 0, "X-Forwarded-For hops in front of Envoy that are trusted")
 	deployMode := envflag.String(fs, "deploy-mode", "PORTICO_DEPLOY_MODE", "auto", "auto: every new config version goes to every node; manual: only rollouts move nodes")
+	keyFile := envflag.String(fs, "secret-key-file", "PORTICO_SECRET_KEY_FILE", "", "file holding the base64 32-byte key that seals TLS private keys at rest (or set PORTICO_SECRET_KEY)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	_ = fs.Parse(os.Args[1:])
@@ -40,10 +42,30 @@ func main() {
 	cfg.Compile.ExtAuthzAddress, cfg.Compile.RateLimitAddress = *extauthz, *ratelimit
 	cfg.Compile.ListenerPort, cfg.Compile.XFFNumTrustedHops = uint32(*listenerPort), uint32(*xff)
 
+	if cfg.SecretKey, err = secretKey(*keyFile); err != nil {
+		log.Error("controlplane: secret key", "err", err)
+		os.Exit(2)
+	}
+	if cfg.SecretKey == nil {
+		log.Warn("controlplane: no secret key configured; TLS secrets with inline private keys are refused (use files)")
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := controlplane.Run(ctx, cfg); err != nil {
 		log.Error("controlplane: exiting", "err", err)
 		os.Exit(1)
 	}
+}
+
+// secretKey reads the sealing key from the key file, or from
+// PORTICO_SECRET_KEY (base64) when no file is given; nil when neither is set.
+func secretKey(file string) ([]byte, error) {
+	if file != "" {
+		return seal.ReadKeyFile(file)
+	}
+	if v := os.Getenv("PORTICO_SECRET_KEY"); v != "" {
+		return seal.ParseKey(v)
+	}
+	return nil, nil
 }
