@@ -222,6 +222,9 @@ func (h *Handler) remove(k spec.Kind) HandlerFunc {
 // ETag, or no body for a delete. A PUT or PATCH that changes nothing makes
 // no version and answers 200 with the current value.
 func (h *Handler) applyOne(w http.ResponseWriter, r *http.Request, m store.Meta, c store.Change, status int) error {
+	if s, ok := c.Resource.(*spec.Secret); ok {
+		h.warnExpired(w, s)
+	}
 	var body []byte
 	if c.Resource != nil {
 		var err error

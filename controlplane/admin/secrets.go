@@ -150,6 +150,15 @@ func (h *Handler) sealSecret(s *spec.Secret, kept bool, cur spec.Resource) error
 	return nil
 }
 
+// warnExpired adds a Warning header when the secret's certificate has
+// expired: it is accepted (a replacement may be on its way) but an operator
+// should know that Envoy will serve or present a dead certificate.
+func (h *Handler) warnExpired(w http.ResponseWriter, s *spec.Secret) {
+	if v := viewSecret(s); v.NotAfter != nil && v.NotAfter.Before(h.timeNow()) {
+		w.Header().Set("Warning", fmt.Sprintf(`299 portico "certificate expired at %s"`, v.NotAfter.Format(time.RFC3339)))
+	}
+}
+
 func errNoSealer() error {
 	return &Error{Status: http.StatusUnprocessableEntity, Code: spec.CodeInvalid, Field: "privateKey",
 		Message: "inline private keys need a secret key on the control plane (--secret-key-file or PORTICO_SECRET_KEY_FILE); " +

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -167,6 +168,12 @@ func TestInlineKeyNeedsSealer(t *testing.T) {
 		422, spec.CodeInvalid, "privateKey")
 	if e.head() != 0 {
 		t.Fatal("a version was made")
+	}
+	// An expired CA is accepted with a warning.
+	e.h.timeNow = func() time.Time { return time.Now().Add(48 * time.Hour) }
+	ca := pkitest.NewCA(t, "old")
+	if w := e.create("secrets", jsonOf(t, map[string]any{"name": "old", "type": "ca", "ca": ca.CertPEM})); !strings.Contains(w.Header().Get("Warning"), "expired") {
+		t.Fatalf("no expiry warning: %v", w.Header())
 	}
 	// Referenced files need no key.
 	e.create("secrets", `{"name":"gw","type":"tls","files":{"certificateChain":"/etc/gw.crt","privateKey":"/etc/gw.key"}}`)
