@@ -31,6 +31,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 
+	"github.com/portico-io/portico/extauthz/introspect"
 	"github.com/portico-io/portico/extauthz/jwks"
 	"github.com/portico-io/portico/extauthz/policy"
 	"github.com/portico-io/portico/extauthz/token"
@@ -95,6 +96,8 @@ var _ authv3.AuthorizationServer = (*Server)(nil)
 type state struct {
 	policy  *policy.Policy
 	sources map[string]*jwks.Source
+	// introspectors holds a client per provider with an introspection URI.
+	introspectors map[string]*introspect.Client
 }
 
 // New returns a Server with no policy.
@@ -129,8 +132,18 @@ func (s *Server) SetPolicy(p *policy.Policy) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	old := s.state.Load()
-	next := &state{policy: p, sources: make(map[string]*jwks.Source, len(p.Providers))}
+	next := &state{policy: p, sources: make(map[string]*jwks.Source, len(p.Providers)), introspectors: map[string]*introspect.Client{}}
 	for name, prov := range p.Providers {
+		if prov.IntrospectionURI != "" {
+			if old != nil && old.introspectors[name] != nil && old.introspectors[name].URI() == prov.IntrospectionURI {
+				next.introspectors[name] = old.introspectors[name]
+			} else if ic, err := introspect.New(introspect.Config{
+				URI: prov.IntrospectionURI, HTTPClient: s.cfg.HTTPClient, TimeNow: s.cfg.TimeNow,
+				OnCall: func(r string) { s.m.introspections.WithLabelValues(r).Inc() },
+			}); err == nil {
+				next.introspectors[name] = ic
+			}
+		}
 		if old != nil {
 			if o, ok := old.policy.Providers[name]; ok && o.SameKeySource(prov) {
 				next.sources[name] = old.sources[name]
@@ -181,7 +194,7 @@ func (s *Server) Prune() {
 		return
 	}
 	if p := st.policy.Prune(s.cfg.TimeNow()); p != st.policy {
-		s.state.Store(&state{policy: p, sources: st.sources})
+		s.state.Store(&state{policy: p, sources: st.sources, introspectors: st.introspectors})
 	}
 }
 
@@ -291,6 +304,9 @@ func (s *Server) checkJWT(ctx context.Context, st *state, provName string, hdr f
 	if raw == "" {
 		return deny(http.StatusUnauthorized, ReasonMissingCredentials, "a bearer token is required")
 	}
+	if ic := st.introspectors[provName]; ic != nil && strings.Count(raw, ".") != 2 {
+		return s.checkOpaque(ctx, st.policy, prov, ic, raw, now)
+	}
 	key := cacheKey(provName, raw)
 	epoch := s.epoch.Load()
 	if e := s.cache.get(key, now, epoch); e != nil {
@@ -347,6 +363,35 @@ func (s *Server) checkJWT(ctx context.Context, st *state, provName string, hdr f
 	// before verifying: a policy or JWKS change meanwhile makes it stale.
 	s.cache.put(key, &cacheEntry{exp: c.ExpiresAt(), epoch: epoch, jti: c.ID, id: id})
 	return decision{id: id}
+}
+
+// checkOpaque validates a token that is not a JWS with the provider's
+// introspection endpoint (RFC 7662); no answer means deny.
+func (s *Server) checkOpaque(ctx context.Context, p *policy.Policy, prov *policy.Provider, ic *introspect.Client, raw string, now time.Time) decision {
+	if len(raw) > token.MaxLen {
+		return deny(http.StatusUnauthorized, ReasonMalformedToken, "the token is malformed")
+	}
+	r, err := ic.Introspect(ctx, raw)
+	if err != nil {
+		return deny(http.StatusServiceUnavailable, ReasonIntrospectionDown, "the token could not be checked")
+	}
+	switch {
+	case !r.Active:
+		return deny(http.StatusUnauthorized, ReasonInactive, "the token is not active")
+	case r.Issuer != "" && r.Issuer != prov.Issuer:
+		return deny(http.StatusUnauthorized, ReasonWrongIssuer, "the token was issued by an untrusted issuer")
+	case len(r.Audience) > 0 && len(prov.Audiences) > 0 && !slices.ContainsFunc(r.Audience, func(a string) bool { return slices.Contains(prov.Audiences, a) }):
+		return deny(http.StatusUnauthorized, ReasonWrongAudience, "the token is not meant for this audience")
+	case !r.ExpiresAt().IsZero() && now.After(r.ExpiresAt().Add(prov.ClockSkew)):
+		return deny(http.StatusUnauthorized, ReasonExpired, "the token has expired")
+	case p.IsRevoked(r.ID, now):
+		return deny(http.StatusUnauthorized, ReasonRevoked, "the token has been revoked")
+	}
+	consumer := r.Subject
+	if consumer == "" {
+		consumer = r.ClientID
+	}
+	return decision{id: identity{consumer: consumer, tenant: r.Tenant, tier: r.Tier, scopes: strings.Fields(r.Scope)}}
 }
 
 func cacheKey(provider, raw string) [sha256.Size]byte {

@@ -24,6 +24,8 @@ const (
 	ReasonExpiredAPIKey      = "api_key_expired"
 	ReasonInsufficientScope  = "insufficient_scope"
 	ReasonJWKSUnavailable    = "jwks_unavailable"
+	ReasonInactive           = "token_inactive"
+	ReasonIntrospectionDown  = "introspection_unavailable"
 	ReasonUnknownProvider    = "unknown_provider"
 	ReasonBadRoute           = "bad_route_config"
 	ReasonNoPolicy           = "policy_unavailable"

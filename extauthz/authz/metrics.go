@@ -3,11 +3,12 @@ package authz
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	checks   *prometheus.CounterVec
-	fetches  *prometheus.CounterVec
-	cache    *prometheus.CounterVec
-	latency  prometheus.Histogram
-	versions *prometheus.GaugeVec
+	checks         *prometheus.CounterVec
+	fetches        *prometheus.CounterVec
+	introspections *prometheus.CounterVec
+	cache          *prometheus.CounterVec
+	latency        prometheus.Histogram
+	versions       *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -19,6 +20,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_extauthz_jwks_fetches_total",
 			Help: "JWKS fetch attempts by result (ok, error).",
+		}, []string{"result"}),
+		introspections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_extauthz_introspections_total",
+			Help: "Token introspection calls (RFC 7662) by result (active, inactive, error).",
 		}, []string{"result"}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_extauthz_token_cache_total",
@@ -35,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"type"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.checks, m.fetches, m.cache, m.latency, m.versions)
+		reg.MustRegister(m.checks, m.fetches, m.introspections, m.cache, m.latency, m.versions)
 	}
 	return m
 }
