@@ -63,7 +63,7 @@ func (h *Handler) create(k spec.Kind) HandlerFunc {
 		if err := jsonObject(body); err != nil {
 			return err
 		}
-		if err := rejectSealedKey(k, body); err != nil {
+		if body, err = secretInput(k, body); err != nil {
 			return err
 		}
 		res, err := spec.Decode(k, body)
@@ -103,7 +103,7 @@ func (h *Handler) replace(k spec.Kind) HandlerFunc {
 		if err != nil {
 			return err
 		}
-		if err := rejectSealedKey(k, body); err != nil {
+		if body, err = secretInput(k, body); err != nil {
 			return err
 		}
 		var (
@@ -165,7 +165,7 @@ func (h *Handler) patch(k spec.Kind) HandlerFunc {
 		if match != store.IfMatchAny && match != tag {
 			return store.ErrPreconditionFailed
 		}
-		if err := rejectSealedKey(k, body); err != nil {
+		if body, err = secretInput(k, body); err != nil {
 			return err
 		}
 		base := cur

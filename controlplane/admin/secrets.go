@@ -71,21 +71,34 @@ func view(r spec.Resource) any {
 	return r
 }
 
-// rejectSealedKey refuses a client-supplied sealedPrivateKey: only the
-// server writes it.
-func rejectSealedKey(k spec.Kind, body []byte) error {
+// secretInput prepares a secret request body: a client-supplied
+// sealedPrivateKey is refused (only the server writes it), and the
+// read-only fields of secretView (hasPrivateKey, notAfter) are dropped, so
+// a GET body can be sent back with PUT. Other kinds pass through.
+func secretInput(k spec.Kind, body []byte) ([]byte, error) {
 	if k != spec.KindSecret {
-		return nil
+		return body, nil
 	}
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(body, &obj) != nil {
-		return nil // spec.Decode reports it
+		return body, nil // spec.Decode reports it
 	}
 	if _, ok := obj[sealedKeyField]; ok {
-		return &Error{Status: http.StatusUnprocessableEntity, Code: spec.CodeInvalid, Field: sealedKeyField,
+		return nil, &Error{Status: http.StatusUnprocessableEntity, Code: spec.CodeInvalid, Field: sealedKeyField,
 			Message: "is set by the server; send the key as privateKey"}
 	}
-	return nil
+	_, a := obj["hasPrivateKey"]
+	_, b := obj["notAfter"]
+	if !a && !b {
+		return body, nil
+	}
+	delete(obj, "hasPrivateKey")
+	delete(obj, "notAfter")
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("admin: encode secret: %w", err)
+	}
+	return out, nil
 }
 
 // keepSealedKey adds cur's sealed key to a secret body without privateKey

@@ -111,6 +111,14 @@ func TestSecretKeysAreSealedAndNeverShown(t *testing.T) {
 	if key, err := sealer.Open(stored.(*spec.Secret).SealedPrivateKey); err != nil || string(key) != other.KeyPEM {
 		t.Fatalf("kept key: %v", err)
 	}
+	// A GET body sent back with PUT (hasPrivateKey, notAfter) changes nothing.
+	get = e.do("GET", Prefix+"/secrets/gw", "", nil)
+	e.expect(get, http.StatusOK)
+	h := e.head()
+	w = e.do("PUT", Prefix+"/secrets/gw", get.Body.String(), hdr("If-Match", get.Header().Get("ETag")))
+	if got := e.expect(w, http.StatusOK); got["hasPrivateKey"] != true || e.head() != h {
+		t.Fatalf("round trip: %s (head %d -> %d)", w.Body, h, e.head())
+	}
 	// A PUT switching to files drops the key.
 	w = e.do("PUT", Prefix+"/secrets/gw", `{"type":"tls","files":{"certificateChain":"/etc/gw.crt","privateKey":"/etc/gw.key"}}`, hdr("If-Match", "*"))
 	if got := e.expect(w, http.StatusOK); got["hasPrivateKey"] != nil {
