@@ -478,7 +478,7 @@ func denyResponse(d decision) *authv3.CheckResponse {
 		code = codes.Unauthenticated
 		hdrs = append(hdrs, wwwAuthenticate(`Bearer error="invalid_token", error_description="`+d.msg+`"`))
 	case http.StatusForbidden:
-		hdrs = append(hdrs, wwwAuthenticate(`Bearer error="insufficient_scope", error_description="`+d.msg+`", scope="`+d.scope+`"`))
+		hdrs = append(hdrs, wwwAuthenticate(`Bearer error="insufficient_scope", error_description="`+d.msg+`", scope="`+quoteSafe.Replace(d.scope)+`"`))
 	case http.StatusServiceUnavailable:
 		code = codes.Unavailable
 	default:
@@ -493,6 +493,10 @@ func denyResponse(d decision) *authv3.CheckResponse {
 		}},
 	}
 }
+
+// quoteSafe keeps route-supplied scope names from breaking out of the
+// quoted-string of a challenge (RFC 6750 scope tokens never need these).
+var quoteSafe = strings.NewReplacer(`"`, "", `\`, "", "\r", "", "\n", "")
 
 func wwwAuthenticate(v string) *corev3.HeaderValueOption {
 	return &corev3.HeaderValueOption{
