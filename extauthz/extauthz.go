@@ -108,7 +108,10 @@ func Run(ctx context.Context, cfg Config) error {
 	ap := &applier{srv: srv, dir: cfg.StateDir, log: log, ctx: gctx, onReady: func() {
 		g.Health.SetServingStatus(authorizationService, healthpb.HealthCheckResponse_SERVING)
 	}}
-	if err := ap.boot(); err != nil {
+	switch err := ap.boot(); {
+	case errors.Is(err, policy.ErrNoState):
+		log.Info("extauthz: no persisted policy yet", "dir", cfg.StateDir)
+	case err != nil:
 		log.Warn("extauthz: persisted policy not loaded", "dir", cfg.StateDir, "err", err)
 	}
 	if cfg.XDSAddr == "" && srv.Policy() == nil {
