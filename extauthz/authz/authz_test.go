@@ -314,10 +314,23 @@ func TestJWKSDownKeepsLastGoodKeys(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	f.jwks.setDown(true)
-	f.clock.Advance(10 * time.Minute) // TTL expired: refresh fails
+	f.clock.Advance(10 * time.Minute) // TTL expired: the (background) refresh fails
 	before := f.jwks.fetches.Load()
 	for i := range 3 {
 		tok := rs256(t, f.claims(func(c map[string]any) { c["jti"] = string(rune('a' + i)) })) // uncached tokens
+		if r := check(t, f.srv, checkReq("jwt", "idp", "", bearer(tok))); !r.allowed {
+			t.Fatalf("with JWKS down: %+v", r)
+		}
+	}
+	// The refresh runs in the background: wait for its attempt, then the
+	// rate limit guarantees it stays the only one in this interval.
+	deadline := time.Now().Add(10 * time.Second)
+	for f.jwks.fetches.Load() == before && time.Now().Before(deadline) {
+		tm := time.NewTimer(time.Millisecond)
+		<-tm.C
+	}
+	for i := range 3 {
+		tok := rs256(t, f.claims(func(c map[string]any) { c["jti"] = string(rune('x' + i)) }))
 		if r := check(t, f.srv, checkReq("jwt", "idp", "", bearer(tok))); !r.allowed {
 			t.Fatalf("with JWKS down: %+v", r)
 		}

@@ -127,16 +127,23 @@ func index(ks *jose.JSONWebKeySet, at time.Time) *set {
 }
 
 // Keys returns the keys that may verify a token with this kid: the key
-// with that id, or every key when kid is empty. An unknown kid, or a stale
-// or missing set, triggers a refresh (subject to the rate limit); if the
-// kid is still unknown afterwards Keys returns ErrUnknownKID.
+// with that id, or every key when kid is empty. An unknown kid or a missing
+// set triggers a refresh the caller waits for; a stale set that knows the
+// kid is used while a refresh runs in the background. Both are subject to
+// the rate limit. If the kid is still unknown Keys returns ErrUnknownKID.
 func (s *Source) Keys(ctx context.Context, kid string) ([]Key, error) {
 	cur := s.cur.Load()
 	if s.cfg.Inline != nil {
 		return lookup(cur, kid)
 	}
-	if cur != nil && s.cfg.TimeNow().Sub(cur.fetched) < s.cfg.TTL {
+	if cur != nil {
 		if ks, err := lookup(cur, kid); err == nil {
+			if s.cfg.TimeNow().Sub(cur.fetched) >= s.cfg.TTL {
+				// Stale but usable: refresh in the background rather than
+				// make this request wait on the IdP (Envoy's ext_authz
+				// timeout is short).
+				go func() { _, _ = s.refresh(context.WithoutCancel(ctx)) }()
+			}
 			return ks, nil
 		}
 	}
