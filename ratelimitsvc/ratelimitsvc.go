@@ -1,0 +1,177 @@
+// Package ratelimitsvc runs Portico's rate-limit service: Envoy's
+// RateLimitService v3 over gRPC (:18200, with gRPC health) and an HTTP
+// server (:18201) for /metrics, /healthz, /readyz and GET /config. Rules
+// come from envoyproxy/ratelimit YAML files and from the control plane over
+// xDS; buckets live in Redis, or in memory when no Redis is configured.
+package ratelimitsvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/portico-io/portico/internal/grpcserver"
+	"github.com/portico-io/portico/internal/health"
+	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/ratelimitsvc/bucket"
+	"github.com/portico-io/portico/ratelimitsvc/rules"
+	"github.com/portico-io/portico/ratelimitsvc/service"
+	"github.com/portico-io/portico/ratelimitsvc/source"
+)
+
+// Defaults (ARCHITECTURE.md ports).
+const (
+	DefaultGRPCAddr = "127.0.0.1:18200"
+	DefaultHTTPAddr = "127.0.0.1:18201"
+	DefaultStateDir = ".run/ratelimitsvc"
+)
+
+// Config configures Run. Zero values take defaults.
+type Config struct {
+	GRPCAddr string
+	HTTPAddr string
+	// RedisAddr is host:port (comma-separated for a cluster); empty uses the
+	// in-memory store.
+	RedisAddr string
+	// RedisTimeout bounds each Redis call (default bucket.DefaultTimeout).
+	RedisTimeout time.Duration
+	// ConfigDir holds envoyproxy/ratelimit YAML files; empty disables them.
+	ConfigDir    string
+	PollInterval time.Duration
+	// XDSAddr is the control plane's xDS address; empty disables xDS.
+	XDSAddr string
+	// NodeID identifies this replica to the control plane (default
+	// ratelimitsvc-<hostname>-<pid>).
+	NodeID string
+	// StateDir keeps the last good xDS rules (default DefaultStateDir).
+	StateDir  string
+	KeyPrefix string
+	Logger    *slog.Logger
+	Registry  *prometheus.Registry
+	// Ready, when set, receives the listening addresses once both servers
+	// listen (a test hook).
+	Ready chan<- Addrs
+}
+
+// Addrs are the addresses the servers actually listen on.
+type Addrs struct{ GRPC, HTTP string }
+
+func (c *Config) defaults() {
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultGRPCAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.NodeID == "" {
+		h, _ := os.Hostname()
+		c.NodeID = fmt.Sprintf("ratelimitsvc-%s-%d", h, os.Getpid())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+}
+
+// Run serves until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	log := cfg.Logger
+	live := rules.NewLive()
+	checks := health.New()
+
+	var backend service.Backend
+	if cfg.RedisAddr != "" {
+		client := bucket.NewRedisClient(cfg.RedisAddr)
+		defer client.Close()
+		rd, err := bucket.NewRedis(bucket.RedisConfig{Client: client, Timeout: cfg.RedisTimeout})
+		if err != nil {
+			return fmt.Errorf("ratelimitsvc: %w", err)
+		}
+		backend = rd
+		checks.Add("redis", rd.Ping)
+	} else {
+		log.Info("no Redis configured: buckets are in memory, per process")
+		backend = bucket.NewMemory()
+	}
+	svc, err := service.New(service.Config{Rules: live, Backend: backend, KeyPrefix: cfg.KeyPrefix, Registerer: cfg.Registry, Logger: log})
+	if err != nil {
+		return fmt.Errorf("ratelimitsvc: %w", err)
+	}
+
+	var files *source.File
+	if cfg.ConfigDir != "" {
+		files = &source.File{Dir: cfg.ConfigDir, Interval: cfg.PollInterval, Sink: live, Logger: log}
+		if err := files.Load(); err != nil {
+			return fmt.Errorf("ratelimitsvc: initial rule files: %w", err)
+		}
+	}
+	var ads *source.ADS
+	if cfg.XDSAddr != "" {
+		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, StateDir: cfg.StateDir, Sink: live, Logger: log}
+		if _, err := ads.LoadState(); err != nil {
+			// A bad copy on disk must not keep the service down; xDS replaces it.
+			log.Error("ignoring persisted rate-limit rules", "err", err)
+		}
+		checks.Add("xds-rules", func(context.Context) error {
+			if ads.Version() == "" {
+				return errors.New("no rules from the control plane or the state dir yet")
+			}
+			return nil
+		})
+	}
+
+	glis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("ratelimitsvc: %w", err)
+	}
+	hlis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		glis.Close()
+		return fmt.Errorf("ratelimitsvc: %w", err)
+	}
+	gs := grpcserver.New()
+	rlsv3.RegisterRateLimitServiceServer(gs.Server, svc)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
+		t := live.Load()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"versions": t.Versions, "rules": t.Rules()})
+	})
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return gs.Serve(gctx, glis, 0) })
+	g.Go(func() error {
+		return httpserver.Serve(gctx, hlis, httpserver.Config{Handler: mux, Gatherer: cfg.Registry, Health: checks, Logger: log})
+	})
+	if files != nil {
+		g.Go(func() error { return files.Run(gctx) })
+	}
+	if ads != nil {
+		g.Go(func() error { return ads.Run(gctx) })
+	}
+	log.Info("ratelimitsvc serving", "grpc", glis.Addr().String(), "http", hlis.Addr().String(),
+		"redis", cfg.RedisAddr, "xds", cfg.XDSAddr, "config_dir", cfg.ConfigDir)
+	if cfg.Ready != nil {
+		cfg.Ready <- Addrs{GRPC: glis.Addr().String(), HTTP: hlis.Addr().String()}
+	}
+	return g.Wait()
+}

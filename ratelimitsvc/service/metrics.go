@@ -1,0 +1,43 @@
+package service
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics have bounded labels only: result, mode and fail mode.
+type metrics struct {
+	decisions     *prometheus.CounterVec
+	backendErrors prometheus.Counter
+	degraded      *prometheus.CounterVec
+	latency       prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_ratelimitsvc_decisions_total",
+			Help: "Descriptor decisions by result (ok, over_limit, fail_open, fail_closed) and rule mode (enforce, shadow); shadow over_limit are would-be denials that were allowed.",
+		}, []string{"result", "mode"}),
+		backendErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portico_ratelimitsvc_backend_errors_total",
+			Help: "Bucket store calls that failed or timed out.",
+		}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_ratelimitsvc_degraded_total",
+			Help: "Requests decided by fail mode because the bucket store failed, by outcome (open: allowed, closed: denied).",
+		}, []string{"fail_mode"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "portico_ratelimitsvc_request_duration_seconds",
+			Help:    "ShouldRateLimit latency inside the service.",
+			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3},
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("service: metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,349 @@
+// Package service implements envoy.service.ratelimit.v3.RateLimitService:
+// it matches a request's descriptors against the current rule table, asks
+// the bucket store once for the whole request, applies each rule's mode and
+// fail mode, and builds Envoy's response with rate-limit headers.
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/portico-io/portico/ratelimitsvc/bucket"
+	"github.com/portico-io/portico/ratelimitsvc/rules"
+)
+
+// Backend decides a request's buckets atomically (see package bucket).
+type Backend interface {
+	Check(ctx context.Context, items []bucket.Item) (bucket.Decision, error)
+}
+
+var (
+	_ Backend = (*bucket.Memory)(nil)
+	_ Backend = (*bucket.Redis)(nil)
+)
+
+// DefaultKeyPrefix starts every bucket key.
+const DefaultKeyPrefix = "portico:rl:"
+
+// Config configures a Service. Zero values take defaults.
+type Config struct {
+	// Rules is the live rule table (required).
+	Rules *rules.Live
+	// Backend stores buckets (required).
+	Backend Backend
+	// KeyPrefix starts every bucket key (default DefaultKeyPrefix).
+	KeyPrefix string
+	// Registerer receives the metrics (default: a private registry).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// Service is the RateLimitService. It is safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	cfg     Config
+	m       *metrics
+	lastLog atomic.Int64 // unix ns of the last backend-error log line
+}
+
+// New validates cfg and returns a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Rules == nil || cfg.Backend == nil {
+		return nil, errors.New("service: Config.Rules and Config.Backend are required")
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = DefaultKeyPrefix
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, m: m}, nil
+}
+
+// match is one descriptor that a limiting rule applies to.
+type match struct {
+	desc int
+	rule *rules.Rule
+	item int // index into the items sent to the backend
+}
+
+// ShouldRateLimit decides one request. Unknown domains and descriptors are
+// OK; only an empty domain is invalid.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	defer func() { s.m.latency.Observe(time.Since(start).Seconds()) }()
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "ratelimit: domain must not be empty")
+	}
+	tab := s.cfg.Rules.Load()
+	descs := req.GetDescriptors()
+	tenant := tenantOf(req)
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	var matches []match
+	var replaced map[string]bool
+	for i, d := range descs {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		r := tab.Match(req.GetDomain(), entries(d.GetEntries()), tenant)
+		if r == nil {
+			continue
+		}
+		if r.Unlimited {
+			resp.Statuses[i].LimitRemaining = math.MaxUint32
+			continue
+		}
+		for _, n := range r.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[n] = true
+		}
+		matches = append(matches, match{desc: i, rule: r})
+	}
+	if len(matches) == 0 {
+		return resp, nil
+	}
+	items := make([]bucket.Item, 0, len(matches))
+	byKey := map[string]int{}
+	kept := matches[:0]
+	for _, mt := range matches {
+		if mt.rule.Name != "" && replaced[mt.rule.Name] {
+			continue
+		}
+		d := descs[mt.desc]
+		cost := uint64(req.GetHitsAddend())
+		if h := d.GetHitsAddend(); h != nil {
+			cost = h.GetValue()
+		} else if cost == 0 {
+			cost = 1
+		}
+		key := s.key(req.GetDomain(), mt.rule, d.GetEntries())
+		// Two descriptors landing on one bucket are one item with both costs.
+		if j, ok := byKey[key]; ok {
+			items[j].Cost += cost
+			items[j].Veto = items[j].Veto || mt.rule.Mode == rules.Enforce
+			mt.item = j
+		} else {
+			mt.item = len(items)
+			byKey[key] = mt.item
+			items = append(items, itemFor(mt.rule, key, cost))
+		}
+		kept = append(kept, mt)
+	}
+	matches = kept
+	dec, err := s.cfg.Backend.Check(ctx, items)
+	if err != nil {
+		s.failed(ctx, req.GetDomain(), matches, resp, err)
+		return resp, nil
+	}
+	var worst *match
+	var worstRes bucket.Result
+	for k := range matches {
+		mt := &matches[k]
+		res := dec.Results[mt.item]
+		st := resp.Statuses[mt.desc]
+		st.CurrentLimit = currentLimit(mt.rule)
+		st.LimitRemaining = uint32(min(res.Remaining, math.MaxUint32))
+		st.DurationUntilReset = durationpb.New(res.ResetAfter)
+		mode := "enforce"
+		if mt.rule.Mode == rules.Shadow {
+			mode = "shadow"
+		}
+		if !res.Allowed {
+			s.m.decisions.WithLabelValues("over_limit", mode).Inc()
+			if mt.rule.Mode == rules.Shadow {
+				s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "shadow rule would deny",
+					slog.String("domain", req.GetDomain()), slog.String("rule", mt.rule.ID))
+				continue
+			}
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		} else {
+			s.m.decisions.WithLabelValues("ok", mode).Inc()
+		}
+		if mt.rule.Mode == rules.Shadow {
+			continue
+		}
+		if worst == nil || moreRestrictive(res, mt.rule, worstRes, worst.rule) {
+			worst, worstRes = mt, res
+		}
+	}
+	if worst != nil {
+		resp.ResponseHeadersToAdd = headers(worst.rule, worstRes, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	}
+	return resp, nil
+}
+
+// failed applies fail modes when the backend could not answer.
+func (s *Service) failed(ctx context.Context, domain string, matches []match, resp *rlsv3.RateLimitResponse, err error) {
+	s.m.backendErrors.Inc()
+	if now := time.Now().UnixNano(); now-s.lastLog.Load() > int64(time.Second) {
+		s.lastLog.Store(now)
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "bucket backend failed; applying fail modes",
+			slog.String("domain", domain), slog.String("error", err.Error()))
+	}
+	closed := false
+	for _, mt := range matches {
+		st := resp.Statuses[mt.desc]
+		st.CurrentLimit = currentLimit(mt.rule)
+		if mt.rule.FailMode == rules.FailClosed && mt.rule.Mode == rules.Enforce {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			s.m.decisions.WithLabelValues("fail_closed", "enforce").Inc()
+			closed = true
+			continue
+		}
+		s.m.decisions.WithLabelValues("fail_open", modeLabel(mt.rule)).Inc()
+	}
+	if closed {
+		s.m.degraded.WithLabelValues("closed").Inc()
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "Retry-After", Value: "1"}}
+	} else {
+		s.m.degraded.WithLabelValues("open").Inc()
+	}
+}
+
+func modeLabel(r *rules.Rule) string {
+	if r.Mode == rules.Shadow {
+		return "shadow"
+	}
+	return "enforce"
+}
+
+// moreRestrictive orders candidates for the X-RateLimit-* headers: a denial
+// beats an allow (the longer retry first), then fewer remaining, then the
+// smaller limit.
+func moreRestrictive(a bucket.Result, ar *rules.Rule, b bucket.Result, br *rules.Rule) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if !a.Allowed {
+		return a.RetryAfter > b.RetryAfter
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return ar.Limit < br.Limit
+}
+
+// ceilSeconds rounds up: rounding down invites a retry that fails again.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+func headers(r *rules.Rule, res bucket.Result, over bool) []*corev3.HeaderValue {
+	h := []*corev3.HeaderValue{
+		{Key: "X-RateLimit-Limit", Value: strconv.FormatUint(uint64(r.Limit), 10)},
+		{Key: "X-RateLimit-Remaining", Value: strconv.FormatUint(res.Remaining, 10)},
+		{Key: "X-RateLimit-Reset", Value: strconv.FormatInt(ceilSeconds(res.ResetAfter), 10)},
+	}
+	if over {
+		h = append(h, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(1, ceilSeconds(res.RetryAfter)), 10)})
+	}
+	return h
+}
+
+func itemFor(r *rules.Rule, key string, cost uint64) bucket.Item {
+	it := bucket.Item{Key: key, Limit: uint64(r.Limit), Capacity: r.Capacity(), Window: r.Window, Cost: cost, Veto: r.Mode == rules.Enforce}
+	if r.Algorithm == rules.FixedWindow {
+		it.Kind = bucket.FixedWindow
+	}
+	return it
+}
+
+// key names a bucket: prefix{domain}:rule:k=v&k=v. Every key of a request
+// shares the hash tag {domain}, so one script can touch them all on a Redis
+// Cluster (at the cost of one slot per domain; per-tenant tags are a later
+// increment).
+func (s *Service) key(domain string, r *rules.Rule, es []*rlsEntry) string {
+	var b strings.Builder
+	b.Grow(len(s.cfg.KeyPrefix) + len(domain) + len(r.ID) + 32)
+	b.WriteString(s.cfg.KeyPrefix)
+	b.WriteByte('{')
+	b.WriteString(domain)
+	b.WriteString("}:")
+	b.WriteString(r.ID)
+	b.WriteByte(':')
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(url.QueryEscape(e.GetKey()))
+		b.WriteByte('=')
+		b.WriteString(url.QueryEscape(e.GetValue()))
+	}
+	return b.String()
+}
+
+// tenantOf returns the value of the first "tenant" entry in the request.
+func tenantOf(req *rlsv3.RateLimitRequest) string {
+	for _, d := range req.GetDescriptors() {
+		for _, e := range d.GetEntries() {
+			if e.GetKey() == rules.TenantKey {
+				return e.GetValue()
+			}
+		}
+	}
+	return ""
+}
+
+var units = []struct {
+	d time.Duration
+	u rlsv3.RateLimitResponse_RateLimit_Unit
+}{
+	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+	{30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
+}
+
+// currentLimit expresses a rule in Envoy's units: the window's own unit
+// when it is one, else the smallest unit the window divides evenly
+// (100 per 5m = 1200 per hour), else UNKNOWN with the raw limit.
+func currentLimit(r *rules.Rule) *rlsv3.RateLimitResponse_RateLimit {
+	out := &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.Limit}
+	for _, u := range units {
+		if u.d >= r.Window && u.d%r.Window == 0 {
+			if n := uint64(r.Limit) * uint64(u.d/r.Window); n <= math.MaxUint32 {
+				out.Unit, out.RequestsPerUnit = u.u, uint32(n)
+				return out
+			}
+		}
+	}
+	return out
+}
+
+type rlsEntry = ratelimitcommonv3.RateLimitDescriptor_Entry
+
+func entries(es []*rlsEntry) []rules.Entry {
+	out := make([]rules.Entry, len(es))
+	for i, e := range es {
+		out[i] = rules.Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	return out
+}

@@ -1,0 +1,221 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	ratelimitv1 "github.com/portico-io/portico/proto/portico/ratelimit/v1"
+	"github.com/portico-io/portico/ratelimitsvc/rules"
+)
+
+// RuleType is the xDS type URL of Portico's rate-limit rules.
+const RuleType = "type.googleapis.com/portico.ratelimit.v1.RateLimitRule"
+
+// NodeCluster is the node cluster ratelimitsvc announces.
+const NodeCluster = "portico-ratelimit"
+
+const stateFile = "ratelimit-rules.pb"
+
+// ADS subscribes to RuleType over an ADS state-of-the-world stream. Each
+// response is validated as a whole: a good one is applied, written to
+// StateDir and ACKed; a bad one is NACKed with its error and the previous
+// rules stay. It reconnects with capped backoff until ctx is done.
+type ADS struct {
+	Addr   string
+	NodeID string
+	// StateDir keeps the last good response; empty disables persistence.
+	StateDir string
+	Sink     Sink
+	Logger   *slog.Logger
+	// MaxBackoff caps the reconnect delay (default 5s).
+	MaxBackoff time.Duration
+	// OnResponse, when set, is called after each response is applied
+	// (err nil, ACKed) or rejected (NACKed); a test hook.
+	OnResponse func(version string, err error)
+
+	lastGood atomic.Pointer[string]
+}
+
+// Version is the last applied version ("" before any).
+func (a *ADS) Version() string {
+	if v := a.lastGood.Load(); v != nil {
+		return *v
+	}
+	return ""
+}
+
+// LoadState applies the persisted last good response, if any. It reports
+// whether one was applied.
+func (a *ADS) LoadState() (bool, error) {
+	if a.StateDir == "" {
+		return false, nil
+	}
+	b, err := os.ReadFile(filepath.Join(a.StateDir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("source: read state: %w", err)
+	}
+	var resp discovery.DiscoveryResponse
+	if err := proto.Unmarshal(b, &resp); err != nil {
+		return false, fmt.Errorf("source: decode state: %w", err)
+	}
+	if err := a.apply(&resp); err != nil {
+		return false, fmt.Errorf("source: persisted rules: %w", err)
+	}
+	a.logger().Info("rate-limit rules loaded from the state dir", "version", resp.GetVersionInfo())
+	return true, nil
+}
+
+// Run streams until ctx is done.
+func (a *ADS) Run(ctx context.Context) error {
+	maxB := a.MaxBackoff
+	if maxB <= 0 {
+		maxB = 5 * time.Second
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		start := time.Now()
+		err := a.stream(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) > 30*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		a.logger().Warn("xDS stream ended; keeping the last good rules", "addr", a.Addr, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxB)
+	}
+}
+
+func (a *ADS) stream(ctx context.Context) error {
+	conn, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("source: dial: %w", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return fmt.Errorf("source: stream: %w", err)
+	}
+	node := &corev3.Node{Id: a.NodeID, Cluster: NodeCluster, UserAgentName: "portico-ratelimitsvc"}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: RuleType, VersionInfo: a.Version()}); err != nil {
+		return fmt.Errorf("source: subscribe: %w", err)
+	}
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return fmt.Errorf("source: recv: %w", err)
+		}
+		if resp.GetTypeUrl() != RuleType {
+			continue
+		}
+		req := &discovery.DiscoveryRequest{TypeUrl: RuleType, ResponseNonce: resp.GetNonce()}
+		aerr := a.apply(resp)
+		if aerr == nil {
+			a.persist(resp)
+			req.VersionInfo = resp.GetVersionInfo()
+			a.logger().Info("rate-limit rules applied from xDS", "version", resp.GetVersionInfo(), "rules", len(resp.GetResources()))
+		} else {
+			req.VersionInfo = a.Version()
+			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: aerr.Error()}
+			a.logger().Error("rate-limit rules rejected (NACK); keeping the last good rules", "version", resp.GetVersionInfo(), "err", aerr)
+		}
+		if a.OnResponse != nil {
+			a.OnResponse(resp.GetVersionInfo(), aerr)
+		}
+		if err := s.Send(req); err != nil {
+			return fmt.Errorf("source: ack: %w", err)
+		}
+	}
+}
+
+// apply decodes and validates every resource, then hands the set to Sink.
+func (a *ADS) apply(resp *discovery.DiscoveryResponse) error {
+	rs := make([]*rules.Rule, 0, len(resp.GetResources()))
+	for _, res := range resp.GetResources() {
+		var p ratelimitv1.RateLimitRule
+		if err := res.UnmarshalTo(&p); err != nil {
+			return fmt.Errorf("%w: resource of type %s: %w", rules.ErrInvalid, res.GetTypeUrl(), err)
+		}
+		r, err := rules.FromProto(&p)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, r)
+	}
+	if err := a.Sink.Update(rules.SourceXDS, resp.GetVersionInfo(), rs); err != nil {
+		return err
+	}
+	v := resp.GetVersionInfo()
+	a.lastGood.Store(&v)
+	return nil
+}
+
+// persist writes resp atomically (temp file, fsync, rename). A failure is
+// logged: serving the new rules matters more than the copy on disk.
+func (a *ADS) persist(resp *discovery.DiscoveryResponse) {
+	if a.StateDir == "" {
+		return
+	}
+	keep := &discovery.DiscoveryResponse{VersionInfo: resp.GetVersionInfo(), TypeUrl: resp.GetTypeUrl(), Resources: resp.GetResources()}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(keep)
+	if err == nil {
+		err = writeAtomic(filepath.Join(a.StateDir, stateFile), b)
+	}
+	if err != nil {
+		a.logger().Error("cannot persist rate-limit rules", "dir", a.StateDir, "err", err)
+	}
+}
+
+func writeAtomic(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func (a *ADS) logger() *slog.Logger {
+	if a.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return a.Logger
+}
