@@ -35,7 +35,7 @@ func newClock() *clock {
 	c.ms.Store(base.UnixMilli())
 	return c
 }
-func (c *clock) Now() time.Time           { return time.UnixMilli(c.ms.Load()) }
+func (c *clock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
 // desc builds a descriptor from key, value pairs.
