@@ -131,3 +131,20 @@ func TestConfigSecretReferences(t *testing.T) {
 		})
 	}
 }
+
+// FuzzDecodeTLS: decoding secrets and listeners never panics, and a
+// rejected secret's error never echoes private key material.
+func FuzzDecodeTLS(f *testing.F) {
+	f.Add(`{"name":"gw","type":"tls","certificate":"-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n","privateKey":"-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n"}`)
+	f.Add(`{"name":"ca","type":"ca","files":{"trustedCa":"/etc/ca.pem"}}`)
+	f.Add(`{"name":"https","port":443,"tls":{"certificates":["gw"],"minVersion":"1.3","alpn":["h2"]}}`)
+	f.Add(`{"name":"gw","type":"tls","sealedPrivateKey":"v1:AAAA"}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, k := range []spec.Kind{spec.KindSecret, spec.KindListener} {
+			_, err := spec.Decode(k, []byte(body))
+			if err != nil && strings.Contains(err.Error(), "PRIVATE KEY-----") {
+				t.Fatalf("error echoes key material: %v", err)
+			}
+		}
+	})
+}
