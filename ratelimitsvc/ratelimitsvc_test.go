@@ -1,0 +1,313 @@
+package ratelimitsvc_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/ratelimitsvc"
+)
+
+type instance struct {
+	addrs  ratelimitsvc.Addrs
+	client rlsv3.RateLimitServiceClient
+	stop   func()
+}
+
+// start runs ratelimitsvc on loopback ports until the test ends (or stop).
+func start(t *testing.T, cfg ratelimitsvc.Config) *instance {
+	t.Helper()
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	ready := make(chan ratelimitsvc.Addrs, 1)
+	cfg.Ready = ready
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ratelimitsvc.Run(ctx, cfg) }()
+	in := &instance{}
+	select {
+	case in.addrs = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("ratelimitsvc exited: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("ratelimitsvc not ready after 30s")
+	}
+	conn, err := grpc.NewClient(in.addrs.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.client = rlsv3.NewRateLimitServiceClient(conn)
+	var stopped atomic.Bool
+	in.stop = func() {
+		if stopped.Swap(true) {
+			return
+		}
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ratelimitsvc: %v", err)
+		}
+	}
+	t.Cleanup(in.stop)
+	return in
+}
+
+func (in *instance) check(t *testing.T, domain string, kv ...string) rlsv3.RateLimitResponse_Code {
+	t.Helper()
+	d := &ratelimitcommonv3.RateLimitDescriptor{}
+	for i := 0; i < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := in.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetOverallCode()
+}
+
+type configDump struct {
+	Versions map[string]string `json:"versions"`
+	Rules    []struct {
+		ID    string `json:"id"`
+		Limit uint32 `json:"limit"`
+	} `json:"rules"`
+}
+
+func (in *instance) config(t *testing.T) configDump {
+	t.Helper()
+	var c configDump
+	if code := getJSON(t, "http://"+in.addrs.HTTP+"/config", &c); code != http.StatusOK {
+		t.Fatalf("GET /config: %d", code)
+	}
+	return c
+}
+
+func getJSON(t *testing.T, url string, out any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		_ = json.Unmarshal(b, out)
+	}
+	return resp.StatusCode
+}
+
+// eventually polls cond every 20ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+}
+
+func codes(t *testing.T, in *instance, n int, domain string, kv ...string) string {
+	var out []string
+	for range n {
+		out = append(out, in.check(t, domain, kv...).String())
+	}
+	return strings.Join(out, " ")
+}
+
+// Files in envoyproxy/ratelimit format load at boot and reload on change;
+// a broken edit keeps the previous rules.
+func TestFileRulesHotReload(t *testing.T) {
+	dir := t.TempDir()
+	write := func(n uint32) {
+		doc := fmt.Sprintf("domain: files\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: %d\n", n)
+		if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(2)
+	in := start(t, ratelimitsvc.Config{ConfigDir: dir, PollInterval: 10 * time.Millisecond})
+	if code := getJSON(t, "http://"+in.addrs.HTTP+"/readyz", nil); code != http.StatusOK {
+		t.Fatalf("/readyz %d", code)
+	}
+	v1 := in.config(t).Versions["file"]
+	if got := codes(t, in, 3, "files", "user", "a"); got != "OK OK OVER_LIMIT" {
+		t.Fatalf("limit 2: %s", got)
+	}
+	write(4)
+	eventually(t, 10*time.Second, "the new file version", func() bool { return in.config(t).Versions["file"] != v1 })
+	if got := codes(t, in, 3, "files", "user", "a"); got != "OK OK OVER_LIMIT" {
+		t.Fatalf("limit 4 (2 used): %s", got)
+	}
+	v2 := in.config(t).Versions["file"]
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("domain: files\ndescriptors: [{key: user, rate_limit: {unit: eon}}]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "marker.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Let a few polls pass: the broken file must not replace the rules.
+	for range 5 {
+		<-time.After(20 * time.Millisecond)
+	}
+	if c := in.config(t); c.Versions["file"] != v2 || len(c.Rules) != 1 || c.Rules[0].Limit != 4 {
+		t.Fatalf("broken file replaced the rules: %+v", c)
+	}
+	var metrics bytes.Buffer
+	resp, err := http.Get("http://" + in.addrs.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(&metrics, resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(metrics.String(), `portico_ratelimitsvc_decisions_total{mode="enforce",result="over_limit"} 2`) {
+		t.Fatalf("metrics lack the denials:\n%s", metrics.String())
+	}
+}
+
+// startControlPlane runs a real control plane on a fresh database.
+func startControlPlane(t *testing.T) (controlplane.Addrs, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan controlplane.Addrs, 1)
+	done := make(chan error, 1)
+	cfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", DatabaseURL: testdeps.Postgres(t), Ready: ready}
+	go func() { done <- controlplane.Run(ctx, cfg) }()
+	var addrs controlplane.Addrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("control plane exited: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("control plane not ready after 30s")
+	}
+	var stopped atomic.Bool
+	stop := func() {
+		if stopped.Swap(true) {
+			return
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("control plane: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return addrs, stop
+}
+
+var idem atomic.Int64
+
+func postRule(t *testing.T, admin string, rule map[string]any) {
+	t.Helper()
+	b, _ := json.Marshal(rule)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+admin+"/admin/v1/ratelimit-rules", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", fmt.Sprintf("rls-test-%d-%d", time.Now().UnixNano(), idem.Add(1)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST ratelimit-rules: %d %s", resp.StatusCode, body)
+	}
+}
+
+type nodeTypes struct {
+	Items []struct {
+		ID    string `json:"id"`
+		Types map[string]struct {
+			AckedVersion string `json:"ackedVersion"`
+			Nack         *struct {
+				Version string `json:"version"`
+				Error   string `json:"error"`
+			} `json:"nack"`
+		} `json:"types"`
+	} `json:"items"`
+}
+
+// The whole path: admin API → control plane → xDS → ratelimitsvc enforces;
+// an unsupported rule is NACKed and the old rules stay; with the control
+// plane gone a restarted ratelimitsvc boots from its persisted rules.
+func TestControlPlaneRules(t *testing.T) {
+	cp, stopCP := startControlPlane(t)
+	postRule(t, cp.Admin, map[string]any{"name": "per-consumer", "domain": "portico",
+		"descriptors": []any{map[string]any{"key": "consumer"}}, "limit": 2, "window": "1h", "burst": 1})
+	state := t.TempDir()
+	redis := testdeps.Redis(t)
+	prefix := fmt.Sprintf("portico:test:%s:%d:", t.Name(), time.Now().UnixNano())
+	cfg := ratelimitsvc.Config{XDSAddr: cp.XDS, NodeID: "rls-test-1", StateDir: state, RedisAddr: redis,
+		RedisTimeout: time.Second, KeyPrefix: prefix}
+	in := start(t, cfg)
+	eventually(t, 30*time.Second, "the rule over xDS", func() bool { return len(in.config(t).Rules) == 1 })
+	if code := getJSON(t, "http://"+in.addrs.HTTP+"/readyz", nil); code != http.StatusOK {
+		t.Fatalf("/readyz %d", code)
+	}
+	if got := codes(t, in, 4, "portico", "consumer", "acme"); got != "OK OK OK OVER_LIMIT" {
+		t.Fatalf("limit 2 + burst 1: %s", got)
+	}
+	v1 := in.config(t).Versions["xds"]
+
+	// SLIDING_WINDOW is not implemented here: the version is NACKed with the
+	// reason, the node stays on v1, and enforcement goes on.
+	postRule(t, cp.Admin, map[string]any{"name": "sliding", "domain": "portico", "algorithm": "SLIDING_WINDOW",
+		"descriptors": []any{map[string]any{"key": "path"}}, "limit": 2, "window": "1s"})
+	eventually(t, 30*time.Second, "the NACK in the admin API", func() bool {
+		var nodes nodeTypes
+		getJSON(t, "http://"+cp.Admin+"/admin/v1/nodes", &nodes)
+		for _, n := range nodes.Items {
+			if ty, ok := n.Types["type.googleapis.com/portico.ratelimit.v1.RateLimitRule"]; ok && n.ID == "rls-test-1" &&
+				ty.Nack != nil && strings.Contains(ty.Nack.Error, "SLIDING_WINDOW") && ty.AckedVersion == v1 {
+				return true
+			}
+		}
+		return false
+	})
+	if c := in.config(t); c.Versions["xds"] != v1 || len(c.Rules) != 1 {
+		t.Fatalf("NACKed version applied: %+v", c)
+	}
+	if got := in.check(t, "portico", "consumer", "acme"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("after NACK: %v", got)
+	}
+
+	// Control plane down: a new replica boots from the state dir and keeps
+	// enforcing (same Redis buckets).
+	in.stop()
+	stopCP()
+	again := start(t, cfg)
+	if c := again.config(t); c.Versions["xds"] != v1 || len(c.Rules) != 1 {
+		t.Fatalf("booted without the persisted rules: %+v", c)
+	}
+	if code := getJSON(t, "http://"+again.addrs.HTTP+"/readyz", nil); code != http.StatusOK {
+		t.Fatalf("/readyz %d after boot from disk", code)
+	}
+	if got := again.check(t, "portico", "consumer", "acme"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("after restart: %v", got)
+	}
+	if got := again.check(t, "portico", "consumer", "other"); got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("other consumer after restart: %v", got)
+	}
+}
