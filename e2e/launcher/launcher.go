@@ -156,6 +156,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := Seed(ctx, cfg.AdminURL); err != nil {
 		return fmt.Errorf("seeding the demo configuration: %w", err)
 	}
+	if err := SeedTLS(ctx, cfg.AdminURL, cfg.Root); err != nil {
+		return fmt.Errorf("seeding the demo HTTPS listener: %w", err)
+	}
 	bootstrap := filepath.Join(cfg.Root, "envoy", "bootstrap.yaml")
 	if envoy != "" {
 		p := Process{Name: "envoy", Args: []string{envoy, "-c", bootstrap, "--log-level", "warn"}, Ready: "http://127.0.0.1:9901/ready"}
@@ -190,6 +193,7 @@ Portico is running. Next:
   curl -s -X POST localhost:18080/admin/v1/clusters -H 'Idempotency-Key: k1' \
        -d '{"name":"more","endpoints":[{"address":"127.0.0.1","port":18901}]}'
   curl -s localhost:10000/echo                            # through Envoy, when it runs
+  curl -s --cacert .run/demo-tls/ca.crt https://localhost:10443/public   # HTTPS, certificate by SDS
 Ctrl-C stops everything (or 'make stop' from another shell).
 `
 

@@ -1,11 +1,17 @@
 package launcher
 
 import (
+	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/seal"
+	"github.com/portico-io/portico/internal/testdeps"
 )
 
 func TestSecretKeyIsMadeOnce(t *testing.T) {
@@ -27,5 +33,56 @@ func TestSecretKeyIsMadeOnce(t *testing.T) {
 	again, err := seal.ReadKeyFile(path)
 	if err != nil || string(again) != string(first) {
 		t.Fatal("the key changed on the second run")
+	}
+}
+
+// The demo seed, HTTPS listener included, is accepted by a real control
+// plane with the key make run gives it, and can run twice.
+func TestSeedWithDemoHTTPS(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, ".run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureSecretKey(SecretKeyFile(root)); err != nil {
+		t.Fatal(err)
+	}
+	key, err := seal.ReadKeyFile(SecretKeyFile(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan controlplane.Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0",
+			DatabaseURL: testdeps.Postgres(t), SecretKey: key, Ready: ready})
+	}()
+	defer func() { cancel(); <-done }()
+	var addrs controlplane.Addrs
+	select {
+	case addrs = <-ready:
+	case err := <-done:
+		t.Fatalf("control plane: %v", err)
+	}
+	admin := "http://" + addrs.Admin
+	for range 2 {
+		if err := Seed(ctx, admin); err != nil {
+			t.Fatal(err)
+		}
+		if err := SeedTLS(ctx, admin, root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Get(admin + "/admin/v1/secrets/demo-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"hasPrivateKey":true`) || strings.Contains(string(body), "PRIVATE KEY") {
+		t.Fatalf("demo secret: %d %s", resp.StatusCode, body)
+	}
+	if st, err := os.Stat(filepath.Join(demoTLSDir(root), "gateway.key")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("demo key file: %v %v", st, err)
 	}
 }
