@@ -71,6 +71,15 @@ func start(t *testing.T, cfg ratelimitsvc.Config) *instance {
 
 func (in *instance) check(t *testing.T, domain string, kv ...string) rlsv3.RateLimitResponse_Code {
 	t.Helper()
+	code, err := in.try(domain, kv...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+// try is check for goroutines other than the test's.
+func (in *instance) try(domain string, kv ...string) (rlsv3.RateLimitResponse_Code, error) {
 	d := &ratelimitcommonv3.RateLimitDescriptor{}
 	for i := 0; i < len(kv); i += 2 {
 		d.Entries = append(d.Entries, &ratelimitcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
@@ -78,10 +87,7 @@ func (in *instance) check(t *testing.T, domain string, kv ...string) rlsv3.RateL
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := in.client.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{d}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.GetOverallCode()
+	return resp.GetOverallCode(), err
 }
 
 type configDump struct {
@@ -309,5 +315,54 @@ func TestControlPlaneRules(t *testing.T) {
 	}
 	if got := again.check(t, "portico", "consumer", "other"); got != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("other consumer after restart: %v", got)
+	}
+}
+
+// 50 goroutines on 4 replicas sharing Redis hammer one key: no overshoot
+// beyond limit + burst (plus what refills while the test runs).
+func TestHammerFourInstances(t *testing.T) {
+	cp, _ := startControlPlane(t)
+	const limit, burst = 100, 50
+	postRule(t, cp.Admin, map[string]any{"name": "hot", "domain": "portico",
+		"descriptors": []any{map[string]any{"key": "consumer"}}, "limit": limit, "window": "1h", "burst": burst})
+	redis := testdeps.Redis(t)
+	prefix := fmt.Sprintf("portico:test:%s:%d:", t.Name(), time.Now().UnixNano())
+	var ins []*instance
+	for i := range 4 {
+		in := start(t, ratelimitsvc.Config{XDSAddr: cp.XDS, NodeID: fmt.Sprintf("hammer-%d", i), StateDir: t.TempDir(),
+			RedisAddr: redis, RedisTimeout: 2 * time.Second, KeyPrefix: prefix})
+		eventually(t, 30*time.Second, "the rule over xDS", func() bool { return len(in.config(t).Rules) == 1 })
+		ins = append(ins, in)
+	}
+	began := time.Now()
+	var admitted, denied, failed atomic.Int64
+	done := make(chan struct{})
+	for g := range 50 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			in := ins[g%len(ins)]
+			for range 20 {
+				switch code, err := in.try("portico", "consumer", "hot"); {
+				case err != nil:
+					failed.Add(1)
+				case code == rlsv3.RateLimitResponse_OK:
+					admitted.Add(1)
+				default:
+					denied.Add(1)
+				}
+			}
+		}()
+	}
+	for range 50 {
+		<-done
+	}
+	if f := failed.Load(); f > 0 {
+		t.Fatalf("%d calls failed", f)
+	}
+	// One token refills every 36s (100 per hour).
+	refill := int64(time.Since(began) / (36 * time.Second))
+	t.Logf("admitted %d, denied %d of 1000 in %v", admitted.Load(), denied.Load(), time.Since(began))
+	if a := admitted.Load(); a < limit+burst || a > limit+burst+refill {
+		t.Fatalf("admitted %d, want %d (+%d refilled)", a, limit+burst, refill)
 	}
 }
