@@ -54,6 +54,8 @@ func Processes(root string) []Process {
 			"--secret-key-file=" + SecretKeyFile(root)}, Ready: "http://127.0.0.1:18080/readyz"},
 		{Name: "extauthz", Args: []string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
 			Ready: "http://127.0.0.1:18101/readyz"},
+		{Name: "ratelimitsvc", Args: []string{bin("ratelimitsvc"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "ratelimitsvc")},
+			Env: []string{"PORTICO_REDIS_ADDR=127.0.0.1:56379", "PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz"},
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
 	}
 }

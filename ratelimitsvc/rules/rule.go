@@ -5,6 +5,7 @@
 package rules
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -161,4 +162,13 @@ func (r *Rule) path() string {
 		}
 	}
 	return b.String()
+}
+
+// MarshalJSON shows the window as a duration string ("1m0s") in /config.
+func (r *Rule) MarshalJSON() ([]byte, error) {
+	type plain Rule
+	return json.Marshal(struct {
+		*plain
+		Window string `json:"window,omitempty"`
+	}{(*plain)(r), r.Window.String()})
 }

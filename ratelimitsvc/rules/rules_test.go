@@ -1,8 +1,10 @@
 package rules_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +131,17 @@ func TestLiveKeepsTableOnError(t *testing.T) {
 	tab := l.Load()
 	if len(tab.Rules()) != 1 || tab.Versions["file"] != "v1" || tab.Versions["xds"] != "" {
 		t.Fatalf("table changed: %v %v", tab.Rules(), tab.Versions)
+	}
+}
+
+func TestRuleJSON(t *testing.T) {
+	b, err := json.Marshal(&rules.Rule{ID: "x", Domain: "d", Window: time.Minute, Algorithm: rules.FixedWindow, Mode: rules.Shadow, FailMode: rules.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"window":"1m0s"`, `"algorithm":"FIXED_WINDOW"`, `"mode":"SHADOW"`, `"failMode":"CLOSED"`, `"id":"x"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s lacks %s", b, want)
+		}
 	}
 }
