@@ -142,7 +142,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		key := s.key(req.GetDomain(), mt.rule, d.GetEntries())
 		// Two descriptors landing on one bucket are one item with both costs.
 		if j, ok := byKey[key]; ok {
-			items[j].Cost += cost
+			items[j].Cost = clampCost(items[j], items[j].Cost+min(cost, math.MaxUint32))
 			items[j].Veto = items[j].Veto || mt.rule.Mode == rules.Enforce
 			mt.item = j
 		} else {
@@ -266,11 +266,24 @@ func headers(r *rules.Rule, res bucket.Result, over bool) []*corev3.HeaderValue 
 }
 
 func itemFor(r *rules.Rule, key string, cost uint64) bucket.Item {
-	it := bucket.Item{Key: key, Limit: uint64(r.Limit), Capacity: r.Capacity(), Window: r.Window, Cost: cost, Veto: r.Mode == rules.Enforce}
+	it := bucket.Item{Key: key, Limit: uint64(r.Limit), Capacity: r.Capacity(), Window: r.Window, Veto: r.Mode == rules.Enforce}
 	if r.Algorithm == rules.FixedWindow {
 		it.Kind = bucket.FixedWindow
 	}
+	it.Cost = clampCost(it, cost)
 	return it
+}
+
+// clampCost caps a cost at one more than the bucket can ever hold: such a
+// request is denied either way, and the cap keeps the bucket arithmetic
+// (cost × window in ms) exact and free of overflow whatever hits_addend a
+// client sends.
+func clampCost(it bucket.Item, cost uint64) uint64 {
+	most := it.Capacity
+	if it.Kind == bucket.FixedWindow {
+		most = it.Limit
+	}
+	return min(cost, most+1)
 }
 
 // key names a bucket: prefix{domain}:rule:k=v&k=v. Every key of a request

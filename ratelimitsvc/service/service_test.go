@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -381,9 +382,12 @@ func FuzzShouldRateLimit(f *testing.F) {
 		f.Fatal(err)
 	}
 	known := map[string]bool{"consumer": true, "path": true}
+	f.Add("portico", "consumer", "acme", "consumer", "acme", uint32(0))
 	f.Fuzz(func(t *testing.T, domain, k1, v1, k2, v2 string, hits uint32) {
+		huge := desc(k1, v1)
+		huge.HitsAddend = wrapperspb.UInt64(uint64(hits) << 32)
 		r := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: hits,
-			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{desc(k1, v1), desc(k1, v1, k2, v2), desc(k2, v2), nil}}
+			Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{desc(k1, v1), desc(k1, v1, k2, v2), desc(k2, v2), nil, huge}}
 		resp, err := s.ShouldRateLimit(context.Background(), r)
 		if domain == "" {
 			if err == nil {
@@ -446,4 +450,25 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	b.Run("memory", func(b *testing.B) { benchmark(b, bucket.NewMemory(), 1) })
 	// 8 callers per CPU: Redis calls are network-bound.
 	b.Run("redis", func(b *testing.B) { benchmark(b, redisBackend(b, nil, time.Second), 8) })
+}
+
+// A huge hits_addend is denied and never wraps into a refill.
+func TestHugeHitsAddend(t *testing.T) {
+	backends(t, func(t *testing.T, b service.Backend, _ *clock) {
+		s := newService(t, b, rule("c", 2, 0, time.Hour, "consumer", ""))
+		d := desc("consumer", "acme")
+		d.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
+		for range 3 {
+			if resp := call(t, s, req("portico", d, d)); resp.GetOverallCode() != OVER {
+				t.Fatalf("huge cost: %v", resp)
+			}
+		}
+		got := []string{}
+		for range 3 {
+			got = append(got, call(t, s, req("portico", desc("consumer", "acme"))).GetOverallCode().String())
+		}
+		if strings.Join(got, " ") != "OK OK OVER_LIMIT" {
+			t.Fatalf("after huge costs: %v", got)
+		}
+	})
 }
