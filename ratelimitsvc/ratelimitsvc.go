@@ -51,6 +51,10 @@ type Config struct {
 	PollInterval time.Duration
 	// XDSAddr is the control plane's xDS address; empty disables xDS.
 	XDSAddr string
+	// XDSType is source.RuleType (default: Portico's rules, with burst,
+	// token buckets, tenants) or source.ConfigType (the standard
+	// RateLimitConfig, fixed windows as in envoyproxy/ratelimit).
+	XDSType string
 	// NodeID identifies this replica to the control plane (default
 	// ratelimitsvc-<hostname>-<pid>).
 	NodeID string
@@ -93,6 +97,9 @@ func (c *Config) defaults() {
 // Run serves until ctx is done.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
+	if t := cfg.XDSType; t != "" && t != source.RuleType && t != source.ConfigType {
+		return fmt.Errorf("ratelimitsvc: XDSType %q: want %s or %s", t, source.RuleType, source.ConfigType)
+	}
 	log := cfg.Logger
 	live := rules.NewLive()
 	checks := health.New()
@@ -125,7 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var ads *source.ADS
 	if cfg.XDSAddr != "" {
-		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, StateDir: cfg.StateDir, Sink: live, Logger: log}
+		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, TypeURL: cfg.XDSType, StateDir: cfg.StateDir, Sink: live, Logger: log}
 		if _, err := ads.LoadState(); err != nil {
 			// A bad copy on disk must not keep the service down; xDS replaces it.
 			log.Error("ignoring persisted rate-limit rules", "err", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/ratelimitsvc"
+	"github.com/portico-io/portico/ratelimitsvc/source"
 )
 
 type instance struct {
@@ -277,6 +278,17 @@ func TestControlPlaneRules(t *testing.T) {
 	if got := codes(t, in, 4, "portico", "consumer", "acme"); got != "OK OK OK OVER_LIMIT" {
 		t.Fatalf("limit 2 + burst 1: %s", got)
 	}
+	// A replica on the standard RateLimitConfig gets the same rule in
+	// envoyproxy/ratelimit's terms: 2 per hour, fixed window, no burst.
+	std := start(t, ratelimitsvc.Config{XDSAddr: cp.XDS, XDSType: source.ConfigType, NodeID: "rls-test-std", StateDir: t.TempDir()})
+	eventually(t, 30*time.Second, "the RateLimitConfig over xDS", func() bool {
+		c := std.config(t)
+		return len(c.Rules) == 1 && c.Rules[0].ID == "xds-config:portico:consumer"
+	})
+	if got := codes(t, std, 3, "portico", "consumer", "acme"); got != "OK OK OVER_LIMIT" {
+		t.Fatalf("RateLimitConfig replica: %s", got)
+	}
+	std.stop()
 	v1 := in.config(t).Versions["xds"]
 
 	// SLIDING_WINDOW is not implemented here: the version is NACKed with the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	ratelimitv1 "github.com/portico-io/portico/proto/portico/ratelimit/v1"
@@ -142,6 +143,72 @@ func TestRuleJSON(t *testing.T) {
 	for _, want := range []string{`"window":"1m0s"`, `"algorithm":"FIXED_WINDOW"`, `"mode":"SHADOW"`, `"failMode":"CLOSED"`, `"id":"x"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("%s lacks %s", b, want)
+		}
+	}
+}
+
+// A RateLimitConfig resource compiles to the rules its YAML twin gives.
+func TestRateLimitConfigMatchesYAML(t *testing.T) {
+	_, fromYAML, err := rules.ParseYAML("m.yaml", []byte(`
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        shadow_mode: true
+        rate_limit: {unit: day, requests_per_unit: 5, name: m, replaces: [{name: n}]}
+  - key: to_number
+    rate_limit: {unit: second, requests_per_unit: 100, name: n}
+  - key: vip
+    rate_limit: {unlimited: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromXDS, err := rules.FromRateLimitConfig(&rlsconfv3.RateLimitConfig{Name: "messaging", Domain: "messaging",
+		Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "message_type", Value: "marketing", Descriptors: []*rlsconfv3.RateLimitDescriptor{{Key: "to_number", ShadowMode: true,
+				RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_DAY, RequestsPerUnit: 5, Name: "m",
+					Replaces: []*rlsconfv3.RateLimitReplace{{Name: "n"}}}}}},
+			{Key: "to_number", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_SECOND, RequestsPerUnit: 100, Name: "n"}},
+			{Key: "vip", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm := func(rs []*rules.Rule) string {
+		var out []string
+		for _, r := range rs {
+			c := *r
+			c.ID, c.Source = strings.SplitN(c.ID, ":", 2)[1], ""
+			b, _ := json.Marshal(&c)
+			out = append(out, string(b))
+		}
+		return strings.Join(out, "\n")
+	}
+	if a, b := norm(fromYAML), norm(fromXDS); a != b || len(fromXDS) != 3 {
+		t.Fatalf("YAML:\n%s\nRateLimitConfig:\n%s", a, b)
+	}
+	if _, err := rules.FromRateLimitConfig(&rlsconfv3.RateLimitConfig{Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{RequestsPerUnit: 1}}}}); !errors.Is(err, rules.ErrInvalid) {
+		t.Fatalf("UNKNOWN unit: %v", err)
+	}
+}
+
+// Plain scalars keep their text, as in envoyproxy/ratelimit (yaml.v2).
+func TestYAMLScalarsStayStrings(t *testing.T) {
+	_, rs, err := rules.ParseYAML("s.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    value: n\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    value: 01\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: c\n    value: yes\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := rules.Build(rs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range [][]rules.Entry{e("a", "n"), e("b", "01"), e("c", "yes")} {
+		if tab.Match("d", en, "") == nil {
+			t.Errorf("%v does not match", en)
 		}
 	}
 }

@@ -1,47 +1,55 @@
 package rules
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"gopkg.in/yaml.v3"
 )
 
 // The envoyproxy/ratelimit file format, parsed here rather than through
 // envoyproxy/ratelimit's own src/config package: that package pulls its
 // stats, logging and settings stack (and their module graph) into ours for
 // about a hundred lines of YAML mapping. Fields are as documented in its
-// README; unknown fields are errors, as there.
+// README; unknown fields are errors, as there. Scalars are read as written
+// (yaml.v3 into string fields): `value: n` or `value: 01` stay strings, as
+// with the yaml.v2 decoder envoyproxy/ratelimit uses, where a YAML→JSON
+// conversion would turn them into false and 1.
 type yamlFile struct {
-	Domain      string           `json:"domain"`
-	Descriptors []yamlDescriptor `json:"descriptors"`
+	Domain      string           `yaml:"domain"`
+	Descriptors []yamlDescriptor `yaml:"descriptors"`
 }
 
 type yamlDescriptor struct {
-	Key            string           `json:"key"`
-	Value          string           `json:"value"`
-	RateLimit      *yamlRateLimit   `json:"rate_limit"`
-	Descriptors    []yamlDescriptor `json:"descriptors"`
-	ShadowMode     bool             `json:"shadow_mode"`
-	DetailedMetric bool             `json:"detailed_metric"`
-	ValueToMetric  bool             `json:"value_to_metric"`
-	ShareThreshold bool             `json:"share_threshold"`
+	Key            string           `yaml:"key"`
+	Value          string           `yaml:"value"`
+	RateLimit      *yamlRateLimit   `yaml:"rate_limit"`
+	Descriptors    []yamlDescriptor `yaml:"descriptors"`
+	ShadowMode     bool             `yaml:"shadow_mode"`
+	DetailedMetric bool             `yaml:"detailed_metric"`
+	ValueToMetric  bool             `yaml:"value_to_metric"`
+	ShareThreshold bool             `yaml:"share_threshold"`
 }
 
 type yamlRateLimit struct {
-	Unit            string `json:"unit"`
-	RequestsPerUnit uint32 `json:"requests_per_unit"`
-	Unlimited       bool   `json:"unlimited"`
-	Name            string `json:"name"`
-	Replaces        []struct {
-		Name string `json:"name"`
-	} `json:"replaces"`
+	Unit            string        `yaml:"unit"`
+	RequestsPerUnit uint32        `yaml:"requests_per_unit"`
+	Unlimited       bool          `yaml:"unlimited"`
+	Name            string        `yaml:"name"`
+	Replaces        []yamlReplace `yaml:"replaces"`
+}
+
+type yamlReplace struct {
+	Name string `yaml:"name"`
 }
 
 var units = map[string]time.Duration{
@@ -58,11 +66,20 @@ var units = map[string]time.Duration{
 // fixed-window, fail-open rules. name labels the rules' IDs.
 func ParseYAML(name string, data []byte) (domain string, rs []*Rule, err error) {
 	var f yamlFile
-	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return "", nil, fmt.Errorf("%w: %s: %w", ErrInvalid, name, err)
 	}
+	rs, err = f.rules(name, SourceFile, "file:")
+	return f.Domain, rs, err
+}
+
+// rules compiles one domain's descriptor tree; rule IDs are idPrefix +
+// domain + ":" + descriptor path.
+func (f *yamlFile) rules(name, source, idPrefix string) (rs []*Rule, err error) {
 	if f.Domain == "" {
-		return "", nil, fmt.Errorf("%w: %s: domain is required", ErrInvalid, name)
+		return nil, fmt.Errorf("%w: %s: domain is required", ErrInvalid, name)
 	}
 	var walk func(prefix []Entry, ds []yamlDescriptor) error
 	walk = func(prefix []Entry, ds []yamlDescriptor) error {
@@ -78,12 +95,12 @@ func ParseYAML(name string, data []byte) (domain string, rs []*Rule, err error) 
 			seen[e] = true
 			path := append(slices.Clone(prefix), e)
 			if rl := d.RateLimit; rl != nil {
-				r := &Rule{Source: SourceFile, Name: rl.Name, Domain: f.Domain, Descriptors: path,
+				r := &Rule{Source: source, Name: rl.Name, Domain: f.Domain, Descriptors: path,
 					Algorithm: FixedWindow, Unlimited: rl.Unlimited, Limit: rl.RequestsPerUnit}
 				if d.ShadowMode {
 					r.Mode = Shadow
 				}
-				r.ID = "file:" + f.Domain + ":" + r.path()
+				r.ID = idPrefix + f.Domain + ":" + r.path()
 				for _, rp := range rl.Replaces {
 					if rp.Name == "" {
 						return fmt.Errorf("%w: %s: %s: replaces needs a name", ErrInvalid, name, r.path())
@@ -109,9 +126,9 @@ func ParseYAML(name string, data []byte) (domain string, rs []*Rule, err error) 
 		return nil
 	}
 	if err := walk(nil, f.Descriptors); err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	return f.Domain, rs, nil
+	return rs, nil
 }
 
 // LoadDir parses every *.yaml and *.yml file directly in dir (one domain per

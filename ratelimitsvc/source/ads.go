@@ -12,6 +12,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,21 +23,28 @@ import (
 	"github.com/portico-io/portico/ratelimitsvc/rules"
 )
 
-// RuleType is the xDS type URL of Portico's rate-limit rules.
-const RuleType = "type.googleapis.com/portico.ratelimit.v1.RateLimitRule"
+// The xDS types ADS can subscribe to: Portico's rules (default), or the
+// standard envoyproxy/ratelimit RateLimitConfig. The control plane compiles
+// both from the same rules, so a replica subscribes to one, never both.
+const (
+	RuleType   = "type.googleapis.com/portico.ratelimit.v1.RateLimitRule"
+	ConfigType = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+)
 
 // NodeCluster is the node cluster ratelimitsvc announces.
 const NodeCluster = "portico-ratelimit"
 
 const stateFile = "ratelimit-rules.pb"
 
-// ADS subscribes to RuleType over an ADS state-of-the-world stream. Each
+// ADS subscribes to TypeURL over an ADS state-of-the-world stream. Each
 // response is validated as a whole: a good one is applied, written to
 // StateDir and ACKed; a bad one is NACKed with its error and the previous
 // rules stay. It reconnects with capped backoff until ctx is done.
 type ADS struct {
 	Addr   string
 	NodeID string
+	// TypeURL is RuleType (default) or ConfigType.
+	TypeURL string
 	// StateDir keeps the last good response; empty disables persistence.
 	StateDir string
 	Sink     Sink
@@ -74,6 +82,9 @@ func (a *ADS) LoadState() (bool, error) {
 	var resp discovery.DiscoveryResponse
 	if err := proto.Unmarshal(b, &resp); err != nil {
 		return false, fmt.Errorf("source: decode state: %w", err)
+	}
+	if resp.GetTypeUrl() != a.typeURL() {
+		return false, fmt.Errorf("source: state dir holds %s, not %s", resp.GetTypeUrl(), a.typeURL())
 	}
 	if err := a.apply(&resp); err != nil {
 		return false, fmt.Errorf("source: persisted rules: %w", err)
@@ -121,7 +132,7 @@ func (a *ADS) stream(ctx context.Context) error {
 		return fmt.Errorf("source: stream: %w", err)
 	}
 	node := &corev3.Node{Id: a.NodeID, Cluster: NodeCluster, UserAgentName: "portico-ratelimitsvc"}
-	if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: RuleType, VersionInfo: a.Version()}); err != nil {
+	if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: a.typeURL(), VersionInfo: a.Version()}); err != nil {
 		return fmt.Errorf("source: subscribe: %w", err)
 	}
 	for {
@@ -129,10 +140,10 @@ func (a *ADS) stream(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("source: recv: %w", err)
 		}
-		if resp.GetTypeUrl() != RuleType {
+		if resp.GetTypeUrl() != a.typeURL() {
 			continue
 		}
-		req := &discovery.DiscoveryRequest{TypeUrl: RuleType, ResponseNonce: resp.GetNonce()}
+		req := &discovery.DiscoveryRequest{TypeUrl: a.typeURL(), ResponseNonce: resp.GetNonce()}
 		aerr := a.apply(resp)
 		if aerr == nil {
 			a.persist(resp)
@@ -152,19 +163,42 @@ func (a *ADS) stream(ctx context.Context) error {
 	}
 }
 
+func (a *ADS) typeURL() string {
+	if a.TypeURL == "" {
+		return RuleType
+	}
+	return a.TypeURL
+}
+
 // apply decodes and validates every resource, then hands the set to Sink.
 func (a *ADS) apply(resp *discovery.DiscoveryResponse) error {
-	rs := make([]*rules.Rule, 0, len(resp.GetResources()))
+	var rs []*rules.Rule
 	for _, res := range resp.GetResources() {
-		var p ratelimitv1.RateLimitRule
-		if err := res.UnmarshalTo(&p); err != nil {
-			return fmt.Errorf("%w: resource of type %s: %w", rules.ErrInvalid, res.GetTypeUrl(), err)
+		if res.GetTypeUrl() != a.typeURL() {
+			return fmt.Errorf("%w: resource of type %s in a %s response", rules.ErrInvalid, res.GetTypeUrl(), a.typeURL())
 		}
-		r, err := rules.FromProto(&p)
-		if err != nil {
-			return err
+		switch a.typeURL() {
+		case ConfigType:
+			var c rlsconfv3.RateLimitConfig
+			if err := res.UnmarshalTo(&c); err != nil {
+				return fmt.Errorf("%w: %w", rules.ErrInvalid, err)
+			}
+			more, err := rules.FromRateLimitConfig(&c)
+			if err != nil {
+				return err
+			}
+			rs = append(rs, more...)
+		default:
+			var p ratelimitv1.RateLimitRule
+			if err := res.UnmarshalTo(&p); err != nil {
+				return fmt.Errorf("%w: %w", rules.ErrInvalid, err)
+			}
+			r, err := rules.FromProto(&p)
+			if err != nil {
+				return err
+			}
+			rs = append(rs, r)
 		}
-		rs = append(rs, r)
 	}
 	if err := a.Sink.Update(rules.SourceXDS, resp.GetVersionInfo(), rs); err != nil {
 		return err

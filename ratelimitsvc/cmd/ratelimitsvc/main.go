@@ -27,6 +27,7 @@ func main() {
 	configDir := envflag.String(fs, "config-dir", "PORTICO_RATELIMIT_CONFIG_DIR", "", "directory of envoyproxy/ratelimit YAML rule files")
 	poll := envflag.Duration(fs, "config-poll", "PORTICO_RATELIMIT_CONFIG_POLL", source.DefaultPollInterval, "how often to look for changed rule files")
 	xdsAddr := envflag.String(fs, "xds-addr", "PORTICO_XDS_ADDR", "", "control plane xDS address; empty = file rules only")
+	xdsType := envflag.String(fs, "xds-type", "PORTICO_RATELIMIT_XDS_TYPE", source.RuleType, "xDS type to subscribe to: "+source.RuleType+" or "+source.ConfigType)
 	nodeID := envflag.String(fs, "node-id", "PORTICO_NODE_ID", "", "xDS node id (default ratelimitsvc-<host>-<pid>)")
 	stateDir := envflag.String(fs, "state-dir", "PORTICO_RATELIMIT_STATE_DIR", ratelimitsvc.DefaultStateDir, "directory for the last good xDS rules")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
@@ -39,7 +40,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.RedisAddr, cfg.RedisTimeout = *grpcAddr, *httpAddr, *redisAddr, *redisTimeout
-	cfg.ConfigDir, cfg.PollInterval, cfg.XDSAddr, cfg.NodeID, cfg.StateDir = *configDir, *poll, *xdsAddr, *nodeID, *stateDir
+	cfg.ConfigDir, cfg.PollInterval, cfg.XDSAddr, cfg.XDSType, cfg.NodeID, cfg.StateDir = *configDir, *poll, *xdsAddr, *xdsType, *nodeID, *stateDir
 	cfg.Logger = log
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
