@@ -56,9 +56,20 @@ type Config struct {
 // Service is the RateLimitService. It is safe for concurrent use.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	cfg     Config
-	m       *metrics
-	lastLog atomic.Int64 // unix ns of the last backend-error log line
+	cfg       Config
+	m         *metrics
+	errLog    sampler
+	shadowLog sampler
+}
+
+// sampler lets one log line per second through, so an outage or a busy
+// shadow rule cannot flood the logs (the metrics count every event).
+type sampler struct{ last atomic.Int64 }
+
+func (s *sampler) allow() bool {
+	now := time.Now().UnixNano()
+	last := s.last.Load()
+	return now-last >= int64(time.Second) && s.last.CompareAndSwap(last, now)
 }
 
 // New validates cfg and returns a Service.
@@ -174,8 +185,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if !res.Allowed {
 			s.m.decisions.WithLabelValues("over_limit", mode).Inc()
 			if mt.rule.Mode == rules.Shadow {
-				s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "shadow rule would deny",
-					slog.String("domain", req.GetDomain()), slog.String("rule", mt.rule.ID))
+				if s.shadowLog.allow() {
+					s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "shadow rule would deny (sampled: at most one line per second)",
+						slog.String("domain", req.GetDomain()), slog.String("rule", mt.rule.ID))
+				}
 				continue
 			}
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -199,8 +212,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 // failed applies fail modes when the backend could not answer.
 func (s *Service) failed(ctx context.Context, domain string, matches []match, resp *rlsv3.RateLimitResponse, err error) {
 	s.m.backendErrors.Inc()
-	if now := time.Now().UnixNano(); now-s.lastLog.Load() > int64(time.Second) {
-		s.lastLog.Store(now)
+	if s.errLog.allow() {
 		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "bucket backend failed; applying fail modes",
 			slog.String("domain", domain), slog.String("error", err.Error()))
 	}
