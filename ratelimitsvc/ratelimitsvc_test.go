@@ -32,7 +32,7 @@ type instance struct {
 }
 
 // start runs ratelimitsvc on loopback ports until the test ends (or stop).
-func start(t *testing.T, cfg ratelimitsvc.Config) *instance {
+func start(t testing.TB, cfg ratelimitsvc.Config) *instance {
 	t.Helper()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	ready := make(chan ratelimitsvc.Addrs, 1)
