@@ -112,8 +112,10 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("ratelimitsvc: %w", err)
 		}
+		// Redis is deliberately not a readiness check: during an outage this
+		// replica still answers correctly (fail modes), and going unready
+		// would turn a limiter outage into Envoy's failure_mode_deny.
 		backend = rd
-		checks.Add("redis", rd.Ping)
 	} else {
 		log.Info("no Redis configured: buckets are in memory, per process")
 		backend = bucket.NewMemory()
@@ -123,16 +125,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("ratelimitsvc: %w", err)
 	}
 
+	sink, err := newCountingSink(live, cfg.Registry)
+	if err != nil {
+		return fmt.Errorf("ratelimitsvc: %w", err)
+	}
 	var files *source.File
 	if cfg.ConfigDir != "" {
-		files = &source.File{Dir: cfg.ConfigDir, Interval: cfg.PollInterval, Sink: live, Logger: log}
+		files = &source.File{Dir: cfg.ConfigDir, Interval: cfg.PollInterval, Sink: sink, Logger: log}
 		if err := files.Load(); err != nil {
 			return fmt.Errorf("ratelimitsvc: initial rule files: %w", err)
 		}
 	}
 	var ads *source.ADS
 	if cfg.XDSAddr != "" {
-		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, TypeURL: cfg.XDSType, StateDir: cfg.StateDir, Sink: live, Logger: log}
+		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, TypeURL: cfg.XDSType, StateDir: cfg.StateDir, Sink: sink, Logger: log}
 		if _, err := ads.LoadState(); err != nil {
 			// A bad copy on disk must not keep the service down; xDS replaces it.
 			log.Error("ignoring persisted rate-limit rules", "err", err)
@@ -181,4 +187,48 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Ready <- Addrs{GRPC: glis.Addr().String(), HTTP: hlis.Addr().String()}
 	}
 	return g.Wait()
+}
+
+// countingSink counts rule updates per source and result, and gauges the
+// rules each source holds, so a rejected file or NACKed version shows in
+// metrics as well as logs.
+type countingSink struct {
+	live    *rules.Live
+	updates *prometheus.CounterVec
+	count   *prometheus.GaugeVec
+}
+
+func newCountingSink(live *rules.Live, reg prometheus.Registerer) (*countingSink, error) {
+	s := &countingSink{
+		live: live,
+		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_ratelimitsvc_rule_updates_total",
+			Help: "Rule sets offered by a source (file, xds), by result (applied, rejected).",
+		}, []string{"source", "result"}),
+		count: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "portico_ratelimitsvc_rules",
+			Help: "Rules in force, by source.",
+		}, []string{"source"}),
+	}
+	for _, c := range []prometheus.Collector{s.updates, s.count} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+var _ source.RejectRecorder = (*countingSink)(nil)
+
+func (s *countingSink) Update(src, version string, rs []*rules.Rule) error {
+	if err := s.live.Update(src, version, rs); err != nil {
+		return err // the source reports it through Rejected
+	}
+	s.updates.WithLabelValues(src, "applied").Inc()
+	s.count.WithLabelValues(src).Set(float64(len(rs)))
+	return nil
+}
+
+func (s *countingSink) Rejected(src string, _ error) {
+	s.updates.WithLabelValues(src, "rejected").Inc()
 }

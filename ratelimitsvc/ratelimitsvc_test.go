@@ -187,8 +187,15 @@ func TestFileRulesHotReload(t *testing.T) {
 	}
 	_, _ = io.Copy(&metrics, resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(metrics.String(), `portico_ratelimitsvc_decisions_total{mode="enforce",result="over_limit"} 2`) {
-		t.Fatalf("metrics lack the denials:\n%s", metrics.String())
+	for _, want := range []string{
+		`portico_ratelimitsvc_decisions_total{mode="enforce",result="over_limit"} 2`,
+		`portico_ratelimitsvc_rule_updates_total{result="applied",source="file"} 2`,
+		`portico_ratelimitsvc_rule_updates_total{result="rejected",source="file"} 1`,
+		`portico_ratelimitsvc_rules{source="file"} 1`,
+	} {
+		if !strings.Contains(metrics.String(), want) {
+			t.Fatalf("metrics lack %s:\n%s", want, metrics.String())
+		}
 	}
 }
 

@@ -150,6 +150,7 @@ func (a *ADS) stream(ctx context.Context) error {
 			req.VersionInfo = resp.GetVersionInfo()
 			a.logger().Info("rate-limit rules applied from xDS", "version", resp.GetVersionInfo(), "rules", len(resp.GetResources()))
 		} else {
+			rejected(a.Sink, rules.SourceXDS, aerr)
 			req.VersionInfo = a.Version()
 			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: aerr.Error()}
 			a.logger().Error("rate-limit rules rejected (NACK); keeping the last good rules", "version", resp.GetVersionInfo(), "err", aerr)

@@ -25,6 +25,18 @@ type Sink interface {
 
 var _ Sink = (*rules.Live)(nil)
 
+// RejectRecorder is implemented by sinks that want to hear of every rule
+// set a source rejected: unparsable as well as refused by Update.
+type RejectRecorder interface {
+	Rejected(source string, err error)
+}
+
+func rejected(s Sink, source string, err error) {
+	if r, ok := s.(RejectRecorder); ok {
+		r.Rejected(source, err)
+	}
+}
+
 // DefaultPollInterval is how often File looks for changed files.
 const DefaultPollInterval = time.Second
 
@@ -58,6 +70,7 @@ func (f *File) Load() error {
 		}
 	}
 	if err != nil {
+		rejected(f.Sink, rules.SourceFile, err)
 		// Retried on every pass; each distinct failure is logged once.
 		if msg := err.Error(); msg != f.lastErr {
 			f.logger().Error("rate-limit rule files rejected; keeping the previous rules", "dir", f.Dir, "err", err)

@@ -3,6 +3,7 @@ package source_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -95,7 +96,13 @@ func TestADSAckNackPersist(t *testing.T) {
 	state := t.TempDir()
 	live := rules.NewLive()
 	ctx, cancel := context.WithCancel(context.Background())
-	ads := &source.ADS{Addr: addr, NodeID: "n", StateDir: state, Sink: live}
+	// What was in force right after each response, before its ACK/NACK
+	// lets the server send the next one.
+	inForce := make(chan string, 8)
+	ads := &source.ADS{Addr: addr, NodeID: "n", StateDir: state, Sink: live, OnResponse: func(string, error) {
+		tab := live.Load()
+		inForce <- fmt.Sprintf("%s/%d", tab.Versions[rules.SourceXDS], len(tab.Rules()))
+	}}
 	done := make(chan error, 1)
 	go func() { done <- ads.Run(ctx) }()
 	defer func() { cancel(); <-done }()
@@ -108,8 +115,10 @@ func TestADSAckNackPersist(t *testing.T) {
 		if r.GetVersionInfo() != "v1" || r.GetResponseNonce() != want.nonce || !strings.Contains(r.GetErrorDetail().GetMessage(), want.msg) {
 			t.Fatalf("NACK %s: %v", want.nonce, r)
 		}
-		if tab := live.Load(); tab.Versions[rules.SourceXDS] != "v1" || len(tab.Rules()) != 1 || tab.Rules()[0].Limit != 5 {
-			t.Fatalf("NACKed version applied: %v", tab.Versions)
+	}
+	for i, want := range []string{"v1/1", "v1/1", "v1/1", "v4/2"} {
+		if got := <-inForce; got != want {
+			t.Fatalf("after response %d: %s in force, want %s", i+1, got, want)
 		}
 	}
 	if r := recv(t, srv.acks); r.GetVersionInfo() != "v4" || r.GetErrorDetail() != nil {
