@@ -298,10 +298,12 @@ func clampCost(it bucket.Item, cost uint64) uint64 {
 	return min(cost, most+1)
 }
 
-// key names a bucket: prefix{domain}:rule:k=v&k=v. Every key of a request
-// shares the hash tag {domain}, so one script can touch them all on a Redis
-// Cluster (at the cost of one slot per domain; per-tenant tags are a later
-// increment).
+// key names a bucket: prefix{domain}:rule:window-ms:k=v&k=v. Every key of a
+// request shares the hash tag {domain}, so one script can touch them all on
+// a Redis Cluster (at the cost of one slot per domain; per-tenant tags are a
+// later increment). A new limit or burst keeps the bucket (capacity is a
+// script argument); a new window starts a fresh one, because stored tokens
+// are scaled by the window.
 func (s *Service) key(domain string, r *rules.Rule, es []*rlsEntry) string {
 	var b strings.Builder
 	b.Grow(len(s.cfg.KeyPrefix) + len(domain) + len(r.ID) + 32)
@@ -310,6 +312,8 @@ func (s *Service) key(domain string, r *rules.Rule, es []*rlsEntry) string {
 	b.WriteString(domain)
 	b.WriteString("}:")
 	b.WriteString(r.ID)
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatInt(r.Window.Milliseconds(), 10))
 	b.WriteByte(':')
 	for i, e := range es {
 		if i > 0 {

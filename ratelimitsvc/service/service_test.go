@@ -472,3 +472,40 @@ func TestHugeHitsAddend(t *testing.T) {
 		}
 	})
 }
+
+// A rule update keeps the bucket when only limit or burst change (the new
+// capacity applies at once) and starts a fresh one when the window changes.
+func TestRuleUpdateAndBuckets(t *testing.T) {
+	backends(t, func(t *testing.T, b service.Backend, _ *clock) {
+		live := rules.NewLive()
+		set := func(limit uint32, window time.Duration) {
+			if err := live.Update(rules.SourceXDS, "v", []*rules.Rule{rule("c", limit, 0, window, "consumer", "")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		set(2, time.Hour)
+		s, err := service.New(service.Config{Rules: live, Backend: b, KeyPrefix: prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acme := req("portico", desc("consumer", "acme"))
+		seq := func(n int) string {
+			var out []string
+			for range n {
+				out = append(out, call(t, s, acme).GetOverallCode().String())
+			}
+			return strings.Join(out, " ")
+		}
+		if got := seq(3); got != "OK OK OVER_LIMIT" {
+			t.Fatalf("limit 2: %s", got)
+		}
+		set(3, time.Hour) // same bucket (empty), capacity 3: still nothing left
+		if got := seq(1); got != "OVER_LIMIT" {
+			t.Fatalf("limit raised: %s", got)
+		}
+		set(3, 2*time.Hour) // new window: fresh bucket
+		if got := seq(4); got != "OK OK OK OVER_LIMIT" {
+			t.Fatalf("new window: %s", got)
+		}
+	})
+}
