@@ -10,9 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
@@ -200,5 +203,68 @@ func TestRedisServerTime(t *testing.T) {
 	ttl := c.PTTL(context.Background(), it.Key).Val()
 	if ttl < time.Hour || ttl > 2*time.Hour {
 		t.Fatalf("ttl %v, want about 2h (twice the refill time)", ttl)
+	}
+}
+
+type noscript struct{}
+
+func (noscript) Error() string { return "NOSCRIPT No matching script. Please use EVAL." }
+func (noscript) RedisError()   {}
+
+// forgetful answers the first EVALSHA with NOSCRIPT (as after a Redis
+// restart or failover) without touching the shared server's script cache,
+// and records the script commands.
+type forgetful struct {
+	mu     sync.Mutex
+	forgot bool
+	cmds   []string
+}
+
+func (f *forgetful) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *forgetful) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f *forgetful) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		f.mu.Lock()
+		name := strings.ToLower(cmd.Name())
+		if name == "script" {
+			name += " " + strings.ToLower(fmt.Sprint(cmd.Args()[1]))
+		}
+		if name == "evalsha" || strings.HasPrefix(name, "script") {
+			f.cmds = append(f.cmds, name)
+		}
+		first := name == "evalsha" && !f.forgot
+		if first {
+			f.forgot = true
+		}
+		f.mu.Unlock()
+		if first {
+			cmd.SetErr(noscript{})
+			return noscript{}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// NOSCRIPT → SCRIPT LOAD → EVALSHA again, inside one Check.
+func TestRedisNoScriptReloads(t *testing.T) {
+	c := bucket.NewRedisClient(testdeps.Redis(t))
+	defer c.Close()
+	hook := &forgetful{}
+	c.AddHook(hook)
+	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: c, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := bucket.Item{Key: prefix(t) + "{x}:k", Limit: 1, Capacity: 1, Window: time.Hour, Cost: 1, Veto: true}
+	for i, want := range []bool{true, false} {
+		d, err := rd.Check(context.Background(), []bucket.Item{it})
+		if err != nil || d.Committed != want {
+			t.Fatalf("check %d: %v %v, want committed=%v", i, d, err, want)
+		}
+	}
+	if got := strings.Join(hook.cmds, ","); got != "evalsha,script load,evalsha,evalsha" {
+		t.Fatalf("commands %s", got)
 	}
 }
