@@ -74,10 +74,13 @@ func (f FailMode) MarshalText() ([]byte, error) {
 }
 
 // Entry is one descriptor entry. In a rule, an empty Value matches any value
-// (one bucket per distinct value) and a Value ending in "*" matches by prefix.
+// (one bucket per distinct value) and a Value ending in "*" matches by prefix
+// (one bucket per value, or one for all values when Shared: envoyproxy's
+// share_threshold).
 type Entry struct {
-	Key   string `json:"key"`
-	Value string `json:"value,omitempty"`
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Shared bool   `json:"shared,omitempty"`
 }
 
 // Source names where a rule came from; it orders ties between sources.

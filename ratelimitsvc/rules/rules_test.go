@@ -48,7 +48,7 @@ func TestEnvoyYAMLMatching(t *testing.T) {
 		{"messaging", e("to_number", "1", "message_type", "marketing"), ""}, // no deeper node
 		{"edge_proxy_per_ip", e("remote_address", "10.0.0.1"), "10/1s"},
 		{"edge_proxy_per_ip", e("remote_address", "50.0.0.5"), "unlimited"},
-		{"edge_proxy_per_ip", e("path", "/foo/bar/baz"), "30/1m0s"}, // longest prefix
+		{"edge_proxy_per_ip", e("path", "/foo/bar/baz"), "20/1m0s shadow"}, // first prefix in file order, as envoyproxy
 		{"edge_proxy_per_ip", e("path", "/foo/x"), "20/1m0s shadow"},
 		{"nope", e("a", "b"), ""},
 		{"mongo_cps", nil, ""},
@@ -77,13 +77,15 @@ func summary(r *rules.Rule) string {
 
 func TestYAMLErrors(t *testing.T) {
 	for name, doc := range map[string]string{
-		"no domain":    "descriptors: []",
-		"bad unit":     "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: fortnight, requests_per_unit: 1}",
-		"unknown key":  "domain: d\ndescriptors:\n- key: k\n  rate_limits: {}",
-		"empty key":    "domain: d\ndescriptors:\n- value: v\n  rate_limit: {unit: second, requests_per_unit: 1}",
-		"zero limit":   "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: second, requests_per_unit: 0}",
-		"duplicate":    "domain: d\ndescriptors:\n- key: k\n- key: k",
-		"not yaml map": "[1, 2",
+		"no domain":           "descriptors: []",
+		"bad unit":            "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: fortnight, requests_per_unit: 1}",
+		"unknown key":         "domain: d\ndescriptors:\n- key: k\n  rate_limits: {}",
+		"empty key":           "domain: d\ndescriptors:\n- value: v\n  rate_limit: {unit: second, requests_per_unit: 1}",
+		"zero limit":          "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: second, requests_per_unit: 0}",
+		"duplicate":           "domain: d\ndescriptors:\n- key: k\n- key: k",
+		"unlimited with unit": "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unlimited: true, unit: second}",
+		"share without *":     "domain: d\ndescriptors:\n- key: k\n  value: v\n  share_threshold: true",
+		"not yaml map":        "[1, 2",
 	} {
 		if _, _, err := rules.ParseYAML(name, []byte(doc)); !errors.Is(err, rules.ErrInvalid) {
 			t.Errorf("%s: got %v, want ErrInvalid", name, err)

@@ -101,7 +101,8 @@ func (n *node) child(d Entry) *node {
 }
 
 // sort orders candidates: higher priority, then tenant-specific, then xDS
-// before files, then ID; and longer prefixes first (most specific match).
+// before files, then ID. Prefix wildcards stay in configuration order: as
+// in envoyproxy/ratelimit, the first one that matches wins.
 func (n *node) sort() {
 	slices.SortFunc(n.rules, func(a, b *Rule) int {
 		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
@@ -115,7 +116,6 @@ func (n *node) sort() {
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	slices.SortStableFunc(n.prefixes, func(a, b prefixChild) int { return cmp.Compare(len(b.prefix), len(a.prefix)) })
 	for _, c := range n.exact {
 		c.sort()
 	}
@@ -128,8 +128,8 @@ func (n *node) sort() {
 }
 
 // Match returns the rule for one request descriptor, or nil. As in
-// envoyproxy/ratelimit, entries are walked in order (exact value, then
-// prefix wildcard, then any value) and a limit applies only at the node the
+// envoyproxy/ratelimit, entries are walked in order (exact value, then the
+// first matching prefix wildcard, then any value) and a limit applies only at the node the
 // last entry reaches; among that node's rules the first one whose tenant is
 // empty or equals tenant wins.
 func (t *Table) Match(domain string, entries []Entry, tenant string) *Rule {

@@ -38,6 +38,7 @@ type yamlDescriptor struct {
 	DetailedMetric bool             `yaml:"detailed_metric"`
 	ValueToMetric  bool             `yaml:"value_to_metric"`
 	ShareThreshold bool             `yaml:"share_threshold"`
+	QuotaMode      bool             `yaml:"quota_mode"`
 }
 
 type yamlRateLimit struct {
@@ -89,15 +90,23 @@ func (f *yamlFile) rules(name, source, idPrefix string) (rs []*Rule, err error) 
 				return fmt.Errorf("%w: %s: descriptor key must not be empty", ErrInvalid, name)
 			}
 			e := Entry{Key: d.Key, Value: d.Value}
-			if seen[e] {
+			if d.ShareThreshold {
+				if !strings.HasSuffix(d.Value, "*") {
+					return fmt.Errorf("%w: %s: share_threshold can only be used with wildcard values (ending with '*'), but found %s=%s", ErrInvalid, name, d.Key, d.Value)
+				}
+				e.Shared = true
+			}
+			if seen[Entry{Key: d.Key, Value: d.Value}] {
 				return fmt.Errorf("%w: %s: duplicate descriptor %s=%s", ErrInvalid, name, d.Key, d.Value)
 			}
-			seen[e] = true
+			seen[Entry{Key: d.Key, Value: d.Value}] = true
 			path := append(slices.Clone(prefix), e)
 			if rl := d.RateLimit; rl != nil {
 				r := &Rule{Source: source, Name: rl.Name, Domain: f.Domain, Descriptors: path,
 					Algorithm: FixedWindow, Unlimited: rl.Unlimited, Limit: rl.RequestsPerUnit}
-				if d.ShadowMode {
+				// quota_mode (over-limit reported in dynamic metadata, request
+				// allowed) is served as shadow mode: allowed, counted, logged.
+				if d.ShadowMode || d.QuotaMode {
 					r.Mode = Shadow
 				}
 				r.ID = idPrefix + f.Domain + ":" + r.path()
@@ -107,8 +116,11 @@ func (f *yamlFile) rules(name, source, idPrefix string) (rs []*Rule, err error) 
 					}
 					r.Replaces = append(r.Replaces, rp.Name)
 				}
+				w, ok := units[strings.ToUpper(rl.Unit)]
+				if rl.Unlimited && ok {
+					return fmt.Errorf("%w: %s: %s: should not specify rate limit unit when unlimited", ErrInvalid, name, r.path())
+				}
 				if !rl.Unlimited {
-					w, ok := units[strings.ToUpper(rl.Unit)]
 					if !ok {
 						return fmt.Errorf("%w: %s: %s: invalid rate limit unit %q", ErrInvalid, name, r.path(), rl.Unit)
 					}

@@ -321,7 +321,11 @@ func (s *Service) key(domain string, r *rules.Rule, es []*rlsEntry) string {
 		}
 		b.WriteString(url.QueryEscape(e.GetKey()))
 		b.WriteByte('=')
-		b.WriteString(url.QueryEscape(e.GetValue()))
+		if i < len(r.Descriptors) && r.Descriptors[i].Shared {
+			b.WriteString(url.QueryEscape(r.Descriptors[i].Value)) // one bucket for the pattern
+		} else {
+			b.WriteString(url.QueryEscape(e.GetValue()))
+		}
 	}
 	return b.String()
 }

@@ -509,3 +509,46 @@ func TestRuleUpdateAndBuckets(t *testing.T) {
 		}
 	})
 }
+
+// Wildcards as in envoyproxy/ratelimit: per value by default, one shared
+// bucket with share_threshold; quota_mode never denies.
+func TestEnvoyWildcardsAndQuotaMode(t *testing.T) {
+	_, rs, err := rules.ParseYAML("w.yaml", []byte(`
+domain: files
+descriptors:
+  - key: shared
+    value: a*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: each
+    value: a*
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backends(t, func(t *testing.T, b service.Backend, _ *clock) {
+		live := rules.NewLive()
+		if err := live.Update(rules.SourceFile, "1", rs); err != nil {
+			t.Fatal(err)
+		}
+		s, err := service.New(service.Config{Rules: live, Backend: b, KeyPrefix: prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, kv := range [][2]string{
+			{"shared", "a1"}, {"shared", "a2"}, {"shared", "a3"}, {"shared", "b1"},
+			{"each", "a1"}, {"each", "a2"}, {"each", "a1"},
+			{"quota", "x"}, {"quota", "x"},
+		} {
+			got = append(got, call(t, s, req("files", desc(kv[0], kv[1]))).GetOverallCode().String())
+		}
+		if want := "OK OK OVER_LIMIT OK OK OK OVER_LIMIT OK OK"; strings.Join(got, " ") != want {
+			t.Fatalf("got  %s\nwant %s", strings.Join(got, " "), want)
+		}
+	})
+}
