@@ -53,16 +53,20 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 }
 
 // NewRedisClient returns a client for addr whose every call is bounded by
-// the caller's context (ContextTimeoutEnabled) and never retried: retries
-// would multiply the timeout, and the caller already fails open or closed.
+// the caller's context (ContextTimeoutEnabled) and never retried, commands
+// or dials: retries would multiply the timeout, and the caller already
+// fails open or closed.
 func NewRedisClient(addr string) redis.UniversalClient {
 	return redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:                 strings.Split(addr, ","),
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
-		DialTimeout:           time.Second,
-		PoolSize:              64,
-		MinIdleConns:          4,
+		// One dial attempt per connection: go-redis would otherwise retry a
+		// failed dial 5 times, 100ms apart.
+		DialerRetries: 1,
+		DialTimeout:   time.Second,
+		PoolSize:      64,
+		MinIdleConns:  4,
 	})
 }
 

@@ -327,7 +327,7 @@ func closedPort(t *testing.T) string {
 // bounded by the timeout (asserted at 10× to stay a correctness bound on a
 // loaded machine, not a benchmark).
 func TestRedisUnreachableFailModes(t *testing.T) {
-	const timeout = 10 * time.Millisecond
+	const timeout = 25 * time.Millisecond
 	for name, addr := range map[string]string{"refused": closedPort(t), "hung": blackhole(t)} {
 		t.Run(name, func(t *testing.T) {
 			c := bucket.NewRedisClient(addr)
