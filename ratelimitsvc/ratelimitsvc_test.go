@@ -108,6 +108,17 @@ func (in *instance) config(t *testing.T) configDump {
 	return c
 }
 
+func (in *instance) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + in.addrs.HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 func getJSON(t *testing.T, url string, out any) int {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -146,11 +157,19 @@ func codes(t *testing.T, in *instance, n int, domain string, kv ...string) strin
 // a broken edit keeps the previous rules.
 func TestFileRulesHotReload(t *testing.T) {
 	dir := t.TempDir()
-	write := func(n uint32) {
-		doc := fmt.Sprintf("domain: files\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: %d\n", n)
-		if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(doc), 0o644); err != nil {
+	// Files are replaced atomically (as a ConfigMap update does), so a poll
+	// never sees one half-written.
+	put := func(doc string) {
+		tmp := filepath.Join(t.TempDir(), "rules.yaml")
+		if err := os.WriteFile(tmp, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Rename(tmp, filepath.Join(dir, "rules.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(n uint32) {
+		put(fmt.Sprintf("domain: files\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: hour\n      requests_per_unit: %d\n", n))
 	}
 	write(2)
 	in := start(t, ratelimitsvc.Config{ConfigDir: dir, PollInterval: 10 * time.Millisecond})
@@ -167,34 +186,23 @@ func TestFileRulesHotReload(t *testing.T) {
 		t.Fatalf("limit 4 (2 used): %s", got)
 	}
 	v2 := in.config(t).Versions["file"]
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("domain: files\ndescriptors: [{key: user, rate_limit: {unit: eon}}]"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "marker.txt"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Let a few polls pass: the broken file must not replace the rules.
-	for range 5 {
-		<-time.After(20 * time.Millisecond)
-	}
+	put("domain: files\ndescriptors: [{key: user, rate_limit: {unit: eon}}]")
+	// The rejection is a signal (a metric), not a sleep.
+	eventually(t, 10*time.Second, "the broken file to be rejected", func() bool {
+		return strings.Contains(in.metrics(t), `portico_ratelimitsvc_rule_updates_total{result="rejected",source="file"}`)
+	})
 	if c := in.config(t); c.Versions["file"] != v2 || len(c.Rules) != 1 || c.Rules[0].Limit != 4 {
 		t.Fatalf("broken file replaced the rules: %+v", c)
 	}
-	var metrics bytes.Buffer
-	resp, err := http.Get("http://" + in.addrs.HTTP + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(&metrics, resp.Body)
-	resp.Body.Close()
+	metrics := in.metrics(t)
 	for _, want := range []string{
 		`portico_ratelimitsvc_decisions_total{mode="enforce",result="over_limit"} 2`,
 		`portico_ratelimitsvc_rule_updates_total{result="applied",source="file"} 2`,
 		`portico_ratelimitsvc_rule_updates_total{result="rejected",source="file"} 1`,
 		`portico_ratelimitsvc_rules{source="file"} 1`,
 	} {
-		if !strings.Contains(metrics.String(), want) {
-			t.Fatalf("metrics lack %s:\n%s", want, metrics.String())
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("metrics lack %s:\n%s", want, metrics)
 		}
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/portico-io/portico/ratelimitsvc/rules"
@@ -41,7 +41,7 @@ func rejected(s Sink, source string, err error) {
 const DefaultPollInterval = time.Second
 
 // File loads a directory of YAML rule files and reloads it when a file's
-// name, size or mtime changes. A bad edit is logged and the previous rules
+// name or content changes. A bad edit is logged and the previous rules
 // stay.
 type File struct {
 	Dir      string
@@ -70,9 +70,10 @@ func (f *File) Load() error {
 		}
 	}
 	if err != nil {
-		rejected(f.Sink, rules.SourceFile, err)
-		// Retried on every pass; each distinct failure is logged once.
+		// Retried on every pass; each distinct failure is logged and
+		// reported once.
 		if msg := err.Error(); msg != f.lastErr {
+			rejected(f.Sink, rules.SourceFile, err)
 			f.logger().Error("rate-limit rule files rejected; keeping the previous rules", "dir", f.Dir, "err", err)
 			f.lastErr = msg
 		}
@@ -108,23 +109,27 @@ func (f *File) logger() *slog.Logger {
 	return f.Logger
 }
 
+// signature digests every rule file's name and content (the files LoadDir
+// reads). Contents rather than
+// mtimes: file timestamps are coarse (a few ms), so two same-size writes in
+// one tick would look unchanged. Rule directories are small; reading them
+// once per poll is cheap.
 func signature(dir string) (string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return "", fmt.Errorf("source: %w", err)
 	}
 	h := sha256.New()
-	names := make([]string, 0, len(ents))
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fi, err := os.Stat(filepath.Join(dir, n))
+	for _, e := range ents { // sorted by name
+		if n := e.Name(); e.IsDir() || !(strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return "", fmt.Errorf("source: %w", err)
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", n, fi.Size(), fi.ModTime().UnixNano())
+		fmt.Fprintf(h, "%s\x00%d\x00", e.Name(), len(b))
+		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
