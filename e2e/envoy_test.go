@@ -20,6 +20,7 @@ import (
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/xdstest"
 )
 
 // envoyBinary finds a live Envoy: $ENVOY_BIN, else envoy on PATH.
@@ -118,23 +119,17 @@ func TestLiveEnvoy(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
 	url := fmt.Sprintf("http://127.0.0.1:%d", listenerPort)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	xdstest.Eventually(t, 30*time.Second, "Envoy to route /echo to the upstream", func() bool {
 		req, _ := http.NewRequest(http.MethodGet, url+"/echo", nil)
 		req.Header.Set("x-portico-consumer", "spoofed")
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && string(body) == "upstream" {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Envoy did not route /echo within 30s (last error %v)", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && string(body) == "upstream"
+	})
 	mu.Lock()
 	v := seen.Get("x-portico-consumer")
 	mu.Unlock()

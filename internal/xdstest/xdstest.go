@@ -88,3 +88,17 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Consistently polls cond every 10ms for d and fails the test the first
+// time it does not hold: for "nothing happens" checks, such as a NACKed
+// version not being re-sent.
+func Consistently(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !cond() {
+			t.Fatalf("%s stopped holding", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
