@@ -53,6 +53,12 @@ func (c *cable) serve(lis net.Listener) {
 				continue
 			}
 			c.mu.Lock()
+			if c.lis != lis { // cut while this one was being accepted
+				c.mu.Unlock()
+				in.Close()
+				out.Close()
+				continue
+			}
 			c.conns = append(c.conns, in, out)
 			c.mu.Unlock()
 			go func() { _, _ = io.Copy(out, in); out.Close() }()
