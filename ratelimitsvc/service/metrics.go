@@ -6,12 +6,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics have bounded labels only: result, mode and fail mode.
+// metrics have bounded labels only: result, mode and fail mode. The
+// request path uses counters resolved up front (decision), not label
+// lookups, which take a lock inside the vector.
 type metrics struct {
-	decisions     *prometheus.CounterVec
-	backendErrors prometheus.Counter
-	degraded      *prometheus.CounterVec
-	latency       prometheus.Histogram
+	decisions      *prometheus.CounterVec
+	decision       map[[2]string]prometheus.Counter // {result, mode}
+	backendErrors  prometheus.Counter
+	degraded       *prometheus.CounterVec
+	degradedOpen   prometheus.Counter
+	degradedClosed prometheus.Counter
+	latency        prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -39,5 +44,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, fmt.Errorf("service: metrics: %w", err)
 		}
 	}
+	m.decision = map[[2]string]prometheus.Counter{}
+	for _, result := range []string{"ok", "over_limit", "fail_open", "fail_closed"} {
+		for _, mode := range []string{"enforce", "shadow"} {
+			m.decision[[2]string{result, mode}] = m.decisions.WithLabelValues(result, mode)
+		}
+	}
+	m.degradedOpen, m.degradedClosed = m.degraded.WithLabelValues("open"), m.degraded.WithLabelValues("closed")
 	return m, nil
 }

@@ -183,7 +183,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			mode = "shadow"
 		}
 		if !res.Allowed {
-			s.m.decisions.WithLabelValues("over_limit", mode).Inc()
+			s.m.decision[[2]string{"over_limit", mode}].Inc()
 			if mt.rule.Mode == rules.Shadow {
 				if s.shadowLog.allow() {
 					s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "shadow rule would deny (sampled: at most one line per second)",
@@ -194,7 +194,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		} else {
-			s.m.decisions.WithLabelValues("ok", mode).Inc()
+			s.m.decision[[2]string{"ok", mode}].Inc()
 		}
 		if mt.rule.Mode == rules.Shadow {
 			continue
@@ -223,17 +223,17 @@ func (s *Service) failed(ctx context.Context, domain string, matches []match, re
 		if mt.rule.FailMode == rules.FailClosed && mt.rule.Mode == rules.Enforce {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			s.m.decisions.WithLabelValues("fail_closed", "enforce").Inc()
+			s.m.decision[[2]string{"fail_closed", "enforce"}].Inc()
 			closed = true
 			continue
 		}
-		s.m.decisions.WithLabelValues("fail_open", modeLabel(mt.rule)).Inc()
+		s.m.decision[[2]string{"fail_open", modeLabel(mt.rule)}].Inc()
 	}
 	if closed {
-		s.m.degraded.WithLabelValues("closed").Inc()
+		s.m.degradedClosed.Inc()
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "Retry-After", Value: "1"}}
 	} else {
-		s.m.degraded.WithLabelValues("open").Inc()
+		s.m.degradedOpen.Inc()
 	}
 }
 
