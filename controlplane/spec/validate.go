@@ -512,7 +512,11 @@ func (r *RateLimitRule) Validate() error {
 		return fieldErr("window", CodeInvalid, "must be a whole number of seconds, at least 1s")
 	}
 	switch r.Algorithm {
-	case "", AlgorithmTokenBucket, AlgorithmSlidingWindow, AlgorithmFixedWindow:
+	case "", AlgorithmTokenBucket, AlgorithmFixedWindow:
+	case AlgorithmSlidingWindow:
+		// ratelimitsvc does not implement it yet and would NACK the whole
+		// version, freezing every later rule change; refuse it here instead.
+		return fieldErr("algorithm", CodeInvalid, "SLIDING_WINDOW is not supported yet; use TOKEN_BUCKET or FIXED_WINDOW")
 	default:
 		return fieldErr("algorithm", CodeInvalid, "must be TOKEN_BUCKET, SLIDING_WINDOW or FIXED_WINDOW")
 	}
