@@ -63,7 +63,7 @@ func anyOf(m proto.Message) (*anypb.Any, error) {
 // listener per distinct non-wildcard route host, for proxyless gRPC clients
 // dialing xds:///<host>.
 func (c *compiler) listeners() ([]Resource, error) {
-	hcm, err := c.hcm(false)
+	hcm, err := c.hcm(false, c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (c *compiler) listeners() ([]Resource, error) {
 	out = append(out, user...)
 	hosts := c.apiListenerHosts()
 	if len(hosts) > 0 {
-		api, err := c.hcm(true)
+		api, err := c.hcm(true, c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -135,6 +135,11 @@ func (c *compiler) needsBuffer() bool {
 			return true
 		}
 	}
+	for _, l := range c.cfg.Listeners {
+		if l.MaxRequestBytes > 0 {
+			return true
+		}
+	}
 	return false
 }
 
@@ -142,7 +147,10 @@ func (c *compiler) needsBuffer() bool {
 // gRPC) every filter but the router is optional and XFF hops are 0, the only
 // values grpc-go accepts; Envoy knows all these filters so is_optional does
 // not change its behaviour on ingress_http, where they stay mandatory.
-func (c *compiler) hcm(api bool) (*hcmv3.HttpConnectionManager, error) {
+//
+// headersKB and bodyBytes are the listener's header cap and default body
+// limit (0 bodyBytes: only routes with their own limit have one).
+func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnectionManager, error) {
 	type filter struct {
 		name     string
 		cfg      proto.Message
@@ -175,7 +183,7 @@ func (c *compiler) hcm(api bool) (*hcmv3.HttpConnectionManager, error) {
 	if c.needsBuffer() {
 		// With no listener-wide limit the filter is disabled by default and
 		// only routes with their own limit turn it on (per-route config).
-		limit, disabled := c.opts.DefaultMaxRequestBytes, false
+		limit, disabled := bodyBytes, false
 		if limit == 0 {
 			limit, disabled = math.MaxUint32, true
 		}
@@ -215,7 +223,7 @@ func (c *compiler) hcm(api bool) (*hcmv3.HttpConnectionManager, error) {
 		UseRemoteAddress:    wrapperspb.Bool(true),
 		XffNumTrustedHops:   c.opts.XFFNumTrustedHops,
 		GenerateRequestId:   wrapperspb.Bool(true),
-		MaxRequestHeadersKb: wrapperspb.UInt32(c.opts.MaxRequestHeadersKB),
+		MaxRequestHeadersKb: wrapperspb.UInt32(headersKB),
 		// Route matching (and so the auth requirement) must see the same
 		// path the upstream does: no "/public/../admin" tricks.
 		NormalizePath:                wrapperspb.Bool(true),

@@ -119,6 +119,19 @@ func (c *compiler) userListeners(hcm *hcmv3.HttpConnectionManager) ([]Resource, 
 	for _, name := range spec.SortedKeys(c.cfg.Listeners) {
 		l := c.cfg.Listeners[name]
 		h := proto.Clone(hcm).(*hcmv3.HttpConnectionManager)
+		if l.MaxRequestHeadersKB > 0 || l.MaxRequestBytes > 0 {
+			headersKB, bodyBytes := c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes
+			if l.MaxRequestHeadersKB > 0 {
+				headersKB = l.MaxRequestHeadersKB
+			}
+			if l.MaxRequestBytes > 0 {
+				bodyBytes = l.MaxRequestBytes
+			}
+			var err error
+			if h, err = c.hcm(false, headersKB, bodyBytes); err != nil {
+				return nil, err
+			}
+		}
 		h.StatPrefix = name
 		a, err := anyOf(h)
 		if err != nil {

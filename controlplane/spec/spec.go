@@ -366,6 +366,12 @@ type Listener struct {
 	Address string       `json:"address,omitempty"`
 	Port    uint32       `json:"port"`
 	TLS     *ListenerTLS `json:"tls,omitempty"`
+	// MaxRequestHeadersKB caps request headers on this listener (0: the
+	// control plane's default, 60).
+	MaxRequestHeadersKB uint32 `json:"maxRequestHeadersKb,omitempty"`
+	// MaxRequestBytes caps request bodies on this listener for routes
+	// without their own maxRequestBytes (0: the control plane's default).
+	MaxRequestBytes uint32 `json:"maxRequestBytes,omitempty"`
 }
 
 // Config is every live resource at one config version. Maps are keyed by

@@ -158,6 +158,9 @@ func (l *Listener) Validate() error {
 	if l.Port == 0 || l.Port > 65535 {
 		return fieldErr("port", CodeInvalid, "must be 1-65535")
 	}
+	if l.MaxRequestHeadersKB > 8192 {
+		return fieldErr("maxRequestHeadersKb", CodeInvalid, "must be at most 8192 (Envoy's limit)")
+	}
 	t := l.TLS
 	if t == nil {
 		return nil
