@@ -22,6 +22,7 @@ import (
 
 	"github.com/portico-io/portico/controlplane/admin"
 	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/controlplane/fleet"
 	"github.com/portico-io/portico/controlplane/nodes"
 	"github.com/portico-io/portico/controlplane/rollout"
 	"github.com/portico-io/portico/controlplane/seal"
@@ -49,6 +50,9 @@ type Config struct {
 	// every node at once) or rollout.ModeManual (versions are served only
 	// through rollouts).
 	DeployMode string
+	// ReplicaID names this replica in the fleet view and rollout reports
+	// (default host-pid-random).
+	ReplicaID string
 	// IdempotencyTTL is how long an Idempotency-Key is remembered (default
 	// 24h); older records are pruned hourly.
 	IdempotencyTTL time.Duration
@@ -82,6 +86,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ReplicaID == "" {
+		c.ReplicaID = fleet.DefaultReplicaID()
 	}
 	if c.IdempotencyTTL <= 0 {
 		c.IdempotencyTTL = 24 * time.Hour
@@ -127,14 +134,19 @@ func Run(ctx context.Context, cfg Config) error {
 			res, err := st.Rollback(ctx, store.Meta{Author: "rollout-controller", Reason: reason}, to, nil)
 			return res.Version, err
 		},
-		Registerer: cfg.Registry, Logger: log,
+		ReplicaID: cfg.ReplicaID, Registerer: cfg.Registry, Logger: log,
 	})
 	if err != nil {
 		return fmt.Errorf("controlplane: rollouts: %w", err)
 	}
 	defer ctl.Close()
+	fv, err := fleet.New(ctx, fleet.Config{DatabaseURL: cfg.DatabaseURL, Tracker: tracker, ReplicaID: cfg.ReplicaID, Logger: log})
+	if err != nil {
+		return fmt.Errorf("controlplane: fleet: %w", err)
+	}
+	defer fv.Close()
 
-	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: tracker, Rollouts: ctl, Registry: cfg.Registry, Logger: log, Sealer: sealer})
+	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: fv, Rollouts: ctl, Registry: cfg.Registry, Logger: log, Sealer: sealer})
 	if err != nil {
 		return fmt.Errorf("controlplane: admin: %w", err)
 	}
@@ -163,6 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 	grp.Go(func() error { return g.Serve(gctx, xdsLis, 5*time.Second) })
 	grp.Go(func() error { return pub.run(gctx) })
 	grp.Go(func() error { return ctl.Run(gctx) })
+	grp.Go(func() error { return fv.Run(gctx) })
 	grp.Go(func() error { pruneIdempotency(gctx, st, cfg.IdempotencyTTL, log); return nil })
 	if cfg.Ready != nil {
 		grp.Go(func() error {

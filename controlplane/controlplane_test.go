@@ -136,9 +136,10 @@ func update(t testing.TB, admin, kind, name string, patch any) int64 {
 }
 
 type nodeView struct {
-	ID    string `json:"id"`
-	Group string `json:"group"`
-	Types map[string]struct {
+	ID      string `json:"id"`
+	Group   string `json:"group"`
+	Replica string `json:"replica"`
+	Types   map[string]struct {
 		AckedVersion string `json:"ackedVersion"`
 		Nack         *struct {
 			Version string `json:"version"`
@@ -391,4 +392,29 @@ func TestProxyViewOmitsAPIListeners(t *testing.T) {
 	if _, ok := grpcClient["echo.grpc"]; !ok {
 		t.Fatalf("gRPC client got listeners %v, want echo.grpc among them", slices.Collect(maps.Keys(grpcClient)))
 	}
+}
+
+// The admin API of any replica lists every replica's xDS clients; a
+// replica that stops takes its clients out of the list.
+func TestNodesAcrossReplicas(t *testing.T) {
+	dbURL := testdeps.Postgres(t)
+	r1 := startWith(t, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", DatabaseURL: dbURL, ReplicaID: "replica-1"})
+	r2 := startWith(t, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", DatabaseURL: dbURL, ReplicaID: "replica-2"})
+	a := xdstest.StartBackend(t, "a")
+	create(t, r1.addrs.Admin, "clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": a.Port}}})
+	v := strconv.FormatInt(create(t, r1.addrs.Admin, "routes", map[string]any{"name": "echo",
+		"match": map[string]any{"hosts": []string{"echo.grpc"}, "pathPrefix": "/"}, "cluster": "echo"}), 10)
+	c := xdstest.Dial(t, r1.addrs.XDS, "grpc-1", "canary", "echo.grpc")
+	if got := xdstest.Reached(c); got != "a" {
+		t.Fatalf("RPC reached %q", got)
+	}
+	xdstest.Eventually(t, 15*time.Second, "replica-2 to list the client of replica-1 with its ACK", func() bool {
+		n, ok := nodesOf(t, r2.addrs.Admin)["grpc-1"]
+		return ok && n.Replica == "replica-1" && n.Types[resource.ClusterType].AckedVersion == v
+	})
+	r1.stop()
+	xdstest.Eventually(t, 15*time.Second, "the stopped replica's client to leave the list", func() bool {
+		_, ok := nodesOf(t, r2.addrs.Admin)["grpc-1"]
+		return !ok
+	})
 }

@@ -38,6 +38,9 @@ type Status struct {
 	ConnectedAt time.Time              `json:"connectedAt"`
 	Streams     int                    `json:"streams"`
 	Types       map[string]*TypeStatus `json:"types"`
+	// Replica is the control-plane replica serving the node; set by the
+	// fleet view, empty in a single tracker.
+	Replica string `json:"replica,omitempty"`
 }
 
 type node struct {
