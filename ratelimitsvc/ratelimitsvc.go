@@ -46,6 +46,11 @@ type Config struct {
 	RedisAddr string
 	// RedisTimeout bounds each Redis call (default bucket.DefaultTimeout).
 	RedisTimeout time.Duration
+	// Replicas is how many ratelimitsvc replicas share the limits (default
+	// 1): in degraded mode failMode=OPEN rules get limit/Replicas locally.
+	// The control plane's count of connected portico-ratelimit nodes could
+	// feed Service.SetReplicas later instead of this static setting.
+	Replicas int
 	// ConfigDir holds envoyproxy/ratelimit YAML files; empty disables them.
 	ConfigDir    string
 	PollInterval time.Duration
@@ -120,7 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("no Redis configured: buckets are in memory, per process")
 		backend = bucket.NewMemory()
 	}
-	svc, err := service.New(service.Config{Rules: live, Backend: backend, KeyPrefix: cfg.KeyPrefix, Registerer: cfg.Registry, Logger: log})
+	svc, err := service.New(service.Config{Rules: live, Backend: backend, KeyPrefix: cfg.KeyPrefix, Replicas: cfg.Replicas, Registerer: cfg.Registry, Logger: log})
 	if err != nil {
 		return fmt.Errorf("ratelimitsvc: %w", err)
 	}

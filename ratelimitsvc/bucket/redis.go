@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,6 +20,13 @@ var checkLua string
 // DefaultTimeout bounds each Redis call: the limiter must never add more
 // than this to a request.
 const DefaultTimeout = 5 * time.Millisecond
+
+// Breaker defaults: a shard's breaker opens after DefaultBreakerFailures
+// consecutive failures and lets one probe through every DefaultBreakerDelay.
+const (
+	DefaultBreakerFailures = 3
+	DefaultBreakerDelay    = time.Second
+)
 
 // RedisConfig configures a Redis store.
 type RedisConfig struct {
@@ -30,14 +39,27 @@ type RedisConfig struct {
 	// Now, when set, replaces Redis TIME with this clock. Test-only: it
 	// lets the bucket-math suite run against Redis with injected time.
 	Now func() time.Time
+	// BreakerFailures is how many consecutive failures open a shard's
+	// circuit breaker (default DefaultBreakerFailures).
+	BreakerFailures uint
+	// BreakerDelay is how long an open breaker fails calls at once before
+	// it half-opens and lets one probe through (default DefaultBreakerDelay).
+	BreakerDelay time.Duration
 }
 
 // Redis is the shared store: one EVALSHA per Check runs check.lua, which
 // evaluates every item and commits only if all vetoing items allow. Time
 // comes from Redis TIME, so gateway clocks do not matter.
+//
+// Each shard (the master owning the request's hash slot; the one server
+// otherwise) has a circuit breaker, so an outage costs one timeout per
+// probe, not one per request: while it is open, Check fails at once with
+// ErrBreakerOpen, and the first success after a probe closes it.
 type Redis struct {
-	cfg RedisConfig
-	sha string
+	cfg      RedisConfig
+	sha      string
+	cluster  *redis.ClusterClient
+	breakers sync.Map // shard name -> circuitbreaker.CircuitBreaker[any]
 }
 
 // NewRedis returns a store on cfg.Client. It does not contact Redis: the
@@ -49,7 +71,54 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Redis{cfg: cfg, sha: redis.NewScript(checkLua).Hash()}, nil
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = DefaultBreakerFailures
+	}
+	if cfg.BreakerDelay <= 0 {
+		cfg.BreakerDelay = DefaultBreakerDelay
+	}
+	r := &Redis{cfg: cfg, sha: redis.NewScript(checkLua).Hash()}
+	r.cluster, _ = cfg.Client.(*redis.ClusterClient)
+	return r, nil
+}
+
+// shard names the server that owns key: the master of its slot on a
+// Cluster (from the client's cached slot map), else the single server or
+// Sentinel group.
+func (r *Redis) shard(ctx context.Context, key string) string {
+	if r.cluster != nil {
+		if c, err := r.cluster.MasterForKey(ctx, key); err == nil {
+			return c.Options().Addr
+		}
+		return "cluster" // no slot map yet: one breaker until it loads
+	}
+	return "redis"
+}
+
+func (r *Redis) breaker(shard string) circuitbreaker.CircuitBreaker[any] {
+	if cb, ok := r.breakers.Load(shard); ok {
+		return cb.(circuitbreaker.CircuitBreaker[any])
+	}
+	cb := circuitbreaker.NewBuilder[any]().
+		WithFailureThreshold(r.cfg.BreakerFailures).
+		WithDelay(r.cfg.BreakerDelay).
+		WithSuccessThreshold(1).
+		Build()
+	got, _ := r.breakers.LoadOrStore(shard, cb)
+	return got.(circuitbreaker.CircuitBreaker[any])
+}
+
+// Degraded is the number of shards whose breaker is not closed (open or
+// probing): the portico_ratelimitsvc_degraded gauge.
+func (r *Redis) Degraded() int {
+	n := 0
+	r.breakers.Range(func(_, v any) bool {
+		if !v.(circuitbreaker.CircuitBreaker[any]).IsClosed() {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // NewRedisClient returns a client for addr whose every call is bounded by
@@ -70,14 +139,32 @@ func NewRedisClient(addr string) redis.UniversalClient {
 	})
 }
 
-// Check runs the script once (plus SCRIPT LOAD and one retry on NOSCRIPT).
-// Errors wrap ErrBackend.
+// Check runs the script once (plus SCRIPT LOAD and one retry on NOSCRIPT),
+// unless the shard's breaker is open. Errors wrap ErrBackend (and
+// ErrBreakerOpen when the breaker refused the call).
 func (r *Redis) Check(ctx context.Context, items []Item) (Decision, error) {
 	if len(items) == 0 {
 		return Decision{Committed: true}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	shard := r.shard(ctx, items[0].Key)
+	cb := r.breaker(shard)
+	if !cb.TryAcquirePermit() {
+		return Decision{}, fmt.Errorf("%w: shard %s: %w", ErrBackend, shard, ErrBreakerOpen)
+	}
+	d, err := r.check(ctx, items)
+	if err != nil {
+		// Every failure counts, a cancelled caller's too: a half-open probe
+		// must record an outcome or the breaker would never decide.
+		cb.RecordFailure()
+		return d, err
+	}
+	cb.RecordSuccess()
+	return d, nil
+}
+
+func (r *Redis) check(ctx context.Context, items []Item) (Decision, error) {
 	keys := make([]string, len(items))
 	args := make([]any, 1, 1+6*len(items))
 	args[0] = ""

@@ -16,14 +16,18 @@ type metrics struct {
 	degraded       *prometheus.CounterVec
 	degradedOpen   prometheus.Counter
 	degradedClosed prometheus.Counter
-	latency        prometheus.Histogram
+	// breakerRejected counts calls an open breaker failed without trying.
+	breakerRejected prometheus.Counter
+	latency         prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics registers the metrics; degraded, when set, reports how many
+// backend shards are degraded (breaker not closed).
+func newMetrics(reg prometheus.Registerer, degraded func() float64) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_ratelimitsvc_decisions_total",
-			Help: "Descriptor decisions by result (ok, over_limit, fail_open, fail_closed) and rule mode (enforce, shadow); shadow over_limit are would-be denials that were allowed.",
+			Help: "Descriptor decisions by result (ok, over_limit; fail_open and local_over_limit: decided by the local fallback bucket; fail_closed) and rule mode (enforce, shadow); shadow over_limit are would-be denials that were allowed.",
 		}, []string{"result", "mode"}),
 		backendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portico_ratelimitsvc_backend_errors_total",
@@ -31,21 +35,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_ratelimitsvc_degraded_total",
-			Help: "Requests decided by fail mode because the bucket store failed, by outcome (open: allowed, closed: denied).",
+			Help: "Requests decided by fail mode because the bucket store failed, by fail mode (open: local fallback bucket, closed: denied).",
 		}, []string{"fail_mode"}),
+		breakerRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portico_ratelimitsvc_breaker_rejected_total",
+			Help: "Bucket store calls failed at once by an open circuit breaker, without contacting the store.",
+		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portico_ratelimitsvc_request_duration_seconds",
 			Help:    "ShouldRateLimit latency inside the service.",
 			Buckets: []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3},
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.latency} {
+	if degraded == nil {
+		degraded = func() float64 { return 0 }
+	}
+	gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "portico_ratelimitsvc_degraded",
+		Help: "Bucket store shards whose circuit breaker is open or half-open; while above 0, requests to them are decided by fail mode.",
+	}, degraded)
+	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.breakerRejected, gauge, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("service: metrics: %w", err)
 		}
 	}
 	m.decision = map[[2]string]prometheus.Counter{}
-	for _, result := range []string{"ok", "over_limit", "fail_open", "fail_closed"} {
+	for _, result := range []string{"ok", "over_limit", "fail_open", "local_over_limit", "fail_closed"} {
 		for _, mode := range []string{"enforce", "shadow"} {
 			m.decision[[2]string{result, mode}] = m.decisions.WithLabelValues(result, mode)
 		}

@@ -51,7 +51,20 @@ type Config struct {
 	// Registerer receives the metrics (default: a private registry).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// Replicas is how many replicas share the limits (default 1). When the
+	// backend fails, failMode=OPEN rules fall back to a local bucket at
+	// limit/Replicas (rounded up) so the fleet stays near the global limit.
+	// SetReplicas changes it at run time (e.g. from the xDS node count).
+	Replicas int
+	// Local is the fallback store for degraded mode (default a new
+	// Memory; tests inject one with a clock).
+	Local *bucket.Memory
 }
+
+// degradedReporter is implemented by backends with circuit breakers.
+type degradedReporter interface{ Degraded() int }
+
+var _ degradedReporter = (*bucket.Redis)(nil)
 
 // Service is the RateLimitService. It is safe for concurrent use.
 type Service struct {
@@ -60,7 +73,12 @@ type Service struct {
 	m         *metrics
 	errLog    sampler
 	shadowLog sampler
+	replicas  atomic.Int64
 }
+
+// SetReplicas sets the replica count the degraded-mode local buckets
+// divide limits by; n < 1 means 1. Safe to call while serving.
+func (s *Service) SetReplicas(n int) { s.replicas.Store(int64(max(1, n))) }
 
 // sampler lets one log line per second through, so an outage or a busy
 // shadow rule cannot flood the logs (the metrics count every event).
@@ -86,11 +104,20 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(cfg.Registerer)
+	if cfg.Local == nil {
+		cfg.Local = bucket.NewMemory()
+	}
+	var degraded func() float64
+	if d, ok := cfg.Backend.(degradedReporter); ok {
+		degraded = func() float64 { return float64(d.Degraded()) }
+	}
+	m, err := newMetrics(cfg.Registerer, degraded)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, m: m}, nil
+	s := &Service{cfg: cfg, m: m}
+	s.SetReplicas(cfg.Replicas)
+	return s, nil
 }
 
 // match is one descriptor that a limiting rule applies to.
@@ -164,10 +191,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		kept = append(kept, mt)
 	}
 	matches = kept
+	ok, over := "ok", "over_limit"
 	dec, err := s.cfg.Backend.Check(ctx, items)
 	if err != nil {
-		s.failed(ctx, req.GetDomain(), matches, resp, err)
-		return resp, nil
+		var local bool
+		if dec, local = s.failed(ctx, req.GetDomain(), matches, items, resp, err); !local {
+			return resp, nil
+		}
+		ok, over = "fail_open", "local_over_limit"
 	}
 	var worst *match
 	var worstRes bucket.Result
@@ -183,7 +214,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			mode = "shadow"
 		}
 		if !res.Allowed {
-			s.m.decision[[2]string{"over_limit", mode}].Inc()
+			s.m.decision[[2]string{over, mode}].Inc()
 			if mt.rule.Mode == rules.Shadow {
 				if s.shadowLog.allow() {
 					s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "shadow rule would deny (sampled: at most one line per second)",
@@ -194,7 +225,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		} else {
-			s.m.decision[[2]string{"ok", mode}].Inc()
+			s.m.decision[[2]string{ok, mode}].Inc()
 		}
 		if mt.rule.Mode == rules.Shadow {
 			continue
@@ -209,32 +240,60 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
-// failed applies fail modes when the backend could not answer.
-func (s *Service) failed(ctx context.Context, domain string, matches []match, resp *rlsv3.RateLimitResponse, err error) {
-	s.m.backendErrors.Inc()
-	if s.errLog.allow() {
-		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "bucket backend failed; applying fail modes",
-			slog.String("domain", domain), slog.String("error", err.Error()))
+// failed applies fail modes when the backend could not answer. If an
+// ENFORCE rule fails CLOSED, the request is denied here (nothing is
+// consumed anywhere) and local is false. Otherwise every rule fails OPEN
+// to a local bucket at limit/replicas, and the local decision is returned
+// for the caller to build the response from as usual.
+func (s *Service) failed(ctx context.Context, domain string, matches []match, items []bucket.Item,
+	resp *rlsv3.RateLimitResponse, err error) (dec bucket.Decision, local bool) {
+	if errors.Is(err, bucket.ErrBreakerOpen) {
+		s.m.breakerRejected.Inc()
+	} else {
+		s.m.backendErrors.Inc()
+		if s.errLog.allow() {
+			s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "bucket backend failed; applying fail modes (sampled: at most one line per second)",
+				slog.String("domain", domain), slog.String("error", err.Error()))
+		}
 	}
 	closed := false
 	for _, mt := range matches {
-		st := resp.Statuses[mt.desc]
-		st.CurrentLimit = currentLimit(mt.rule)
 		if mt.rule.FailMode == rules.FailClosed && mt.rule.Mode == rules.Enforce {
-			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			s.m.decision[[2]string{"fail_closed", "enforce"}].Inc()
 			closed = true
-			continue
 		}
-		s.m.decision[[2]string{"fail_open", modeLabel(mt.rule)}].Inc()
 	}
 	if closed {
-		s.m.degradedClosed.Inc()
+		for _, mt := range matches {
+			st := resp.Statuses[mt.desc]
+			st.CurrentLimit = currentLimit(mt.rule)
+			if mt.rule.FailMode == rules.FailClosed && mt.rule.Mode == rules.Enforce {
+				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				s.m.decision[[2]string{"fail_closed", "enforce"}].Inc()
+			}
+		}
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{{Key: "Retry-After", Value: "1"}}
-	} else {
-		s.m.degradedOpen.Inc()
+		s.m.degradedClosed.Inc()
+		return bucket.Decision{}, false
 	}
+	s.m.degradedOpen.Inc()
+	n := uint64(s.replicas.Load())
+	scaled := make([]bucket.Item, len(items))
+	for i, it := range items {
+		scaled[i] = localItem(it, n)
+	}
+	// Memory never fails.
+	dec, _ = s.cfg.Local.Check(ctx, scaled)
+	return dec, true
+}
+
+// localItem is its share for one of n replicas: limit and capacity
+// divided by n, rounded up so that no share is zero.
+func localItem(it bucket.Item, n uint64) bucket.Item {
+	it.Limit = max(1, (it.Limit+n-1)/n)
+	it.Capacity = max(it.Limit, (it.Capacity+n-1)/n)
+	it.Cost = clampCost(it, it.Cost)
+	return it
 }
 
 func modeLabel(r *rules.Rule) string {

@@ -336,7 +336,7 @@ func TestRedisUnreachableFailModes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			open := rule("open", 1, 0, time.Hour, "consumer", "")
+			open := rule("open", 100, 0, time.Hour, "consumer", "") // local fallback: 100 per hour
 			closed := rule("closed", 1, 0, time.Hour, "login", "")
 			closed.FailMode = rules.FailClosed
 			s := newService(t, rd, open, closed)

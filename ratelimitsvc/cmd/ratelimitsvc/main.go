@@ -24,6 +24,7 @@ func main() {
 	httpAddr := envflag.String(fs, "http-addr", "PORTICO_RATELIMIT_HTTP_ADDR", ratelimitsvc.DefaultHTTPAddr, "HTTP metrics/health/config listen address")
 	redisAddr := envflag.String(fs, "redis-addr", "PORTICO_REDIS_ADDR", "", "Redis host:port (comma-separated for a cluster); empty = in-memory buckets")
 	redisTimeout := envflag.Duration(fs, "redis-timeout", "PORTICO_REDIS_TIMEOUT", bucket.DefaultTimeout, "hard timeout per Redis call")
+	replicas := envflag.Uint(fs, "replicas", "PORTICO_RATELIMIT_REPLICAS", 1, "replicas sharing the limits: degraded-mode local buckets get limit/replicas")
 	configDir := envflag.String(fs, "config-dir", "PORTICO_RATELIMIT_CONFIG_DIR", "", "directory of envoyproxy/ratelimit YAML rule files")
 	poll := envflag.Duration(fs, "config-poll", "PORTICO_RATELIMIT_CONFIG_POLL", source.DefaultPollInterval, "how often to look for changed rule files")
 	xdsAddr := envflag.String(fs, "xds-addr", "PORTICO_XDS_ADDR", "", "control plane xDS address; empty = file rules only")
@@ -41,6 +42,7 @@ func main() {
 	}
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.RedisAddr, cfg.RedisTimeout = *grpcAddr, *httpAddr, *redisAddr, *redisTimeout
 	cfg.ConfigDir, cfg.PollInterval, cfg.XDSAddr, cfg.XDSType, cfg.NodeID, cfg.StateDir = *configDir, *poll, *xdsAddr, *xdsType, *nodeID, *stateDir
+	cfg.Replicas = int(*replicas)
 	cfg.Logger = log
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
