@@ -581,3 +581,13 @@ func (e *env) metric(name string, labels ...string) float64 {
 	}
 	return 0
 }
+
+// curl -d sends application/x-www-form-urlencoded; the README's commands use
+// it, so it is read as JSON (and still parsed strictly).
+func TestCurlDefaultContentType(t *testing.T) {
+	e := newEnv(t)
+	ct := hdr(HeaderIdempotencyKey, "curl", "Content-Type", "application/x-www-form-urlencoded")
+	e.expect(e.do("POST", Prefix+"/clusters", echoCluster, ct), 201)
+	bad := hdr(HeaderIdempotencyKey, "curl-bad", "Content-Type", "application/x-www-form-urlencoded")
+	e.expectError(e.do("POST", Prefix+"/clusters", "name=echo", bad), 400, CodeMalformedJSON, "")
+}

@@ -40,11 +40,13 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 }
 
 // readBody reads the whole body up to the handler's cap. An empty body is
-// returned as nil. Content-Type, when present, must be JSON.
+// returned as nil. Content-Type, when present, must be JSON — or curl's
+// default for -d (application/x-www-form-urlencoded), so that the documented
+// `curl -d '{...}'` commands work; the body is parsed as strict JSON anyway.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && mt != "application/x-www-form-urlencoded") {
 			return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType, Message: "Content-Type must be application/json"}
 		}
 	}
