@@ -1,0 +1,440 @@
+// Package api is the scheduler's REST API under /v1: jobs (create with
+// Idempotency-Key, read, list with cursors, PATCH with If-Match, pause,
+// resume, trigger, soft delete), their runs and the dead-letter queue.
+// Errors use the platform envelope {"error": {"code", "message", "field"}};
+// invalid specs are 422 naming the field and store nothing. Times are UTC.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/store"
+)
+
+// Limits and defaults.
+const (
+	// MaxBodyBytes bounds request bodies; larger specs are refused with
+	// 413 before parsing (payloads over jobspec.MaxPayloadBytes but within
+	// this are 422 naming target.payload).
+	MaxBodyBytes     = 1 << 20
+	DefaultPageSize  = 50
+	MaxPageSize      = 200
+	maxIdemKeyLength = 255
+)
+
+// Store is what the API needs from the store.
+type Store interface {
+	CreateJob(ctx context.Context, spec *jobspec.Spec, idemKey, requestHash string) (store.Job, bool, error)
+	GetJob(ctx context.Context, id int64) (store.Job, error)
+	ListJobs(ctx context.Context, tenant string, after int64, limit int) ([]store.Job, error)
+	ReplaceSpec(ctx context.Context, id int64, version int, spec *jobspec.Spec) (store.Job, error)
+	SetEnabled(ctx context.Context, id int64, enabled bool) (store.Job, error)
+	DeleteJob(ctx context.Context, id int64, version int) error
+	Trigger(ctx context.Context, id int64) (store.Run, error)
+	ListRuns(ctx context.Context, scheduleID, after int64, limit int) ([]store.Run, error)
+	ListDead(ctx context.Context, tenant string, after int64, limit int) ([]store.Run, error)
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Config configures the API.
+type Config struct {
+	Store Store // required
+	// Guard validates HTTP targets (required).
+	Guard  *jobspec.Guard
+	Logger *slog.Logger
+}
+
+// API serves /v1; safe for concurrent use.
+type API struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// New validates cfg and builds the routes.
+func New(cfg Config) (*API, error) {
+	if cfg.Store == nil || cfg.Guard == nil {
+		return nil, errors.New("api: Store and Guard are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &API{cfg: cfg, mux: http.NewServeMux()}
+	a.handle("POST /v1/jobs", a.create)
+	a.handle("GET /v1/jobs", a.list)
+	a.handle("GET /v1/jobs/{id}", a.get)
+	a.handle("PATCH /v1/jobs/{id}", a.patch)
+	a.handle("DELETE /v1/jobs/{id}", a.delete)
+	a.handle("POST /v1/jobs/{id}", a.action) // {id}:pause | :resume | :trigger
+	a.handle("GET /v1/jobs/{id}/runs", a.runs)
+	a.handle("GET /v1/dlq", a.dlq)
+	return a, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+
+func (a *API) handle(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
+	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			a.writeError(w, r, err)
+		}
+	})
+}
+
+// jobJSON is a job as the API shows it: the spec plus server fields.
+type jobJSON struct {
+	JobID     string     `json:"jobId"`
+	Version   int        `json:"version"`
+	Status    string     `json:"status"`
+	NextRunAt *time.Time `json:"nextRunAt"`
+	CreatedAt time.Time  `json:"createdAt"`
+	UpdatedAt time.Time  `json:"updatedAt"`
+	*jobspec.Spec
+}
+
+func toJobJSON(j store.Job) jobJSON {
+	status := "ACTIVE"
+	switch {
+	case j.Deleted:
+		status = "DELETED"
+	case !j.Enabled:
+		status = "PAUSED"
+	}
+	return jobJSON{JobID: strconv.FormatInt(j.ID, 10), Version: j.Version, Status: status, NextRunAt: utcPtr(j.NextRunAt),
+		CreatedAt: j.CreatedAt.UTC(), UpdatedAt: j.UpdatedAt.UTC(), Spec: j.Spec}
+}
+
+type runJSON struct {
+	RunID          string     `json:"runId"`
+	JobID          string     `json:"jobId"`
+	ScheduledAt    time.Time  `json:"scheduledAt"`
+	Status         string     `json:"status"`
+	Manual         bool       `json:"manual,omitempty"`
+	Attempt        int        `json:"attempt"`
+	NextAttemptAt  *time.Time `json:"nextAttemptAt,omitempty"`
+	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
+	WorkerID       *string    `json:"workerId,omitempty"`
+	LastError      *string    `json:"lastError,omitempty"`
+	DispatchedAt   *time.Time `json:"dispatchedAt,omitempty"`
+	FinishedAt     *time.Time `json:"finishedAt,omitempty"`
+	IdempotencyKey string     `json:"idempotencyKey"`
+}
+
+func toRunJSON(r store.Run) runJSON {
+	return runJSON{RunID: strconv.FormatInt(r.ID, 10), JobID: strconv.FormatInt(r.ScheduleID, 10), ScheduledAt: r.ScheduledAt.UTC(),
+		Status: r.Status, Manual: r.Manual, Attempt: r.Attempt, NextAttemptAt: utcPtr(r.NextAttemptAt),
+		LeaseExpiresAt: utcPtr(r.LeaseExpiresAt), WorkerID: r.WorkerID, LastError: r.LastError,
+		DispatchedAt: utcPtr(r.DispatchedAt), FinishedAt: utcPtr(r.FinishedAt),
+		IdempotencyKey: jobspec.IdempotencyKey(r.ScheduleID, r.ScheduledAt)}
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}
+
+func writeJob(w http.ResponseWriter, status int, j store.Job) error {
+	w.Header().Set("ETag", etag(j.Version))
+	return writeJSON(w, status, toJobJSON(j))
+}
+
+func etag(v int) string { return `"` + strconv.Itoa(v) + `"` }
+
+func (a *API) create(w http.ResponseWriter, r *http.Request) error {
+	key := r.Header.Get("Idempotency-Key")
+	switch {
+	case key == "":
+		return &Error{Status: http.StatusPreconditionRequired, Code: CodeIdempotencyKeyRequired, Message: "Idempotency-Key header is required on POST /v1/jobs", Field: "Idempotency-Key"}
+	case len(key) > maxIdemKeyLength:
+		return badParam("Idempotency-Key", "must be at most 255 bytes")
+	}
+	spec, err := decodeSpec(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	if err := spec.Normalize(a.cfg.Guard); err != nil {
+		return err
+	}
+	canonical, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(canonical)
+	job, created, err := a.cfg.Store.CreateJob(r.Context(), spec, key, hex.EncodeToString(sum[:]))
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/jobs/"+strconv.FormatInt(job.ID, 10))
+	if created {
+		return writeJob(w, http.StatusCreated, job)
+	}
+	return writeJob(w, http.StatusOK, job)
+}
+
+func decodeSpec(body io.Reader) (*jobspec.Spec, error) {
+	spec, err := jobspec.Decode(body)
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return nil, mb
+	}
+	return spec, err
+}
+
+func pathID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, store.ErrNotFound
+	}
+	return id, nil
+}
+
+func (a *API) get(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	j, err := a.cfg.Store.GetJob(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	return writeJob(w, http.StatusOK, j)
+}
+
+// page reads cursor and limit query parameters.
+func page(r *http.Request) (after int64, limit int, err error) {
+	limit = DefaultPageSize
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		if after, err = strconv.ParseInt(c, 10, 64); err != nil || after < 0 {
+			return 0, 0, badParam("cursor", "not a cursor returned by this API")
+		}
+	}
+	if l := r.URL.Query().Get("limit"); l != "" {
+		if limit, err = strconv.Atoi(l); err != nil || limit < 1 || limit > MaxPageSize {
+			return 0, 0, badParam("limit", "must be 1..200")
+		}
+	}
+	return after, limit, nil
+}
+
+func nextCursor(n, limit int, lastID int64) string {
+	if n < limit {
+		return ""
+	}
+	return strconv.FormatInt(lastID, 10)
+}
+
+type listJSON[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+func (a *API) list(w http.ResponseWriter, r *http.Request) error {
+	tenant := r.URL.Query().Get("tenant")
+	if tenant == "" {
+		return badParam("tenant", "required")
+	}
+	after, limit, err := page(r)
+	if err != nil {
+		return err
+	}
+	jobs, err := a.cfg.Store.ListJobs(r.Context(), tenant, after, limit)
+	if err != nil {
+		return err
+	}
+	out := listJSON[jobJSON]{Items: []jobJSON{}}
+	for _, j := range jobs {
+		out.Items = append(out.Items, toJobJSON(j))
+	}
+	if len(jobs) > 0 {
+		out.NextCursor = nextCursor(len(jobs), limit, jobs[len(jobs)-1].ID)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// ifMatch reads the required If-Match version.
+func ifMatch(r *http.Request) (int, error) {
+	v := r.Header.Get("If-Match")
+	if v == "" {
+		return 0, &Error{Status: http.StatusPreconditionRequired, Code: CodePreconditionRequired, Message: "If-Match with the job's ETag (its version) is required", Field: "If-Match"}
+	}
+	n, err := strconv.Atoi(strings.Trim(strings.TrimPrefix(v, "W/"), `"`))
+	if err != nil || n < 1 {
+		return 0, store.ErrPreconditionFailed
+	}
+	return n, nil
+}
+
+func (a *API) patch(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	version, err := ifMatch(r)
+	if err != nil {
+		return err
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(raw, &patch); err != nil || patch == nil {
+		return &jobspec.FieldError{Message: "body must be a JSON object (a JSON merge patch of the job spec)"}
+	}
+	cur, err := a.cfg.Store.GetJob(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if cur.Deleted {
+		return store.ErrNotFound
+	}
+	if t, ok := patch["tenant"]; ok && t != cur.Tenant {
+		return &jobspec.FieldError{Field: "tenant", Message: "cannot be changed"}
+	}
+	base, err := json.Marshal(cur.Spec)
+	if err != nil {
+		return err
+	}
+	var doc any
+	if err := json.Unmarshal(base, &doc); err != nil {
+		return err
+	}
+	merged, err := json.Marshal(mergePatch(doc, patch))
+	if err != nil {
+		return err
+	}
+	spec, err := jobspec.Decode(strings.NewReader(string(merged)))
+	if err != nil {
+		return err
+	}
+	if err := spec.Normalize(a.cfg.Guard); err != nil {
+		return err
+	}
+	j, err := a.cfg.Store.ReplaceSpec(r.Context(), id, version, spec)
+	if err != nil {
+		return err
+	}
+	return writeJob(w, http.StatusOK, j)
+}
+
+// mergePatch applies an RFC 7386 JSON merge patch.
+func mergePatch(doc, patch any) any {
+	p, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	d, ok := doc.(map[string]any)
+	if !ok {
+		d = map[string]any{}
+	}
+	for k, v := range p {
+		if v == nil {
+			delete(d, k)
+		} else {
+			d[k] = mergePatch(d[k], v)
+		}
+	}
+	return d
+}
+
+func (a *API) delete(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	version, err := ifMatch(r)
+	if err != nil {
+		return err
+	}
+	if err := a.cfg.Store.DeleteJob(r.Context(), id, version); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (a *API) action(w http.ResponseWriter, r *http.Request) error {
+	idStr, verb, ok := strings.Cut(r.PathValue("id"), ":")
+	id, err := strconv.ParseInt(idStr, 10, 64)
+	if !ok || err != nil || id <= 0 {
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such action: use /v1/jobs/{id}:pause, :resume or :trigger"}
+	}
+	switch verb {
+	case "pause", "resume":
+		j, err := a.cfg.Store.SetEnabled(r.Context(), id, verb == "resume")
+		if err != nil {
+			return err
+		}
+		return writeJob(w, http.StatusOK, j)
+	case "trigger":
+		run, err := a.cfg.Store.Trigger(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, http.StatusAccepted, toRunJSON(run))
+	}
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "unknown action " + strconv.Quote(verb)}
+}
+
+func (a *API) runs(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	after, limit, err := page(r)
+	if err != nil {
+		return err
+	}
+	if _, err := a.cfg.Store.GetJob(r.Context(), id); err != nil {
+		return err
+	}
+	runs, err := a.cfg.Store.ListRuns(r.Context(), id, after, limit)
+	if err != nil {
+		return err
+	}
+	return writeRuns(w, runs, limit)
+}
+
+func writeRuns(w http.ResponseWriter, runs []store.Run, limit int) error {
+	out := listJSON[runJSON]{Items: []runJSON{}}
+	for _, r := range runs {
+		out.Items = append(out.Items, toRunJSON(r))
+	}
+	if len(runs) > 0 {
+		out.NextCursor = nextCursor(len(runs), limit, runs[len(runs)-1].ID)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (a *API) dlq(w http.ResponseWriter, r *http.Request) error {
+	after, limit, err := page(r)
+	if err != nil {
+		return err
+	}
+	runs, err := a.cfg.Store.ListDead(r.Context(), r.URL.Query().Get("tenant"), after, limit)
+	if err != nil {
+		return err
+	}
+	return writeRuns(w, runs, limit)
+}

@@ -1,0 +1,52 @@
+// Command scheduler runs Portico's job scheduler: the REST API (:18300),
+// runners, workers and the reaper on PostgreSQL, each role enabled by a
+// flag (all on by default).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/portico-io/portico/internal/envflag"
+	"github.com/portico-io/portico/internal/logging"
+	"github.com/portico-io/portico/scheduler"
+)
+
+func main() {
+	fs := flag.NewFlagSet("scheduler", flag.ExitOnError)
+	addr := envflag.String(fs, "http-addr", "PORTICO_SCHEDULER_HTTP_ADDR", scheduler.DefaultHTTPAddr, "REST API, /metrics and health listen address")
+	db := envflag.String(fs, "database-url", "PORTICO_DATABASE_URL", scheduler.DefaultDatabaseURL, "PostgreSQL URL")
+	allow := envflag.String(fs, "target-allowlist", "PORTICO_SCHEDULER_TARGET_ALLOWLIST", "", "comma-separated host:port, host or CIDR HTTP targets may use; empty = public addresses only")
+	roleAPI := fs.Bool("api", true, "serve the REST API")
+	roleRunner := fs.Bool("runner", true, "fire due runs")
+	roleWorker := fs.Bool("worker", true, "execute runs")
+	roleReaper := fs.Bool("reaper", true, "recover runs with expired leases")
+	workerID := envflag.String(fs, "worker-id", "PORTICO_NODE_ID", "", "worker id recorded on runs (default host-pid)")
+	lease := envflag.Duration(fs, "lease", "PORTICO_SCHEDULER_LEASE", 0, "worker lease (default 30s)")
+	tick := envflag.Duration(fs, "tick", "PORTICO_SCHEDULER_TICK", 0, "runner tick (default 1s)")
+	concurrency := envflag.Uint(fs, "worker-concurrency", "PORTICO_SCHEDULER_WORKER_CONCURRENCY", 0, "runs one worker executes at once (default 16)")
+	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
+	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	_ = fs.Parse(os.Args[1:])
+
+	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	cfg := scheduler.Config{
+		HTTPAddr: *addr, DatabaseURL: *db, TargetAllowlist: *allow, WorkerID: *workerID,
+		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper},
+		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), Logger: log,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := scheduler.Run(ctx, cfg); err != nil {
+		log.Error("scheduler: exiting", "err", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,45 @@
+// Package metrics holds the scheduler's Prometheus collectors
+// (portico_scheduler_*). Labels are bounded: run states only.
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics is shared by the roles of one process; safe for concurrent use.
+type Metrics struct {
+	// Lag observes dispatched − scheduled (seconds) when a run is queued.
+	Lag prometheus.Histogram
+	// Transitions counts runs entering each state.
+	Transitions *prometheus.CounterVec
+	// Retries counts attempts scheduled for retry (worker and reaper).
+	Retries prometheus.Counter
+	// DeadLetters counts runs moved to DEAD.
+	DeadLetters prometheus.Counter
+	// LeaseExpirations counts RUNNING runs reaped after their lease expired.
+	LeaseExpirations prometheus.Counter
+	// LeasesLost counts attempts whose worker found its token stale.
+	LeasesLost prometheus.Counter
+}
+
+// New registers the collectors on reg (nil: a throwaway registry).
+func New(reg prometheus.Registerer) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		Lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "portico_scheduler_schedule_lag_seconds",
+			Help:    "Time from a run's scheduled slot to its dispatch (queued by a runner).",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300}}),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_scheduler_run_transitions_total",
+			Help: "Runs entering each state."}, []string{"to"}),
+		Retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_retries_total",
+			Help: "Attempts that failed and were scheduled for retry."}),
+		DeadLetters: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_dead_letters_total",
+			Help: "Runs moved to DEAD (the dead-letter queue)."}),
+		LeaseExpirations: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_lease_expirations_total",
+			Help: "RUNNING runs whose lease expired and were reaped."}),
+		LeasesLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_leases_lost_total",
+			Help: "Attempts whose completion or heartbeat was refused because the lease token moved on."}),
+	}
+	reg.MustRegister(m.Lag, m.Transitions, m.Retries, m.DeadLetters, m.LeaseExpirations, m.LeasesLost)
+	return m
+}

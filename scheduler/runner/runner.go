@@ -1,0 +1,172 @@
+// Package runner fires due runs: every tick it claims SCHEDULED rows whose
+// slot has passed by the database clock, marks them QUEUED for workers
+// and inserts each recurring job's next slot, in one transaction
+// (store.Fire). Any number of runners may share a database: SKIP LOCKED
+// gives each due row to one of them and UNIQUE (schedule_id,
+// scheduled_at) refuses a second row for a slot.
+package runner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/metrics"
+	"github.com/portico-io/portico/scheduler/store"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultTick             = time.Second
+	DefaultBatch            = 100
+	DefaultMisfireThreshold = 60 * time.Second
+	DefaultMaxPasses        = 50
+	// maxMissedScan bounds the slots FIRE_ALL walks through after an outage.
+	maxMissedScan = 200_000
+)
+
+// Firer is the store method a runner needs.
+type Firer interface {
+	Fire(ctx context.Context, batch int, decide func(store.DueRun, time.Time) store.FireDecision) (store.FireResult, error)
+}
+
+var _ Firer = (*store.Store)(nil)
+
+// Config configures a Runner.
+type Config struct {
+	Store Firer // required
+	Tick  time.Duration
+	Batch int
+	// MisfireThreshold is how late a slot must be to count as misfired.
+	MisfireThreshold time.Duration
+	// MaxPasses bounds claim passes per tick (a pass that claims nothing ends the tick).
+	MaxPasses int
+	Metrics   *metrics.Metrics
+	Logger    *slog.Logger
+}
+
+// Runner is a long-running firing loop.
+type Runner struct{ cfg Config }
+
+// New validates cfg and fills defaults.
+func New(cfg Config) (*Runner, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("runner: Store is required")
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.MisfireThreshold <= 0 {
+		cfg.MisfireThreshold = DefaultMisfireThreshold
+	}
+	if cfg.MaxPasses <= 0 {
+		cfg.MaxPasses = DefaultMaxPasses
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Runner{cfg: cfg}, nil
+}
+
+// Run fires due runs every tick until ctx is done.
+func (r *Runner) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Tick)
+	defer t.Stop()
+	for {
+		r.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Runner) tick(ctx context.Context) {
+	for range r.cfg.MaxPasses {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := r.cfg.Store.Fire(pctx, r.cfg.Batch, func(d store.DueRun, now time.Time) store.FireDecision {
+			return Decide(d, now, r.cfg.MisfireThreshold)
+		})
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Error("runner: fire pass failed", "err", err)
+			}
+			return
+		}
+		for st, n := range res.ByStatus {
+			r.cfg.Metrics.Transitions.WithLabelValues(st).Add(float64(n))
+		}
+		for _, l := range res.Lags {
+			r.cfg.Metrics.Lag.Observe(l.Seconds())
+		}
+		if res.Claimed == 0 {
+			return
+		}
+	}
+}
+
+// Decide is the firing policy for one due run at database time now. It is
+// pure so it can be tested with any clock:
+//   - a paused or deleted job's run is CANCELLED and does not chain;
+//   - a manual (:trigger) run is QUEUED and does not chain;
+//   - FORBID with another run in flight → SKIPPED (the chain continues);
+//   - on time: QUEUED, next = the slot after this one;
+//   - misfired (later than threshold): FIRE_ONCE queues this run and skips
+//     to the first slot after now; SKIP marks it SKIPPED and does the same;
+//     FIRE_ALL queues it and inserts the missed slots (the most recent
+//     misfireCap−1 of them) plus the first slot after now;
+//   - ONE_OFF runs always fire, however late.
+func Decide(d store.DueRun, now time.Time, threshold time.Duration) store.FireDecision {
+	if !d.Live {
+		return store.FireDecision{Status: store.StatusCancelled}
+	}
+	status := store.StatusQueued
+	if !d.Manual && d.Busy && d.Spec.Execution.ConcurrencyPolicy == jobspec.ConcurrencyForbid {
+		status = store.StatusSkipped
+	}
+	if d.Manual || !d.Spec.Recurring() {
+		return store.FireDecision{Status: status}
+	}
+	var next []time.Time
+	late := now.Sub(d.ScheduledAt) > threshold
+	if !late {
+		if n, ok := d.Spec.NextAfter(d.ScheduledAt); ok {
+			next = append(next, n)
+		}
+		return store.FireDecision{Status: status, Next: next}
+	}
+	switch d.Spec.Execution.MisfirePolicy {
+	case jobspec.MisfireSkip:
+		status = store.StatusSkipped
+	case jobspec.MisfireFireAll:
+		keep := max(d.Spec.Execution.MisfireCap-1, 0)
+		var missed []time.Time
+		at := d.ScheduledAt
+		for range maxMissedScan {
+			n, ok := d.Spec.NextAfter(at)
+			if !ok || n.After(now) {
+				break
+			}
+			missed = append(missed, n)
+			if len(missed) > keep {
+				missed = missed[1:]
+			}
+			at = n
+		}
+		next = append(next, missed...)
+	}
+	if n, ok := d.Spec.NextAfter(now); ok {
+		next = append(next, n)
+	}
+	return store.FireDecision{Status: status, Next: next}
+}

@@ -1,0 +1,137 @@
+// Package scheduler wires the scheduler's roles — REST API, runner,
+// worker, reaper — around one Postgres store. Each role is enabled by
+// Config; any number of processes may run any mix of roles against the
+// same database.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/portico-io/portico/internal/health"
+	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/scheduler/api"
+	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/metrics"
+	"github.com/portico-io/portico/scheduler/reaper"
+	"github.com/portico-io/portico/scheduler/runner"
+	"github.com/portico-io/portico/scheduler/store"
+	"github.com/portico-io/portico/scheduler/worker"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultHTTPAddr    = "127.0.0.1:18300"
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:55432/portico?sslmode=disable"
+)
+
+// Roles selects what a process does.
+type Roles struct{ API, Runner, Worker, Reaper bool }
+
+// AllRoles enables every role.
+var AllRoles = Roles{API: true, Runner: true, Worker: true, Reaper: true}
+
+// Config configures Run. Zero durations take each role's default.
+type Config struct {
+	HTTPAddr    string
+	DatabaseURL string
+	Roles       Roles
+	// TargetAllowlist is PORTICO_SCHEDULER_TARGET_ALLOWLIST (see jobspec.Guard).
+	TargetAllowlist string
+	WorkerID        string
+	Lease           time.Duration
+	Tick            time.Duration
+	WorkerPoll      time.Duration
+	ReapInterval    time.Duration
+	Concurrency     int
+	Logger          *slog.Logger
+	// Listener, when set, is used instead of listening on HTTPAddr.
+	Listener net.Listener
+}
+
+// Run runs the enabled roles until ctx is done or one fails.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = DefaultHTTPAddr
+	}
+	if cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = DefaultDatabaseURL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	log := cfg.Logger
+	guard, err := jobspec.NewGuard(cfg.TargetAllowlist, nil)
+	if err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	st, err := store.Open(octx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: 20, Logger: log})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+	checks := health.New()
+	checks.Add("postgres", st.Ping)
+
+	lis := cfg.Listener
+	if lis == nil {
+		if lis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("scheduler: listen: %w", err)
+		}
+	}
+	var handler http.Handler
+	if cfg.Roles.API {
+		a, err := api.New(api.Config{Store: st, Guard: guard, Logger: log})
+		if err != nil {
+			return err
+		}
+		handler = a
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return httpserver.Serve(gctx, lis, httpserver.Config{Handler: handler, Gatherer: reg, Health: checks, Logger: log})
+	})
+	if cfg.Roles.Runner {
+		r, err := runner.New(runner.Config{Store: st, Tick: cfg.Tick, Metrics: m, Logger: log})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return r.Run(gctx) })
+	}
+	if cfg.Roles.Worker {
+		w, err := worker.New(worker.Config{Store: st, Guard: guard, ID: cfg.WorkerID, Lease: cfg.Lease, Poll: cfg.WorkerPoll,
+			Concurrency: cfg.Concurrency, Metrics: m, Logger: log})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return w.Run(gctx) })
+	}
+	if cfg.Roles.Reaper {
+		r, err := reaper.New(reaper.Config{Store: st, Interval: cfg.ReapInterval, Metrics: m, Logger: log})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return r.Run(gctx) })
+	}
+	log.Info("scheduler: serving", "addr", lis.Addr().String(), "api", cfg.Roles.API, "runner", cfg.Roles.Runner,
+		"worker", cfg.Roles.Worker, "reaper", cfg.Roles.Reaper)
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

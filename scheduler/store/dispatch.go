@@ -1,0 +1,246 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/portico-io/portico/scheduler/jobspec"
+)
+
+// DueRun is a SCHEDULED run whose slot has passed, locked by Fire.
+type DueRun struct {
+	ID          int64
+	ScheduleID  int64
+	ScheduledAt time.Time
+	Manual      bool
+	Spec        *jobspec.Spec
+	// Live is false when the job is paused or deleted.
+	Live bool
+	// Busy is true when another run of the job is queued, running or
+	// waiting to retry (for concurrencyPolicy FORBID).
+	Busy bool
+}
+
+// FireDecision is what the runner does with one due run: its new status
+// (QUEUED, SKIPPED or CANCELLED) and the slots to insert as SCHEDULED
+// (duplicates are ignored by the unique key).
+type FireDecision struct {
+	Status string
+	Next   []time.Time
+}
+
+// FireResult counts one Fire pass.
+type FireResult struct {
+	Claimed  int
+	ByStatus map[string]int
+	// Lags are dbNow − scheduled_at of the runs marked QUEUED.
+	Lags []time.Duration
+}
+
+// Fire runs one claim-and-chain transaction: it locks up to batch due
+// SCHEDULED rows (due by the database clock) with SKIP LOCKED, applies
+// decide to each, and inserts the chained slots, all-or-nothing.
+func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow time.Time) FireDecision) (FireResult, error) {
+	res := FireResult{ByStatus: map[string]int{}}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT e.id, e.schedule_id, e.scheduled_at, e.manual, d.spec,
+				d.enabled AND d.deleted_at IS NULL,
+				EXISTS (SELECT 1 FROM scheduler.scheduled_execution o WHERE o.schedule_id = e.schedule_id
+					AND o.status IN ('QUEUED','RUNNING','RETRY_WAIT')),
+				now()
+			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
+			WHERE e.status = 'SCHEDULED' AND e.scheduled_at <= now()
+			ORDER BY e.scheduled_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED`, batch)
+		if err != nil {
+			return fmt.Errorf("store: fire: %w", err)
+		}
+		var (
+			due []DueRun
+			now time.Time
+		)
+		for rows.Next() {
+			var (
+				r   DueRun
+				raw []byte
+			)
+			if err := rows.Scan(&r.ID, &r.ScheduleID, &r.ScheduledAt, &r.Manual, &raw, &r.Live, &r.Busy, &now); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: fire: %w", err)
+			}
+			r.Spec = new(jobspec.Spec)
+			if err := json.Unmarshal(raw, r.Spec); err != nil {
+				rows.Close()
+				return fmt.Errorf("store: fire: job %d: %w", r.ScheduleID, err)
+			}
+			due = append(due, r)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("store: fire: %w", err)
+		}
+		b := &pgx.Batch{}
+		for _, r := range due {
+			d := decide(r, now)
+			b.Queue(`UPDATE scheduler.scheduled_execution SET status = $2, updated_at = now(),
+				finished_at = CASE WHEN $2 = 'QUEUED' THEN NULL ELSE now() END WHERE id = $1`, r.ID, d.Status)
+			for _, n := range d.Next {
+				b.Queue(`INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
+					VALUES ($1, $2, 'SCHEDULED') ON CONFLICT (schedule_id, scheduled_at) DO NOTHING`, r.ScheduleID, n)
+			}
+			res.ByStatus[d.Status]++
+			if d.Status == StatusQueued {
+				res.Lags = append(res.Lags, now.Sub(r.ScheduledAt))
+			}
+		}
+		res.Claimed = len(due)
+		if len(due) == 0 {
+			return nil
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("store: fire: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return FireResult{ByStatus: map[string]int{}}, err
+	}
+	return res, nil
+}
+
+// Lease is a run claimed by a worker. Token fences every later write.
+type Lease struct {
+	RunID       int64
+	ScheduleID  int64
+	ScheduledAt time.Time
+	Attempt     int
+	Token       int64
+	Spec        *jobspec.Spec
+}
+
+// Claim leases up to n runs that are QUEUED or in RETRY_WAIT with a passed
+// next_attempt_at to workerID for ttl, incrementing each lease token.
+func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Duration) ([]Lease, error) {
+	rows, err := s.pool.Query(ctx, `UPDATE scheduler.scheduled_execution e
+		SET status = 'RUNNING', worker_id = $1, lease_token = e.lease_token + 1,
+			lease_expires_at = now() + $2 * interval '1 millisecond', dispatched_at = coalesce(e.dispatched_at, now()),
+			updated_at = now()
+		FROM scheduler.schedule_details d
+		WHERE d.id = e.schedule_id AND e.id IN (
+			SELECT id FROM scheduler.scheduled_execution
+			WHERE status = 'QUEUED' OR (status = 'RETRY_WAIT' AND next_attempt_at <= now())
+			ORDER BY coalesce(next_attempt_at, scheduled_at) LIMIT $3 FOR UPDATE SKIP LOCKED)
+		RETURNING e.id, e.schedule_id, e.scheduled_at, e.attempt, e.lease_token, d.spec`,
+		workerID, ttl.Milliseconds(), n)
+	if err != nil {
+		return nil, fmt.Errorf("store: claim: %w", err)
+	}
+	defer rows.Close()
+	var out []Lease
+	for rows.Next() {
+		var (
+			l   Lease
+			raw []byte
+		)
+		if err := rows.Scan(&l.RunID, &l.ScheduleID, &l.ScheduledAt, &l.Attempt, &l.Token, &raw); err != nil {
+			return nil, fmt.Errorf("store: claim: %w", err)
+		}
+		l.Spec = new(jobspec.Spec)
+		if err := json.Unmarshal(raw, l.Spec); err != nil {
+			return nil, fmt.Errorf("store: claim: job %d: %w", l.ScheduleID, err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: claim: %w", err)
+	}
+	return out, nil
+}
+
+func fenced(tag string, n int64, err error) error {
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", tag, err)
+	}
+	if n == 0 {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// Heartbeat extends a lease; ErrLeaseLost when the token is stale.
+func (s *Store) Heartbeat(ctx context.Context, runID, token int64, ttl time.Duration) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
+		SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
+		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, ttl.Milliseconds())
+	return fenced("heartbeat", tag.RowsAffected(), err)
+}
+
+// Succeed records success; ErrLeaseLost when the token is stale.
+func (s *Store) Succeed(ctx context.Context, runID, token int64) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
+		SET status = 'SUCCEEDED', lease_expires_at = NULL, finished_at = now(), updated_at = now(), last_error = NULL
+		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token)
+	return fenced("succeed", tag.RowsAffected(), err)
+}
+
+// RetryLater moves a run to RETRY_WAIT, attempt+1, due after delay;
+// ErrLeaseLost when the token is stale.
+func (s *Store) RetryLater(ctx context.Context, runID, token int64, delay time.Duration, msg string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
+		SET status = 'RETRY_WAIT', attempt = attempt + 1, next_attempt_at = now() + $3 * interval '1 millisecond',
+			lease_expires_at = NULL, last_error = $4, updated_at = now()
+		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, delay.Milliseconds(), msg)
+	return fenced("retry", tag.RowsAffected(), err)
+}
+
+// Dead moves a run to DEAD (the DLQ); ErrLeaseLost when the token is stale.
+func (s *Store) Dead(ctx context.Context, runID, token int64, msg string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
+		SET status = 'DEAD', lease_expires_at = NULL, last_error = $3, finished_at = now(), updated_at = now()
+		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, msg)
+	return fenced("dead", tag.RowsAffected(), err)
+}
+
+// ReapResult counts one reaper pass.
+type ReapResult struct{ Retried, Dead int }
+
+// Reap takes up to batch RUNNING runs whose lease expired (database
+// clock) and, bumping each token so the vanished worker's writes fail,
+// moves them to RETRY_WAIT with attempt+1 and a full-jitter backoff, or to
+// DEAD once the job's maxAttempts are used up.
+func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
+	rows, err := s.pool.Query(ctx, `WITH expired AS (
+			SELECT e.id, e.attempt >= (d.spec->'execution'->'retry'->>'maxAttempts')::int AS last,
+				least((d.spec->'execution'->'retry'->>'maxBackoffMs')::float8,
+					(d.spec->'execution'->'retry'->>'initialBackoffMs')::float8 * power(2, least(e.attempt - 1, 30))) AS cap_ms
+			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
+			WHERE e.status = 'RUNNING' AND e.lease_expires_at < now()
+			ORDER BY e.lease_expires_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED)
+		UPDATE scheduler.scheduled_execution e
+		SET status = CASE WHEN x.last THEN 'DEAD' ELSE 'RETRY_WAIT' END,
+			attempt = CASE WHEN x.last THEN e.attempt ELSE e.attempt + 1 END,
+			next_attempt_at = CASE WHEN x.last THEN NULL ELSE now() + random() * x.cap_ms * interval '1 millisecond' END,
+			finished_at = CASE WHEN x.last THEN now() END,
+			lease_token = e.lease_token + 1, lease_expires_at = NULL,
+			last_error = 'lease expired (worker ' || coalesce(e.worker_id, '?') || ' stopped heartbeating)', updated_at = now()
+		FROM expired x WHERE x.id = e.id
+		RETURNING x.last`, batch)
+	if err != nil {
+		return ReapResult{}, fmt.Errorf("store: reap: %w", err)
+	}
+	lasts, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return ReapResult{}, fmt.Errorf("store: reap: %w", err)
+	}
+	var r ReapResult
+	for _, last := range lasts {
+		if last {
+			r.Dead++
+		} else {
+			r.Retried++
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,14 @@
+package store
+
+import "errors"
+
+// Sentinel errors of the store.
+var (
+	ErrNotFound            = errors.New("store: not found")
+	ErrPreconditionFailed  = errors.New("store: version does not match")
+	ErrIdempotencyMismatch = errors.New("store: idempotency key reused with a different request")
+	// ErrLeaseLost means the run's lease token moved on (reaped or
+	// re-claimed): the caller's write changed nothing.
+	ErrLeaseLost = errors.New("store: lease lost")
+	ErrConflict  = errors.New("store: conflict")
+)

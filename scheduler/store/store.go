@@ -1,0 +1,454 @@
+// Package store keeps the scheduler's job definitions and runs in Postgres
+// (schema "scheduler") and holds every SQL statement of the runner,
+// worker and reaper. Each hand-off is one committed row: a run's status
+// moves SCHEDULED → QUEUED (runner) → RUNNING (worker, under a lease) →
+// SUCCEEDED | RETRY_WAIT | DEAD, and every worker write is conditioned on
+// the run's lease token (fencing).
+//
+// A Store is safe for concurrent use by many goroutines and processes.
+package store
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/portico-io/portico/scheduler/jobspec"
+)
+
+// Run statuses.
+const (
+	StatusScheduled = "SCHEDULED"
+	StatusQueued    = "QUEUED"
+	StatusRunning   = "RUNNING"
+	StatusSucceeded = "SUCCEEDED"
+	StatusRetryWait = "RETRY_WAIT"
+	StatusDead      = "DEAD"
+	StatusCancelled = "CANCELLED"
+	StatusSkipped   = "SKIPPED"
+)
+
+// DefaultMaxConns is used when Config.MaxConns is zero.
+const DefaultMaxConns int32 = 10
+
+// migrateLockKey serializes migrations of processes starting together
+// ("portico.scheduler.migrate").
+const migrateLockKey int64 = 0x706f7274_69636f06
+
+// Config configures Open.
+type Config struct {
+	DatabaseURL string // required
+	MaxConns    int32
+	Logger      *slog.Logger
+}
+
+// Store is the Postgres-backed scheduler store.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+}
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Open connects, applies pending migrations and returns a Store.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("store: DatabaseURL is required")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	pc.MaxConns = cfg.MaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if err := migrate(ctx, pool, cfg.Logger); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Store{pool: pool, log: cfg.Logger}, nil
+}
+
+// Close releases the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("store: migrations: %w", err)
+	}
+	sort.Strings(names)
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
+			return fmt.Errorf("store: migrate lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS scheduler;
+			CREATE TABLE IF NOT EXISTS scheduler.schema_migrations (
+				name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("store: migrate: %w", err)
+		}
+		rows, _ := tx.Query(ctx, "SELECT name FROM scheduler.schema_migrations")
+		applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("store: migrate: %w", err)
+		}
+		done := map[string]bool{}
+		for _, n := range applied {
+			done[n] = true
+		}
+		for _, path := range names {
+			name := strings.TrimPrefix(path, "migrations/")
+			if done[name] {
+				continue
+			}
+			sql, err := migrations.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("store: migration %s: %w", name, err)
+			}
+			if _, err := tx.Exec(ctx, string(sql)); err != nil {
+				return fmt.Errorf("store: migration %s: %w", name, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO scheduler.schema_migrations (name) VALUES ($1)", name); err != nil {
+				return fmt.Errorf("store: migration %s: %w", name, err)
+			}
+			log.Info("applied schema migration", "name", name)
+		}
+		return nil
+	})
+}
+
+// Job is a stored definition with its server fields.
+type Job struct {
+	ID        int64
+	Tenant    string
+	Spec      *jobspec.Spec
+	Version   int
+	Enabled   bool
+	Deleted   bool
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// NextRunAt is the earliest waiting slot, nil when none.
+	NextRunAt *time.Time
+}
+
+// Run is one execution row.
+type Run struct {
+	ID             int64
+	ScheduleID     int64
+	ScheduledAt    time.Time
+	Status         string
+	Manual         bool
+	Attempt        int
+	NextAttemptAt  *time.Time
+	LeaseToken     int64
+	LeaseExpiresAt *time.Time
+	WorkerID       *string
+	LastError      *string
+	DispatchedAt   *time.Time
+	FinishedAt     *time.Time
+	UpdatedAt      time.Time
+}
+
+const jobCols = `d.id, d.tenant, d.spec, d.version, d.enabled, d.deleted_at IS NOT NULL, d.created_at, d.updated_at,
+	(SELECT min(e.scheduled_at) FROM scheduler.scheduled_execution e WHERE e.schedule_id = d.id AND e.status = 'SCHEDULED')`
+
+func scanJob(row pgx.Row) (Job, error) {
+	var (
+		j   Job
+		raw []byte
+	)
+	if err := row.Scan(&j.ID, &j.Tenant, &raw, &j.Version, &j.Enabled, &j.Deleted, &j.CreatedAt, &j.UpdatedAt, &j.NextRunAt); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Job{}, ErrNotFound
+		}
+		return Job{}, fmt.Errorf("store: %w", err)
+	}
+	j.Spec = new(jobspec.Spec)
+	if err := json.Unmarshal(raw, j.Spec); err != nil {
+		return Job{}, fmt.Errorf("store: job %d spec: %w", j.ID, err)
+	}
+	return j, nil
+}
+
+const runCols = `id, schedule_id, scheduled_at, status, manual, attempt, next_attempt_at, lease_token, lease_expires_at,
+	worker_id, last_error, dispatched_at, finished_at, updated_at`
+
+func scanRun(row pgx.CollectableRow) (Run, error) {
+	var r Run
+	err := row.Scan(&r.ID, &r.ScheduleID, &r.ScheduledAt, &r.Status, &r.Manual, &r.Attempt, &r.NextAttemptAt, &r.LeaseToken,
+		&r.LeaseExpiresAt, &r.WorkerID, &r.LastError, &r.DispatchedAt, &r.FinishedAt, &r.UpdatedAt)
+	return r, err
+}
+
+// CreateJob stores a normalized spec and its first run in one transaction.
+// A create retried with the same (tenant, idemKey) and request hash returns
+// the original job with created=false; a different hash is
+// ErrIdempotencyMismatch.
+func (s *Store) CreateJob(ctx context.Context, spec *jobspec.Spec, idemKey, requestHash string) (job Job, created bool, err error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return Job{}, false, fmt.Errorf("store: %w", err)
+	}
+	var id int64
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var now time.Time
+		err := tx.QueryRow(ctx, `INSERT INTO scheduler.schedule_details (tenant, spec, enabled, idempotency_key, request_hash)
+			VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+			RETURNING id, now()`, spec.Tenant, raw, *spec.Enabled, idemKey, requestHash).Scan(&id, &now)
+		if errors.Is(err, pgx.ErrNoRows) {
+			var hash string
+			if err := tx.QueryRow(ctx, `SELECT id, request_hash FROM scheduler.schedule_details
+				WHERE tenant = $1 AND idempotency_key = $2`, spec.Tenant, idemKey).Scan(&id, &hash); err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+			if hash != requestHash {
+				return ErrIdempotencyMismatch
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		created = true
+		if !*spec.Enabled {
+			return nil
+		}
+		if first, ok := spec.First(now); ok {
+			if _, err := tx.Exec(ctx, `INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
+				VALUES ($1, $2, 'SCHEDULED')`, id, first); err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Job{}, false, err
+	}
+	job, err = s.GetJob(ctx, id)
+	return job, created, err
+}
+
+// GetJob returns a job, deleted ones included.
+func (s *Store) GetJob(ctx context.Context, id int64) (Job, error) {
+	return scanJob(s.pool.QueryRow(ctx, `SELECT `+jobCols+` FROM scheduler.schedule_details d WHERE d.id = $1`, id))
+}
+
+// ListJobs returns up to limit live jobs of tenant with id > after, by id.
+func (s *Store) ListJobs(ctx context.Context, tenant string, after int64, limit int) ([]Job, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+jobCols+` FROM scheduler.schedule_details d
+		WHERE d.tenant = $1 AND d.deleted_at IS NULL AND d.id > $2 ORDER BY d.id LIMIT $3`, tenant, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	defer rows.Close()
+	var out []Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+// lockJob locks a live job row and checks its version (0 = any).
+func lockJob(ctx context.Context, tx pgx.Tx, id int64, version int) (now time.Time, err error) {
+	var cur int
+	err = tx.QueryRow(ctx, `SELECT version, now() FROM scheduler.schedule_details
+		WHERE id = $1 AND deleted_at IS NULL FOR UPDATE`, id).Scan(&cur, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return now, ErrNotFound
+	}
+	if err != nil {
+		return now, fmt.Errorf("store: %w", err)
+	}
+	if version != 0 && cur != version {
+		return now, ErrPreconditionFailed
+	}
+	return now, nil
+}
+
+// cancelWaiting cancels the schedule's waiting automatic run(s).
+func cancelWaiting(ctx context.Context, tx pgx.Tx, id int64) error {
+	_, err := tx.Exec(ctx, `UPDATE scheduler.scheduled_execution SET status = 'CANCELLED', updated_at = now(), finished_at = now()
+		WHERE schedule_id = $1 AND status = 'SCHEDULED' AND NOT manual`, id)
+	return err
+}
+
+func insertNext(ctx context.Context, tx pgx.Tx, id int64, spec *jobspec.Spec, now time.Time) error {
+	next, ok := spec.NextAfter(now)
+	if spec.Schedule.Type == jobspec.TypeOneOff {
+		next, ok = spec.First(now)
+	}
+	if !ok {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
+		VALUES ($1, $2, 'SCHEDULED') ON CONFLICT (schedule_id, scheduled_at) DO NOTHING`, id, next)
+	return err
+}
+
+// ReplaceSpec stores a new normalized spec if the job is at version,
+// bumps the version and reschedules the waiting run from now.
+func (s *Store) ReplaceSpec(ctx context.Context, id int64, version int, spec *jobspec.Spec) (Job, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return Job{}, fmt.Errorf("store: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now, err := lockJob(ctx, tx, id, version)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE scheduler.schedule_details SET spec = $2, enabled = $3, version = version + 1,
+			updated_at = now() WHERE id = $1`, id, raw, *spec.Enabled); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if err := cancelWaiting(ctx, tx, id); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if *spec.Enabled {
+			return insertNext(ctx, tx, id, spec, now)
+		}
+		return nil
+	})
+	if err != nil {
+		return Job{}, err
+	}
+	return s.GetJob(ctx, id)
+}
+
+// SetEnabled pauses (cancelling the waiting run) or resumes (scheduling
+// the next slot after now) a job. It is a no-op when already so.
+func (s *Store) SetEnabled(ctx context.Context, id int64, enabled bool) (Job, error) {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		now, err := lockJob(ctx, tx, id, 0)
+		if err != nil {
+			return err
+		}
+		var (
+			was bool
+			raw []byte
+		)
+		if err := tx.QueryRow(ctx, `SELECT enabled, spec FROM scheduler.schedule_details WHERE id = $1`, id).Scan(&was, &raw); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if was == enabled {
+			return nil
+		}
+		var spec jobspec.Spec
+		if err := json.Unmarshal(raw, &spec); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		spec.Enabled = &enabled
+		raw, _ = json.Marshal(&spec)
+		if _, err := tx.Exec(ctx, `UPDATE scheduler.schedule_details SET enabled = $2, spec = $3, version = version + 1,
+			updated_at = now() WHERE id = $1`, id, enabled, raw); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if !enabled {
+			return cancelWaiting(ctx, tx, id)
+		}
+		return insertNext(ctx, tx, id, &spec, now)
+	})
+	if err != nil {
+		return Job{}, err
+	}
+	return s.GetJob(ctx, id)
+}
+
+// DeleteJob soft-deletes a job (version 0 = any) and cancels its waiting runs.
+func (s *Store) DeleteJob(ctx context.Context, id int64, version int) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := lockJob(ctx, tx, id, version); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE scheduler.schedule_details SET deleted_at = now(), enabled = false,
+			version = version + 1, updated_at = now() WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		_, err := tx.Exec(ctx, `UPDATE scheduler.scheduled_execution SET status = 'CANCELLED', updated_at = now(), finished_at = now()
+			WHERE schedule_id = $1 AND status = 'SCHEDULED'`, id)
+		return err
+	})
+}
+
+// Trigger adds a manual run due now (its slot is the database's now()
+// to the millisecond); it does not chain.
+func (s *Store) Trigger(ctx context.Context, id int64) (Run, error) {
+	var r Run
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := lockJob(ctx, tx, id, 0); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, `INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status, manual)
+			VALUES ($1, date_trunc('milliseconds', now()), 'SCHEDULED', true)
+			ON CONFLICT (schedule_id, scheduled_at) DO NOTHING RETURNING `+runCols, id)
+		runs, err := pgx.CollectRows(rows, scanRun)
+		if err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if len(runs) == 0 {
+			return ErrConflict
+		}
+		r = runs[0]
+		return nil
+	})
+	return r, err
+}
+
+// ListRuns returns up to limit runs of a job with id > after, by id.
+func (s *Store) ListRuns(ctx context.Context, scheduleID, after int64, limit int) ([]Run, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT `+runCols+` FROM scheduler.scheduled_execution
+		WHERE schedule_id = $1 AND id > $2 ORDER BY id LIMIT $3`, scheduleID, after, limit)
+	out, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return out, nil
+}
+
+// ListDead returns up to limit DEAD runs (the DLQ) with id > after, by id;
+// tenant "" means all tenants.
+func (s *Store) ListDead(ctx context.Context, tenant string, after int64, limit int) ([]Run, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT `+prefixed("e.", runCols)+` FROM scheduler.scheduled_execution e
+		JOIN scheduler.schedule_details d ON d.id = e.schedule_id
+		WHERE e.status = 'DEAD' AND e.id > $1 AND ($2 = '' OR d.tenant = $2) ORDER BY e.id LIMIT $3`, after, tenant, limit)
+	out, err := pgx.CollectRows(rows, scanRun)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return out, nil
+}
+
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = p + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}

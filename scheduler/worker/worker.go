@@ -1,0 +1,297 @@
+// Package worker executes queued runs: it leases them (store.Claim bumps
+// a fencing token), calls the HTTP target with the run's idempotency key
+// and a per-attempt timeout, heartbeats every lease/3 and records the
+// outcome with writes conditioned on the token. A worker that lost its
+// lease (reaped while paused) stops its attempt and writes nothing.
+//
+// Delivery is at-least-once: a run is re-executed only after a lease
+// expiry or a retryable failure, always with the same Idempotency-Key.
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/metrics"
+	"github.com/portico-io/portico/scheduler/store"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultLease       = 30 * time.Second
+	DefaultPoll        = 500 * time.Millisecond
+	DefaultConcurrency = 16
+)
+
+// Store is what a worker needs from the store.
+type Store interface {
+	Claim(ctx context.Context, workerID string, n int, ttl time.Duration) ([]store.Lease, error)
+	Heartbeat(ctx context.Context, runID, token int64, ttl time.Duration) error
+	Succeed(ctx context.Context, runID, token int64) error
+	RetryLater(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
+	Dead(ctx context.Context, runID, token int64, msg string) error
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Config configures a Worker.
+type Config struct {
+	Store Store // required
+	// Guard checks every address the worker dials (required unless Client is set).
+	Guard *jobspec.Guard
+	// ID names the worker in run rows (default host-pid).
+	ID          string
+	Lease       time.Duration
+	Poll        time.Duration
+	Concurrency int
+	// Client overrides the HTTP client (it must enforce the allowlist itself).
+	Client  *http.Client
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	// BeforeRecord, when set, runs after the target call and before the
+	// outcome is written (tests use it to stall a worker past its lease).
+	BeforeRecord func(store.Lease)
+}
+
+// Worker is a long-running execution loop.
+type Worker struct {
+	cfg  Config
+	wake chan struct{}
+}
+
+// New validates cfg and fills defaults.
+func New(cfg Config) (*Worker, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("worker: Store is required")
+	}
+	if cfg.Client == nil {
+		if cfg.Guard == nil {
+			return nil, errors.New("worker: Guard is required")
+		}
+		cfg.Client = &http.Client{
+			Transport: &http.Transport{DialContext: cfg.Guard.DialContext, MaxIdleConnsPerHost: 16,
+				IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second},
+			// Redirects are not followed: a 3xx is a failed delivery.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if cfg.ID == "" {
+		h, _ := os.Hostname()
+		cfg.ID = h + "-" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Worker{cfg: cfg, wake: make(chan struct{}, 1)}, nil
+}
+
+// Run claims and executes runs until ctx is done. In-flight attempts are
+// abandoned on shutdown (their leases expire and the reaper retries them).
+func (w *Worker) Run(ctx context.Context) error {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		inflight int
+	)
+	defer wg.Wait()
+	t := time.NewTicker(w.cfg.Poll)
+	defer t.Stop()
+	for {
+		mu.Lock()
+		free := w.cfg.Concurrency - inflight
+		mu.Unlock()
+		if free > 0 {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			leases, err := w.cfg.Store.Claim(cctx, w.cfg.ID, free, w.cfg.Lease)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				w.cfg.Logger.Error("worker: claim failed", "err", err)
+			}
+			w.cfg.Metrics.Transitions.WithLabelValues(store.StatusRunning).Add(float64(len(leases)))
+			for _, l := range leases {
+				mu.Lock()
+				inflight++
+				mu.Unlock()
+				wg.Go(func() {
+					w.Execute(ctx, l)
+					mu.Lock()
+					inflight--
+					mu.Unlock()
+					select {
+					case w.wake <- struct{}{}:
+					default:
+					}
+				})
+			}
+			if len(leases) == free {
+				continue // more may be waiting
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-w.wake:
+		}
+	}
+}
+
+// outcome classifies one attempt.
+type outcome int
+
+const (
+	succeeded outcome = iota
+	retryable
+	fatal
+)
+
+// Execute runs one leased attempt and records its outcome (exported so
+// tests can drive a claimed lease directly).
+func (w *Worker) Execute(ctx context.Context, l store.Lease) {
+	exec := l.Spec.Execution
+	actx, cancel := context.WithTimeout(ctx, time.Duration(exec.TimeoutSeconds)*time.Second)
+	defer cancel()
+	var lost sync.Once
+	lostCh := make(chan struct{})
+	markLost := func() { lost.Do(func() { close(lostCh); cancel() }) }
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t := time.NewTicker(w.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-actx.Done():
+				return
+			case <-t.C:
+			}
+			hctx, hcancel := context.WithTimeout(actx, w.cfg.Lease/3)
+			err := w.cfg.Store.Heartbeat(hctx, l.RunID, l.Token, w.cfg.Lease)
+			hcancel()
+			if errors.Is(err, store.ErrLeaseLost) {
+				markLost()
+				return
+			}
+		}
+	}()
+	res, msg := w.call(actx, l)
+	cancel()
+	<-hbDone
+	select {
+	case <-lostCh:
+		w.cfg.Metrics.LeasesLost.Inc()
+		w.cfg.Logger.Warn("worker: lease lost during attempt; outcome not recorded", "run", l.RunID, "token", l.Token)
+		return
+	default:
+	}
+	if ctx.Err() != nil {
+		return // shutting down: the lease will expire and the run be retried
+	}
+	if w.cfg.BeforeRecord != nil {
+		w.cfg.BeforeRecord(l)
+	}
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer wcancel()
+	var (
+		err error
+		to  string
+	)
+	switch {
+	case res == succeeded:
+		to, err = store.StatusSucceeded, w.cfg.Store.Succeed(wctx, l.RunID, l.Token)
+	case res == retryable && l.Attempt < exec.Retry.MaxAttempts:
+		to, err = store.StatusRetryWait, w.cfg.Store.RetryLater(wctx, l.RunID, l.Token, Backoff(exec.Retry, l.Attempt, rand.Float64()), msg)
+	default:
+		to, err = store.StatusDead, w.cfg.Store.Dead(wctx, l.RunID, l.Token, msg)
+	}
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		w.cfg.Metrics.LeasesLost.Inc()
+		w.cfg.Logger.Warn("worker: lease lost; outcome not recorded", "run", l.RunID, "token", l.Token)
+		return
+	case err != nil:
+		w.cfg.Logger.Error("worker: record outcome", "run", l.RunID, "err", err)
+		return
+	}
+	w.cfg.Metrics.Transitions.WithLabelValues(to).Inc()
+	switch to {
+	case store.StatusRetryWait:
+		w.cfg.Metrics.Retries.Inc()
+	case store.StatusDead:
+		w.cfg.Metrics.DeadLetters.Inc()
+		w.cfg.Logger.Warn("worker: run dead-lettered", "run", l.RunID, "job", l.ScheduleID, "attempt", l.Attempt, "err", msg)
+	}
+}
+
+// Backoff is full jitter: u·min(maxBackoff, initial·2^(attempt−1)) for u
+// uniform in [0, 1).
+func Backoff(r jobspec.Retry, attempt int, u float64) time.Duration {
+	ceiling := float64(r.MaxBackoffMs)
+	if exp := float64(r.InitialBackoffMs) * float64(uint64(1)<<min(attempt-1, 40)); exp < ceiling {
+		ceiling = exp
+	}
+	return time.Duration(u * ceiling * float64(time.Millisecond))
+}
+
+func (w *Worker) call(ctx context.Context, l store.Lease) (outcome, string) {
+	h := l.Spec.Target.HTTP
+	if h == nil {
+		return fatal, "no HTTP target"
+	}
+	body := l.Spec.Render(jobspec.RunValues{JobID: l.ScheduleID, ScheduledAt: l.ScheduledAt})
+	req, err := http.NewRequestWithContext(ctx, h.Method, h.URL, bytes.NewReader(body))
+	if err != nil {
+		return fatal, err.Error()
+	}
+	for k, v := range h.Headers {
+		req.Header.Set(k, v)
+	}
+	if len(l.Spec.Target.Payload) > 0 && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Idempotency-Key", jobspec.IdempotencyKey(l.ScheduleID, l.ScheduledAt))
+	req.Header.Set("X-Portico-Job-Id", strconv.FormatInt(l.ScheduleID, 10))
+	req.Header.Set("X-Portico-Attempt", strconv.Itoa(l.Attempt))
+	resp, err := w.cfg.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, jobspec.ErrForbiddenTarget) {
+			return fatal, err.Error()
+		}
+		return retryable, err.Error()
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	msg := fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(snippet))
+	switch c := resp.StatusCode; {
+	case c >= 200 && c < 300:
+		return succeeded, ""
+	case c == http.StatusTooManyRequests || c == http.StatusRequestTimeout || c >= 500:
+		return retryable, msg
+	default:
+		return fatal, msg
+	}
+}
