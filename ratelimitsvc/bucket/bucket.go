@@ -37,6 +37,11 @@ type Item struct {
 	// Non-veto items (SHADOW) are counted when the request commits but their
 	// denial blocks nothing.
 	Veto bool
+	// Lease, when above 0, asks for up to Lease more tokens on top of Cost
+	// if the request commits (token leasing): as many whole tokens as are
+	// left after Cost, at most Lease; Result.Leased says how many. It never
+	// changes whether the item is allowed.
+	Lease uint64
 }
 
 // Result is one item's outcome.
@@ -48,6 +53,8 @@ type Result struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until the bucket is full (the window ends).
 	ResetAfter time.Duration
+	// Leased is how many tokens beyond Cost were taken (see Item.Lease).
+	Leased uint64
 }
 
 // Decision is the outcome of one Check.
@@ -94,6 +101,9 @@ func eval(it Item, s state, now int64) (allowed bool, pre, post Result, next sta
 		}
 		post = pre
 		if allowed {
+			extra := min(int64(it.Lease), limit-c-cost)
+			c += extra
+			post.Leased = uint64(extra)
 			post.Remaining = uint64(limit - c - cost)
 		}
 		return allowed, pre, post, state{a: w, b: c + cost, exists: true}
@@ -120,6 +130,9 @@ func eval(it Item, s state, now int64) (allowed bool, pre, post Result, next sta
 		post = pre
 		if allowed {
 			tok -= costU
+			extra := min(int64(it.Lease), tok/win)
+			tok -= extra * win
+			post.Leased = uint64(extra)
 			post.Remaining = uint64(tok / win)
 			post.ResetAfter = time.Duration(ceilDiv(capU-tok, limit)) * time.Millisecond
 		}

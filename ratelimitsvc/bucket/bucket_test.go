@@ -66,7 +66,7 @@ func backends(t *testing.T, clk *clock) map[string]store {
 //
 //	rule <name> tb|fw limit=N [burst=N] window=D
 //	advance D
-//	check <name,...> [cost=N] [shadow=name,...]
+//	check <name,...> [cost=N] [lease=N] [shadow=name,...]
 //	=> <expected decision>
 func TestScripts(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.txt")
@@ -128,13 +128,15 @@ func runScript(t *testing.T, file string, st store, clk *clock, pfx string) {
 			}
 			clk.Advance(d)
 		case "check":
-			cost := uint64(1)
+			cost, lease := uint64(1), uint64(0)
 			shadow := map[string]bool{}
 			for _, kv := range f[2:] {
 				k, v, _ := strings.Cut(kv, "=")
 				switch k {
 				case "cost":
 					cost, _ = strconv.ParseUint(v, 10, 64)
+				case "lease":
+					lease, _ = strconv.ParseUint(v, 10, 64)
 				case "shadow":
 					for _, s := range strings.Split(v, ",") {
 						shadow[s] = true
@@ -145,7 +147,7 @@ func runScript(t *testing.T, file string, st store, clk *clock, pfx string) {
 			var req []bucket.Item
 			for _, n := range names {
 				it := items[n]
-				it.Cost, it.Veto = cost, !shadow[n]
+				it.Cost, it.Veto, it.Lease = cost, !shadow[n], lease
 				req = append(req, it)
 			}
 			d, err := st.Check(context.Background(), req)
@@ -173,6 +175,9 @@ func format(names []string, d bucket.Decision) string {
 			verdict = "allow"
 		}
 		fmt.Fprintf(&b, " %s:%s rem=%d retry=%s reset=%s", names[i], verdict, r.Remaining, r.RetryAfter, r.ResetAfter)
+		if r.Leased > 0 {
+			fmt.Fprintf(&b, " leased=%d", r.Leased)
+		}
 	}
 	return b.String()
 }

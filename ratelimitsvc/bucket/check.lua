@@ -2,9 +2,11 @@
 -- this must stay equivalent to eval there).
 -- KEYS[i]: bucket keys, sharing one hash tag.
 -- ARGV[1]: now in ms, or "" to use Redis TIME (the production path).
--- ARGV[2+6(i-1) ..]: kind ("t" token bucket | "f" fixed window), limit,
---   capacity, window ms, cost, veto ("1" = a denial blocks the commit).
--- Returns {committed, then per key: allowed, remaining, retry ms, reset ms}.
+-- ARGV[2+7(i-1) ..]: kind ("t" token bucket | "f" fixed window), limit,
+--   capacity, window ms, cost, veto ("1" = a denial blocks the commit),
+--   lease (extra tokens to take on commit, as many as are left, at most this).
+-- Returns {committed, then per key: allowed, remaining, retry ms, reset ms,
+--   leased}.
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -23,10 +25,11 @@ local n = #KEYS
 local st = {}
 local commit = true
 for i = 1, n do
-  local o = 2 + (i - 1) * 6
+  local o = 2 + (i - 1) * 7
   local kind, limit, cap, win, cost = ARGV[o], tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
   local veto = ARGV[o + 5] == '1'
-  local r = { kind = kind, limit = limit, win = win }
+  local lease = tonumber(ARGV[o + 6])
+  local r = { kind = kind, limit = limit, win = win, lease = lease }
   if kind == 'f' then
     local w = math.floor(now / win)
     local s = redis.call('HMGET', KEYS[i], 'w', 'c')
@@ -60,7 +63,17 @@ for i = 1, n do
   local r = st[i]
   local done = commit and r.allowed
   local v = r.old
-  if done then v = r.new end
+  local leased = 0
+  if done then
+    v = r.new
+    if r.kind == 'f' then
+      leased = math.min(r.lease, r.limit - v)
+      v = v + leased
+    else
+      leased = math.min(r.lease, math.floor(v / r.win))
+      v = v - leased * r.win
+    end
+  end
   local rem, retry, reset
   if r.kind == 'f' then
     local endms = (r.w + 1) * r.win - now
@@ -87,5 +100,6 @@ for i = 1, n do
   out[#out + 1] = rem
   out[#out + 1] = retry
   out[#out + 1] = reset
+  out[#out + 1] = leased
 end
 return out

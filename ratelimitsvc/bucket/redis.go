@@ -166,7 +166,7 @@ func (r *Redis) Check(ctx context.Context, items []Item) (Decision, error) {
 
 func (r *Redis) check(ctx context.Context, items []Item) (Decision, error) {
 	keys := make([]string, len(items))
-	args := make([]any, 1, 1+6*len(items))
+	args := make([]any, 1, 1+7*len(items))
 	args[0] = ""
 	if r.cfg.Now != nil {
 		args[0] = strconv.FormatInt(r.cfg.Now().UnixMilli(), 10)
@@ -181,7 +181,7 @@ func (r *Redis) check(ctx context.Context, items []Item) (Decision, error) {
 		if it.Veto {
 			veto = "1"
 		}
-		args = append(args, kind, it.Limit, it.Capacity, it.Window.Milliseconds(), it.Cost, veto)
+		args = append(args, kind, it.Limit, it.Capacity, it.Window.Milliseconds(), it.Cost, veto, it.Lease)
 	}
 	res, err := r.cfg.Client.EvalSha(ctx, r.sha, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -193,7 +193,7 @@ func (r *Redis) check(ctx context.Context, items []Item) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: %w", ErrBackend, err)
 	}
 	vals, ok := res.([]any)
-	if !ok || len(vals) != 1+4*len(items) {
+	if !ok || len(vals) != 1+5*len(items) {
 		return Decision{}, fmt.Errorf("%w: unexpected script reply %v", ErrBackend, res)
 	}
 	n := make([]int64, len(vals))
@@ -204,12 +204,13 @@ func (r *Redis) check(ctx context.Context, items []Item) (Decision, error) {
 	}
 	d := Decision{Committed: n[0] == 1, Results: make([]Result, len(items))}
 	for i := range items {
-		o := 1 + 4*i
+		o := 1 + 5*i
 		d.Results[i] = Result{
 			Allowed:    n[o] == 1,
 			Remaining:  uint64(max(0, n[o+1])),
 			RetryAfter: time.Duration(n[o+2]) * time.Millisecond,
 			ResetAfter: time.Duration(n[o+3]) * time.Millisecond,
+			Leased:     uint64(max(0, n[o+4])),
 		}
 	}
 	return d, nil

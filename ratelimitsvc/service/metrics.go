@@ -18,7 +18,9 @@ type metrics struct {
 	degradedClosed prometheus.Counter
 	// breakerRejected counts calls an open breaker failed without trying.
 	breakerRejected prometheus.Counter
-	latency         prometheus.Histogram
+	// leaseLocal counts requests decided from token leases alone.
+	leaseLocal prometheus.Counter
+	latency    prometheus.Histogram
 }
 
 // newMetrics registers the metrics; degraded, when set, reports how many
@@ -41,6 +43,10 @@ func newMetrics(reg prometheus.Registerer, degraded func() float64) (*metrics, e
 			Name: "portico_ratelimitsvc_breaker_rejected_total",
 			Help: "Bucket store calls failed at once by an open circuit breaker, without contacting the store.",
 		}),
+		leaseLocal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portico_ratelimitsvc_lease_local_total",
+			Help: "Requests on highVolume rules decided from this replica's token leases (or its pre-filter) without a store call.",
+		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portico_ratelimitsvc_request_duration_seconds",
 			Help:    "ShouldRateLimit latency inside the service.",
@@ -54,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, degraded func() float64) (*metrics, e
 		Name: "portico_ratelimitsvc_degraded",
 		Help: "Bucket store shards whose circuit breaker is open or half-open; while above 0, requests to them are decided by fail mode.",
 	}, degraded)
-	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.breakerRejected, gauge, m.latency} {
+	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.breakerRejected, m.leaseLocal, gauge, m.latency} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("service: metrics: %w", err)
 		}

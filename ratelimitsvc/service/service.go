@@ -7,6 +7,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/url"
@@ -59,6 +60,8 @@ type Config struct {
 	// Local is the fallback store for degraded mode (default a new
 	// Memory; tests inject one with a clock).
 	Local *bucket.Memory
+	// Now is the clock of token leases (default time.Now).
+	Now func() time.Time
 }
 
 // degradedReporter is implemented by backends with circuit breakers.
@@ -74,6 +77,7 @@ type Service struct {
 	errLog    sampler
 	shadowLog sampler
 	replicas  atomic.Int64
+	leases    leases
 }
 
 // SetReplicas sets the replica count the degraded-mode local buckets
@@ -115,7 +119,11 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	s := &Service{cfg: cfg, m: m}
+	s.leases.now = cfg.Now
 	s.SetReplicas(cfg.Replicas)
 	return s, nil
 }
@@ -192,7 +200,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	matches = kept
 	ok, over := "ok", "over_limit"
-	dec, err := s.cfg.Backend.Check(ctx, items)
+	dec, err := s.decide(ctx, matches, items)
 	if err != nil {
 		var local bool
 		if dec, local = s.failed(ctx, req.GetDomain(), matches, items, resp, err); !local {
@@ -238,6 +246,44 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.ResponseHeadersToAdd = headers(worst.rule, worstRes, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp, nil
+}
+
+// decide asks the leases, then the backend, for a decision on items.
+func (s *Service) decide(ctx context.Context, matches []match, items []bucket.Item) (bucket.Decision, error) {
+	var hv []bool
+	for _, mt := range matches {
+		if mt.rule.HighVolume && mt.rule.Mode == rules.Enforce {
+			if hv == nil {
+				hv = make([]bool, len(items))
+			}
+			hv[mt.item] = true
+		}
+	}
+	if hv == nil {
+		return s.cfg.Backend.Check(ctx, items)
+	}
+	// A request that finds its lease short while a batch is on its way
+	// waits for it (at most the store timeout) instead of calling the
+	// store too; a few rounds, then it calls the store itself.
+	for range 3 {
+		if dec, done := s.leases.try(items, hv); done {
+			s.m.leaseLocal.Inc()
+			return dec, nil
+		}
+		wait := s.leases.inflight(items, hv)
+		if wait == nil {
+			break
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return bucket.Decision{}, fmt.Errorf("%w: %w", bucket.ErrBackend, ctx.Err())
+		}
+	}
+	owned := s.leases.prepare(items, hv)
+	dec, err := s.cfg.Backend.Check(ctx, items)
+	s.leases.settle(items, hv, owned, dec, err)
+	return dec, err
 }
 
 // failed applies fail modes when the backend could not answer. If an
@@ -293,6 +339,7 @@ func localItem(it bucket.Item, n uint64) bucket.Item {
 	it.Limit = max(1, (it.Limit+n-1)/n)
 	it.Capacity = max(it.Limit, (it.Capacity+n-1)/n)
 	it.Cost = clampCost(it, it.Cost)
+	it.Lease = 0
 	return it
 }
 
