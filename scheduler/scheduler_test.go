@@ -1,0 +1,386 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/scheduler/api"
+	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/reaper"
+	"github.com/portico-io/portico/scheduler/runner"
+	"github.com/portico-io/portico/scheduler/store"
+	"github.com/portico-io/portico/scheduler/worker"
+)
+
+// env is one fresh database with a store, the API behind httptest and a
+// raw pool for assertions.
+type env struct {
+	url   string
+	st    *store.Store
+	api   *httptest.Server
+	db    *pgxpool.Pool
+	guard *jobspec.Guard
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url := testdeps.Postgres(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	guard, err := jobspec.NewGuard("127.0.0.0/8", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := api.New(api.Config{Store: st, Guard: guard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a)
+	t.Cleanup(srv.Close)
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return &env{url: url, st: st, api: srv, db: db, guard: guard}
+}
+
+func (e *env) do(t *testing.T, method, path, body string, hdr map[string]string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.api.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+func (e *env) createJob(t *testing.T, spec string) string {
+	t.Helper()
+	code, out := e.do(t, "POST", "/v1/jobs", spec, map[string]string{"Idempotency-Key": fmt.Sprint(time.Now().UnixNano())})
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	return out["jobId"].(string)
+}
+
+type roles struct {
+	lease        time.Duration
+	beforeRecord func(store.Lease)
+}
+
+// start runs a runner, a worker and a reaper with test-speed intervals.
+func (e *env) start(t *testing.T, r roles) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	rn, err := runner.New(runner.Config{Store: e.st, Tick: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk, err := worker.New(worker.Config{Store: e.st, Guard: e.guard, ID: "w-test", Lease: r.lease, Poll: 20 * time.Millisecond, BeforeRecord: r.beforeRecord})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := reaper.New(reaper.Config{Store: e.st, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { _ = rn.Run(ctx) })
+	wg.Go(func() { _ = wk.Run(ctx) })
+	wg.Go(func() { _ = rp.Run(ctx) })
+}
+
+// eventually polls cond until it holds or the deadline passes (the
+// database clock drives these tests, so there is no signal to wait on).
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func (e *env) runs(t *testing.T, jobID string) []map[string]any {
+	t.Helper()
+	code, out := e.do(t, "GET", "/v1/jobs/"+jobID+"/runs?limit=200", "", nil)
+	if code != 200 {
+		t.Fatalf("runs: %d %v", code, out)
+	}
+	var rs []map[string]any
+	for _, it := range out["items"].([]any) {
+		rs = append(rs, it.(map[string]any))
+	}
+	return rs
+}
+
+// target is an HTTP target recording Idempotency-Keys; fail decides the
+// status of the nth (0-based) request.
+type target struct {
+	mu   sync.Mutex
+	keys []string
+	srv  *httptest.Server
+}
+
+func newTarget(t *testing.T, status func(n int) int) *target {
+	tg := &target{}
+	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tg.mu.Lock()
+		n := len(tg.keys)
+		tg.keys = append(tg.keys, r.Header.Get("Idempotency-Key"))
+		tg.mu.Unlock()
+		w.WriteHeader(status(n))
+	}))
+	t.Cleanup(tg.srv.Close)
+	return tg
+}
+
+func (tg *target) seen() []string {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return append([]string(nil), tg.keys...)
+}
+
+func oneOff(url string, retry string) string {
+	return `{"tenant":"acme","schedule":{"type":"ONE_OFF","at":"2020-01-01T00:00:00Z"},
+		"target":{"type":"HTTP","http":{"url":"` + url + `"},"payload":{"job":"{{jobId}}","at":"{{scheduledAt}}"}},
+		"execution":{"timeoutSeconds":5,"retry":` + retry + `}}`
+}
+
+func TestOneOffInThePastSucceedsWithIdempotencyKey(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t, func(int) int { return 200 })
+	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":1}`))
+	e.start(t, roles{})
+	eventually(t, 15*time.Second, "SUCCEEDED", func() bool {
+		rs := e.runs(t, id)
+		return len(rs) == 1 && rs[0]["status"] == store.StatusSucceeded
+	})
+	if got := tg.seen(); len(got) != 1 || got[0] != id+":2020-01-01T00:00:00Z" {
+		t.Fatalf("target saw keys %v", got)
+	}
+}
+
+func TestFixedRateEverySecond(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t, func(int) int { return 204 })
+	id := e.createJob(t, `{"tenant":"acme","schedule":{"type":"FIXED_RATE","every":"PT1S","anchor":"2026-01-01T00:00:00Z"},
+		"target":{"type":"HTTP","http":{"url":"`+tg.srv.URL+`","method":"PUT","body":"{{scheduledAt}}"}}}`)
+	e.start(t, roles{})
+	var done []map[string]any
+	eventually(t, 20*time.Second, "3 successful runs", func() bool {
+		done = done[:0]
+		for _, r := range e.runs(t, id) {
+			if r["status"] == store.StatusSucceeded {
+				done = append(done, r)
+			}
+		}
+		return len(done) >= 3
+	})
+	seen := map[string]bool{}
+	for _, k := range tg.seen() {
+		seen[k] = true
+	}
+	var prev time.Time
+	for i, r := range done {
+		at, _ := time.Parse(time.RFC3339, r["scheduledAt"].(string))
+		if !seen[id+":"+at.Format(time.RFC3339)] {
+			t.Errorf("run for %s: target never saw its key (saw %v)", at, tg.seen())
+		}
+		if i > 0 && at.Sub(prev) != time.Second {
+			t.Errorf("slots %s then %s: not consecutive", prev, at)
+		}
+		prev = at
+	}
+}
+
+func TestRetriesThenSucceeds(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t, func(n int) int {
+		if n < 2 {
+			return []int{503, 429}[n]
+		}
+		return 200
+	})
+	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":5,"initialBackoffMs":10,"maxBackoffMs":50}`))
+	e.start(t, roles{})
+	eventually(t, 15*time.Second, "SUCCEEDED after retries", func() bool {
+		rs := e.runs(t, id)
+		return len(rs) == 1 && rs[0]["status"] == store.StatusSucceeded
+	})
+	rs := e.runs(t, id)
+	if rs[0]["attempt"].(float64) != 3 {
+		t.Errorf("attempt = %v, want 3", rs[0]["attempt"])
+	}
+	keys := tg.seen()
+	if len(keys) != 3 || keys[0] != keys[1] || keys[1] != keys[2] {
+		t.Fatalf("want 3 deliveries with one key, got %v", keys)
+	}
+}
+
+func TestAlwaysFailingGoesToDLQ(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t, func(int) int { return 500 })
+	fatal := newTarget(t, func(int) int { return 404 })
+	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":3,"initialBackoffMs":10,"maxBackoffMs":20}`))
+	id404 := e.createJob(t, oneOff(fatal.srv.URL, `{"maxAttempts":3,"initialBackoffMs":10,"maxBackoffMs":20}`))
+	e.start(t, roles{})
+	eventually(t, 15*time.Second, "both DEAD and in the DLQ", func() bool {
+		_, out := e.do(t, "GET", "/v1/dlq?tenant=acme", "", nil)
+		items, _ := out["items"].([]any)
+		return len(items) == 2
+	})
+	if n := len(tg.seen()); n != 3 {
+		t.Errorf("5xx target called %d times, want 3 (maxAttempts)", n)
+	}
+	if n := len(fatal.seen()); n != 1 {
+		t.Errorf("404 target called %d times, want 1 (not retryable)", n)
+	}
+	for _, j := range []string{id, id404} {
+		if rs := e.runs(t, j); rs[0]["status"] != store.StatusDead || rs[0]["lastError"] == nil {
+			t.Errorf("job %s run: %v", j, rs[0])
+		}
+	}
+}
+
+// TestFencingStaleWorkerCannotComplete stalls a worker after its call until
+// the reaper has expired its lease; its completion must change nothing and
+// the run must be executed again, under a new token, with the same key.
+func TestFencingStaleWorkerCannotComplete(t *testing.T) {
+	e := newEnv(t)
+	tg := newTarget(t, func(int) int { return 200 })
+	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":3,"initialBackoffMs":1,"maxBackoffMs":1}`))
+	ctx := context.Background()
+	if _, err := e.st.Fire(ctx, 10, func(d store.DueRun, now time.Time) store.FireDecision { return runner.Decide(d, now, time.Minute) }); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := e.st.Claim(ctx, "zombie", 1, 300*time.Millisecond)
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("claim: %v %v", leases, err)
+	}
+	stale := leases[0]
+	rp, _ := reaper.New(reaper.Config{Store: e.st})
+	var reaped atomic.Bool
+	zombie, _ := worker.New(worker.Config{Store: e.st, Guard: e.guard, ID: "zombie", Lease: 300 * time.Millisecond,
+		BeforeRecord: func(store.Lease) {
+			// Paused past the lease: the reaper takes the run away.
+			eventually(t, 10*time.Second, "lease expiry reaped", func() bool {
+				res, err := rp.Pass(ctx)
+				return err == nil && res.Retried == 1
+			})
+			reaped.Store(true)
+		}})
+	zombie.Execute(ctx, stale)
+	if !reaped.Load() {
+		t.Fatal("zombie never paused")
+	}
+	if err := e.st.Succeed(ctx, stale.RunID, stale.Token); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("stale Succeed: %v, want ErrLeaseLost", err)
+	}
+	rs := e.runs(t, id)
+	if rs[0]["status"] != store.StatusRetryWait {
+		t.Fatalf("after zombie completion: %v", rs[0])
+	}
+	var fresh []store.Lease
+	eventually(t, 10*time.Second, "re-claim", func() bool {
+		fresh, err = e.st.Claim(ctx, "w2", 1, 30*time.Second)
+		return err == nil && len(fresh) == 1
+	})
+	if fresh[0].Token <= stale.Token+1 || fresh[0].Attempt != 2 {
+		t.Fatalf("fresh lease %+v after stale token %d", fresh[0], stale.Token)
+	}
+	w2, _ := worker.New(worker.Config{Store: e.st, Guard: e.guard, ID: "w2"})
+	w2.Execute(ctx, fresh[0])
+	if rs := e.runs(t, id); rs[0]["status"] != store.StatusSucceeded {
+		t.Fatalf("after re-execution: %v", rs[0])
+	}
+	keys := tg.seen()
+	if len(keys) != 2 || keys[0] != keys[1] || keys[0] != id+":2020-01-01T00:00:00Z" {
+		t.Fatalf("deliveries %v: want two with the same key", keys)
+	}
+}
+
+// TestTwoRunnersNoLostOrDuplicateSlots runs two runners (separate pools)
+// on one database over every-second jobs: each job's slots must form an
+// unbroken one-second sequence, one row each.
+func TestTwoRunnersNoLostOrDuplicateSlots(t *testing.T) {
+	e := newEnv(t)
+	const jobs = 20
+	for range jobs {
+		e.createJob(t, `{"tenant":"acme","schedule":{"type":"FIXED_RATE","every":"PT1S","anchor":"2026-01-01T00:00:00Z"},
+			"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}}}`)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		st, err := store.Open(ctx, store.Config{DatabaseURL: e.url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		rn, _ := runner.New(runner.Config{Store: st, Tick: 10 * time.Millisecond, Batch: 7})
+		wg.Go(func() { _ = rn.Run(ctx) })
+	}
+	eventually(t, 20*time.Second, "4 fired slots per job", func() bool {
+		var n int
+		_ = e.db.QueryRow(ctx, `SELECT coalesce(min(c), 0) FROM (SELECT count(*) c FROM scheduler.scheduled_execution
+			WHERE status = 'QUEUED' GROUP BY schedule_id) x`).Scan(&n)
+		return n >= 4
+	})
+	cancel()
+	wg.Wait()
+	rows, err := e.db.Query(context.Background(), `SELECT schedule_id, count(*), count(DISTINCT scheduled_at),
+			extract(epoch FROM max(scheduled_at) - min(scheduled_at))::int, count(*) FILTER (WHERE status = 'SCHEDULED')
+		FROM scheduler.scheduled_execution GROUP BY schedule_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var id, n, distinct, span, waiting int64
+		if err := rows.Scan(&id, &n, &distinct, &span, &waiting); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		if n != distinct || span != n-1 || waiting != 1 {
+			t.Errorf("job %d: %d rows, %d distinct slots over %ds, %d waiting: want an unbroken chain with one waiting run", id, n, distinct, span, waiting)
+		}
+	}
+	if seen != jobs {
+		t.Fatalf("%d jobs have runs, want %d", seen, jobs)
+	}
+}
