@@ -1,0 +1,110 @@
+package jobspec
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+type fakeDNS map[string][]string
+
+func (f fakeDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, a := range f[host] {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	if out == nil {
+		return nil, errors.New("no such host")
+	}
+	return out, nil
+}
+
+func TestGuard(t *testing.T) {
+	dns := fakeDNS{"public.test": {"93.184.215.14"}, "mixed.test": {"93.184.215.14", "10.1.2.3"},
+		"loop.test": {"127.0.0.1"}, "v6.test": {"2606:2800:21f:cb07:6820:80da:af6b:8b2c"}}
+	cases := []struct {
+		allow, url string
+		ok         bool
+	}{
+		{"", "http://public.test/x", true},
+		{"", "http://mixed.test/", false}, // every address must pass
+		{"", "http://loop.test/", false},
+		{"", "http://10.0.0.1/", false},
+		{"", "http://169.254.169.254/latest/meta-data", false},
+		{"", "http://[::1]/", false},
+		{"", "http://[fd00::1]/", false},
+		{"", "http://100.64.0.1/", false},
+		{"", "https://v6.test/", true},
+		{"", "http://nowhere.test/", false},
+		{"127.0.0.0/8", "http://loop.test:8080/", true},
+		{"127.0.0.0/8", "http://public.test/", false}, // a list is exclusive
+		{"reports.internal", "http://reports.internal/", true},
+		{"reports.internal:8443", "https://reports.internal/", false},
+		{"reports.internal:8443", "https://reports.internal:8443/", true},
+		{"127.0.0.1:9000", "http://127.0.0.1:9000/", true},
+		{"127.0.0.1:9000", "http://127.0.0.1:9001/", false},
+	}
+	for _, c := range cases {
+		g, err := NewGuard(c.allow, dns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = g.CheckURL(c.url)
+		if (err == nil) != c.ok {
+			t.Errorf("allow %q, %s: err=%v, want ok=%v", c.allow, c.url, err, c.ok)
+		}
+		if err != nil && !errors.Is(err, ErrForbiddenTarget) {
+			t.Errorf("%s: %v does not wrap ErrForbiddenTarget", c.url, err)
+		}
+	}
+	if _, err := NewGuard("10.0.0.0/33", nil); err == nil {
+		t.Error("bad CIDR accepted")
+	}
+}
+
+func TestNextAfter(t *testing.T) {
+	ts := func(s string) *time.Time {
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &v
+	}
+	fixed := Spec{Schedule: Schedule{Type: TypeFixedRate, Every: "PT15M", Anchor: ts("2026-10-06T00:00:00Z"), EndAt: ts("2026-10-06T01:00:00Z")}}
+	got, ok := fixed.NextAfter(*ts("2026-10-06T00:20:00Z"))
+	if !ok || !got.Equal(*ts("2026-10-06T00:30:00Z")) {
+		t.Errorf("fixed rate: %v %v", got, ok)
+	}
+	if got, ok := fixed.NextAfter(*ts("2026-10-06T00:45:00Z")); !ok || !got.Equal(*ts("2026-10-06T01:00:00Z")) {
+		t.Errorf("fixed rate at end: %v %v", got, ok)
+	}
+	if _, ok := fixed.NextAfter(*ts("2026-10-06T01:00:00Z")); ok {
+		t.Error("fixed rate past endAt still fires")
+	}
+	c := Spec{Schedule: Schedule{Type: TypeCron, Expression: "30 2 * * *", TimeZone: "Asia/Kolkata", StartAt: ts("2026-10-12T00:00:00+05:30")}}
+	if got, ok := c.First(*ts("2026-10-01T00:00:00Z")); !ok || !got.Equal(*ts("2026-10-11T21:00:00Z")) {
+		t.Errorf("cron with startAt: %v %v", got, ok)
+	}
+	for _, d := range []string{"PT", "P", "5m", "PT5.5M", "-PT5M"} {
+		if _, err := ParseISODuration(d); err == nil {
+			t.Errorf("ParseISODuration(%q) accepted", d)
+		}
+	}
+	if d, err := ParseISODuration("P1DT2H3M4S"); err != nil || d != 26*time.Hour+3*time.Minute+4*time.Second {
+		t.Errorf("P1DT2H3M4S = %v, %v", d, err)
+	}
+}
+
+func TestRenderUsesTheSlot(t *testing.T) {
+	s := Spec{Schedule: Schedule{Type: TypeCron, Expression: "30 2 * * *", TimeZone: "Asia/Kolkata"},
+		Target: Target{Type: TargetHTTP, HTTP: &HTTPTarget{URL: "http://x/"}, Payload: []byte(`{"d":"{{scheduledDate}}","at":"{{scheduledAt}}","id":"{{jobId}}"}`)}}
+	got := string(s.Render(RunValues{JobID: 7, ScheduledAt: time.Date(2026, 10, 11, 21, 0, 0, 0, time.UTC)}))
+	if want := `{"d":"2026-10-12","at":"2026-10-11T21:00:00Z","id":"7"}`; got != want {
+		t.Fatalf("Render = %s, want %s", got, want)
+	}
+	if k := IdempotencyKey(7, time.Date(2026, 10, 11, 21, 0, 0, 0, time.UTC)); k != "7:2026-10-11T21:00:00Z" {
+		t.Fatalf("key %s", k)
+	}
+}
