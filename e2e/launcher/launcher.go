@@ -57,6 +57,8 @@ func Processes(root string) []Process {
 		{Name: "ratelimitsvc", Args: []string{bin("ratelimitsvc"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "ratelimitsvc")},
 			Env: []string{"PORTICO_REDIS_ADDR=127.0.0.1:56379", "PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz"},
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
+		{Name: "scheduler", Args: []string{bin("scheduler"), "--log-format=text"},
+			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "http://127.0.0.1:18300/readyz"},
 	}
 }
 
