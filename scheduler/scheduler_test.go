@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/scheduler"
 	"github.com/portico-io/portico/scheduler/api"
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/reaper"
@@ -382,5 +385,86 @@ func TestTwoRunnersNoLostOrDuplicateSlots(t *testing.T) {
 	}
 	if seen != jobs {
 		t.Fatalf("%d jobs have runs, want %d", seen, jobs)
+	}
+}
+
+// TestHeartbeatKeepsLongRunAlive holds the target call open across several
+// lease lengths; heartbeats must keep the lease so the reaper never steals
+// the run and the target sees exactly one delivery.
+func TestHeartbeatKeepsLongRunAlive(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	tg := newTarget(t, func(int) int { <-release; return 200 })
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // runs before the target closes, even on failure
+	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":3,"initialBackoffMs":1,"maxBackoffMs":1}`))
+	e.start(t, roles{lease: 300 * time.Millisecond})
+	ctx := context.Background()
+	var first time.Time
+	eventually(t, 10*time.Second, "the run is leased", func() bool {
+		return e.db.QueryRow(ctx, `SELECT lease_expires_at FROM scheduler.scheduled_execution WHERE status = 'RUNNING'`).Scan(&first) == nil
+	})
+	// Wait (by the database clock) until the lease has been extended past
+	// three original lease lengths.
+	eventually(t, 10*time.Second, "heartbeats extend the lease", func() bool {
+		var cur time.Time
+		_ = e.db.QueryRow(ctx, `SELECT lease_expires_at FROM scheduler.scheduled_execution WHERE status = 'RUNNING'`).Scan(&cur)
+		return cur.Sub(first) > 900*time.Millisecond
+	})
+	unblock()
+	eventually(t, 10*time.Second, "SUCCEEDED", func() bool {
+		rs := e.runs(t, id)
+		return rs[0]["status"] == store.StatusSucceeded
+	})
+	if rs := e.runs(t, id); rs[0]["attempt"].(float64) != 1 || len(tg.seen()) != 1 {
+		t.Fatalf("run %v, deliveries %v: want one attempt", rs[0], tg.seen())
+	}
+}
+
+// TestRunServesAllRoles drives the process entry point: one Run with every
+// role, a job created over HTTP, its run executed, /metrics and /readyz.
+func TestRunServesAllRoles(t *testing.T) {
+	url := testdeps.Postgres(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: lis, Roles: scheduler.AllRoles,
+			TargetAllowlist: "127.0.0.0/8", Tick: 50 * time.Millisecond, WorkerPoll: 20 * time.Millisecond})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	base := "http://" + lis.Addr().String()
+	eventually(t, 10*time.Second, "ready", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	tg := newTarget(t, func(int) int { return 200 })
+	e := &env{api: &httptest.Server{URL: base}}
+	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":1}`))
+	eventually(t, 10*time.Second, "SUCCEEDED", func() bool {
+		rs := e.runs(t, id)
+		return len(rs) == 1 && rs[0]["status"] == store.StatusSucceeded
+	})
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), `portico_scheduler_run_transitions_total{to="SUCCEEDED"} 1`) {
+		t.Errorf("metrics missing the SUCCEEDED transition:\n%s", body)
 	}
 }
