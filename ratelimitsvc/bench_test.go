@@ -19,8 +19,8 @@ import (
 
 // BenchmarkGRPCShouldRateLimit measures the whole service over loopback
 // gRPC: two descriptors per request, envoyproxy/ratelimit-format rules, 1
-// (light load) and 8 (saturation) concurrent callers per CPU. Side by side with envoyproxy/ratelimit's
-// service_cmd is a later increment.
+// (light load) and 8 (saturation) concurrent callers per CPU. Side by side
+// with envoyproxy/ratelimit's service_cmd: BenchmarkPeer (peer_test.go).
 func BenchmarkGRPCShouldRateLimit(b *testing.B) {
 	dir := b.TempDir()
 	doc := "domain: bench\ndescriptors:\n  - key: consumer\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"

@@ -42,6 +42,11 @@ func FromProto(p *ratelimitv1.RateLimitRule) (*Rule, error) {
 	for _, d := range p.GetDescriptors() {
 		r.Descriptors = append(r.Descriptors, Entry{Key: d.GetKey(), Value: d.GetValue()})
 	}
+	// envoyproxy/ratelimit's formats read requests_per_unit: 0 as a ban;
+	// in Portico's own rule a zero is an unset field, not a ban.
+	if r.Limit == 0 && !r.Unlimited {
+		return nil, fmt.Errorf("%w: %s: limit must be greater than 0", ErrInvalid, r.ID)
+	}
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}

@@ -140,9 +140,6 @@ func (r *Rule) Validate() error {
 	if r.Algorithm != TokenBucket && r.Algorithm != FixedWindow {
 		return fmt.Errorf("%w: %s: unknown algorithm %d", ErrInvalid, r.ID, r.Algorithm)
 	}
-	if r.Limit == 0 {
-		return fmt.Errorf("%w: %s: limit must be greater than 0", ErrInvalid, r.ID)
-	}
 	if r.Window < time.Millisecond || r.Window%time.Millisecond != 0 {
 		return fmt.Errorf("%w: %s: window must be a whole number of milliseconds, at least 1ms", ErrInvalid, r.ID)
 	}

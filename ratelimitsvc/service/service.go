@@ -174,8 +174,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	items := make([]bucket.Item, 0, len(matches))
 	byKey := map[string]int{}
 	kept := matches[:0]
+	banned := false
 	for _, mt := range matches {
 		if mt.rule.Name != "" && replaced[mt.rule.Name] {
+			continue
+		}
+		if mt.rule.Limit == 0 { // a ban, as in envoyproxy/ratelimit: no bucket
+			mt.item = -1
+			kept = append(kept, mt)
+			if mt.rule.Mode == rules.Enforce {
+				banned = true
+			}
 			continue
 		}
 		d := descs[mt.desc]
@@ -200,7 +209,17 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	matches = kept
 	ok, over := "ok", "over_limit"
-	dec, err := s.decide(ctx, matches, items)
+	var dec bucket.Decision
+	var err error
+	if banned {
+		// Denied whatever the buckets say: nothing to ask, nothing consumed.
+		dec.Results = make([]bucket.Result, len(items))
+		for i := range dec.Results {
+			dec.Results[i].Allowed = true
+		}
+	} else {
+		dec, err = s.decide(ctx, matches, items)
+	}
 	if err != nil {
 		var local bool
 		if dec, local = s.failed(ctx, req.GetDomain(), matches, items, resp, err); !local {
@@ -212,7 +231,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	var worstRes bucket.Result
 	for k := range matches {
 		mt := &matches[k]
-		res := dec.Results[mt.item]
+		var res bucket.Result
+		if mt.item >= 0 {
+			res = dec.Results[mt.item]
+		} else {
+			res = bucket.Result{RetryAfter: mt.rule.Window, ResetAfter: mt.rule.Window}
+		}
 		st := resp.Statuses[mt.desc]
 		st.CurrentLimit = currentLimit(mt.rule)
 		st.LimitRemaining = uint32(min(res.Remaining, math.MaxUint32))
@@ -252,7 +276,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 func (s *Service) decide(ctx context.Context, matches []match, items []bucket.Item) (bucket.Decision, error) {
 	var hv []bool
 	for _, mt := range matches {
-		if mt.rule.HighVolume && mt.rule.Mode == rules.Enforce {
+		if mt.rule.HighVolume && mt.rule.Mode == rules.Enforce && mt.item >= 0 {
 			if hv == nil {
 				hv = make([]bool, len(items))
 			}

@@ -552,3 +552,28 @@ descriptors:
 		}
 	})
 }
+
+// requests_per_unit: 0 bans (envoyproxy/ratelimit's example "banned"): the
+// request is denied without a bucket, and the other descriptors consume
+// nothing; a shadow ban only counts.
+func TestZeroLimitBans(t *testing.T) {
+	backends(t, func(t *testing.T, b service.Backend, clk *clock) {
+		ban := rule("ban", 0, 0, time.Minute, "user", "banned")
+		shadowBan := rule("shadow-ban", 0, 0, time.Minute, "user", "watched")
+		shadowBan.Mode = rules.Shadow
+		per := rule("per", 1, 0, time.Hour, "consumer", "")
+		s := newService(t, b, ban, shadowBan, per)
+		for range 3 {
+			if got := call(t, s, req("portico", desc("consumer", "acme"), desc("user", "banned"))); got.GetOverallCode() != OVER ||
+				got.GetStatuses()[0].GetCode() != OK || got.GetStatuses()[1].GetCode() != OVER {
+				t.Fatalf("ban: %v", got)
+			}
+		}
+		if got := call(t, s, req("portico", desc("user", "watched"), desc("consumer", "acme"))).GetOverallCode(); got != OK {
+			t.Fatalf("shadow ban, first use of consumer: %v", got)
+		}
+		if got := call(t, s, req("portico", desc("consumer", "acme"))).GetOverallCode(); got != OVER {
+			t.Fatalf("consumer after one use: %v", got)
+		}
+	})
+}

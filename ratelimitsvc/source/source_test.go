@@ -158,7 +158,7 @@ func TestFileSourceKeepsRulesOnBadEdit(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := live.Load().Versions[rules.SourceFile]
-	if err := os.WriteFile(path, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 3}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Load(); !errors.Is(err, rules.ErrInvalid) {

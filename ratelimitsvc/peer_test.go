@@ -1,0 +1,313 @@
+package ratelimitsvc_test
+
+// Side by side with envoyproxy/ratelimit's service_cmd (the peer): same
+// YAML, same Redis, same requests. The peer binary is not built by
+// `make test`; install it once and point PORTICO_RATELIMIT_PEER_BIN at it
+// (or put service_cmd on PATH), see README.md. Without it these tests and
+// benchmarks skip — only for the peer binary, never for Redis.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/ratelimitsvc"
+)
+
+// peerVersion is the envoyproxy/ratelimit version the peer is built from.
+const peerVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+
+// exampleYAML returns envoyproxy/ratelimit's documented example config
+// (examples/ratelimit/config/example.yaml), unchanged, from the module
+// cache the peer was installed from — it is read, not copied into this
+// repository — or from PORTICO_RATELIMIT_PEER_EXAMPLE.
+func exampleYAML(t testing.TB) string {
+	p := os.Getenv("PORTICO_RATELIMIT_PEER_EXAMPLE")
+	if p == "" {
+		out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p = filepath.Join(strings.TrimSpace(string(out)), "github.com/envoyproxy/ratelimit@"+peerVersion, "examples/ratelimit/config/example.yaml")
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Skipf("envoyproxy/ratelimit's example.yaml not found (%v): install the peer as in ratelimitsvc/README.md or set PORTICO_RATELIMIT_PEER_EXAMPLE", err)
+	}
+	return string(b)
+}
+
+// peerBin finds service_cmd or skips.
+func peerBin(t testing.TB) string {
+	if p := os.Getenv("PORTICO_RATELIMIT_PEER_BIN"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("service_cmd"); err == nil {
+		return p
+	}
+	t.Skip("envoyproxy/ratelimit service_cmd not found: set PORTICO_RATELIMIT_PEER_BIN or put it on PATH (see ratelimitsvc/README.md)")
+	return ""
+}
+
+func freePort(t testing.TB) int {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().(*net.TCPAddr).Port
+}
+
+// startPeer runs service_cmd on loopback with yaml as its only config file
+// and returns a client; it is stopped when the test ends.
+func startPeer(t testing.TB, bin, redisAddr, keyPrefix, yaml string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	grpcPort := freePort(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr, "USE_STATSD=false",
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT="+strconv.Itoa(freePort(t)),
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(freePort(t)),
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
+		"CACHE_KEY_PREFIX="+keyPrefix, "LOG_LEVEL=warn")
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "ping", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+			{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}, grpc.WaitForReady(true))
+		cancel()
+		if err == nil {
+			return c
+		}
+		select {
+		case <-exited:
+			t.Fatalf("service_cmd exited: %s", stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service_cmd not serving after 30s: %v\n%s", err, stderr.String())
+		}
+	}
+}
+
+func rlReq(domain string, descs ...[]string) *rlsv3.RateLimitRequest {
+	r := &rlsv3.RateLimitRequest{Domain: domain}
+	for _, kv := range descs {
+		d := &ratelimitcommonv3.RateLimitDescriptor{}
+		for i := 0; i < len(kv); i += 2 {
+			d.Entries = append(d.Entries, &ratelimitcommonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		r.Descriptors = append(r.Descriptors, d)
+	}
+	return r
+}
+
+// peerSequence is the request sequence both services answer. Requests with
+// several descriptors come first and are all allowed: past a denial the
+// two differ by design (envoyproxy/ratelimit increments every descriptor
+// of a denied request; Portico consumes nothing).
+func peerSequence() []*rlsv3.RateLimitRequest {
+	var seq []*rlsv3.RateLimitRequest
+	rep := func(n int, r *rlsv3.RateLimitRequest) {
+		for range n {
+			seq = append(seq, r)
+		}
+	}
+	// category=account (4/min) replaces fake_name (2/min): three pass.
+	rep(3, rlReq("rl", []string{"source_cluster", "proxy", "destination_cluster", "fake"}, []string{"category", "account"}))
+	rep(2, rlReq("rl", []string{"category", "account"}))
+	rep(3, rlReq("rl", []string{"source_cluster", "proxy", "destination_cluster", "fake"}))
+	rep(3, rlReq("rl", []string{"source_cluster", "proxy", "destination_cluster", "bkthomps"}))
+	rep(2, rlReq("rl", []string{"source_cluster", "proxy", "destination_cluster", "mock"}))
+	rep(3, rlReq("rl", []string{"source_cluster", "proxy", "destination_cluster", "override"}))
+	rep(2, rlReq("rl", []string{"source_cluster", "proxy", "destination_cluster", "unknown"}))
+	rep(3, rlReq("rl", []string{"foo", "f1"}))
+	rep(4, rlReq("rl", []string{"foo", "f2", "bar", "b"}))
+	rep(2, rlReq("rl", []string{"foo", "f3", "bar", "bkthomps"}))
+	rep(2, rlReq("rl", []string{"foo", "f4", "bar", "banned"}))
+	rep(4, rlReq("rl", []string{"foo", "f5", "baz", "not-so-shady"}))
+	rep(4, rlReq("rl", []string{"foo", "f6", "baz", "shady"}))
+	rep(3, rlReq("rl", []string{"foo", "f7", "bay", "any"}))
+	rep(3, rlReq("rl", []string{"unspec", "u"}))
+	rep(3, rlReq("rl", []string{"qux", "q"}))
+	rep(2, rlReq("rl", []string{"nothing", "here"}))
+	rep(2, rlReq("other-domain", []string{"category", "account"}))
+	return seq
+}
+
+func answer(t testing.TB, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitRequest) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.ShouldRateLimit(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := []string{resp.GetOverallCode().String()}
+	for _, st := range resp.GetStatuses() {
+		parts = append(parts, st.GetCode().String())
+	}
+	return strings.Join(parts, "/")
+}
+
+// envoyproxy/ratelimit's documented example config gives the same
+// allow/deny sequence (overall and per descriptor) in both services.
+func TestPeerSameSequence(t *testing.T) {
+	bin := peerBin(t)
+	example := exampleYAML(t)
+	redis := testdeps.Redis(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "example.yaml"), []byte(example), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seq := peerSequence()
+	// Fixed minute windows from two clocks: a run that straddles a minute
+	// is not comparable, so it is run again on fresh keys.
+	for attempt := range 3 {
+		pfx := fmt.Sprintf("portico:peer:%d:%d:", time.Now().UnixNano(), attempt)
+		ours := start(t, ratelimitsvc.Config{ConfigDir: dir, RedisAddr: redis, RedisTimeout: 2 * time.Second, KeyPrefix: pfx + "ours:"})
+		peer := startPeer(t, bin, redis, pfx+"peer:", example)
+		began := time.Now()
+		var diffs []string
+		denied := 0
+		for i, r := range seq {
+			a, b := answer(t, ours.client, r), answer(t, peer, r)
+			if strings.HasPrefix(b, "OVER_LIMIT") {
+				denied++
+			}
+			if a != b {
+				diffs = append(diffs, fmt.Sprintf("#%d %v: portico %s, envoyproxy/ratelimit %s", i, r.GetDescriptors(), a, b))
+			}
+		}
+		if began.Truncate(time.Minute) != time.Now().Truncate(time.Minute) {
+			t.Logf("attempt %d straddled a minute boundary; again", attempt)
+			continue
+		}
+		if len(diffs) > 0 {
+			t.Fatalf("%d of %d answers differ:\n%s", len(diffs), len(seq), strings.Join(diffs, "\n"))
+		}
+		if denied == 0 {
+			t.Fatal("no request was denied: the sequence tests nothing")
+		}
+		t.Logf("%d requests (%d denied), same answers", len(seq), denied)
+		return
+	}
+	t.Fatal("every attempt straddled a minute boundary")
+}
+
+type loadResult struct {
+	rps      float64
+	p50, p99 time.Duration
+}
+
+// load sends n requests from callers goroutines and measures them.
+func load(b *testing.B, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitRequest, callers, n int) loadResult {
+	var next atomic.Int64
+	lat := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for range callers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				t0 := time.Now()
+				resp, err := c.ShouldRateLimit(context.Background(), r)
+				lat[i] = time.Since(t0)
+				if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					b.Errorf("%v %v", resp, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(began)
+	slices.Sort(lat)
+	return loadResult{rps: float64(n) / el.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}
+}
+
+// BenchmarkPeer: ShouldRateLimit over loopback gRPC, Portico vs
+// envoyproxy/ratelimit's service_cmd, same Redis, same two descriptors per
+// request, same client load (callers goroutines sharing one connection
+// each side), one after the other. Reported: each side's throughput and
+// p50/p99, and the ratios portico/peer (throughput: higher is better;
+// latency: lower is better).
+func BenchmarkPeer(b *testing.B) {
+	bin := peerBin(b)
+	redis := testdeps.Redis(b)
+	doc := "domain: bench\ndescriptors:\n  - key: consumer\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	pfx := fmt.Sprintf("portico:peerbench:%d:", time.Now().UnixNano())
+	// The production timeout (5ms) would fail open under saturation on a
+	// small machine and flatter Portico; the peer has no timeout at all.
+	ours := start(b, ratelimitsvc.Config{ConfigDir: dir, RedisAddr: redis, RedisTimeout: time.Second, KeyPrefix: pfx + "ours:"})
+	peer := startPeer(b, bin, redis, pfx+"peer:", doc)
+	r := rlReq("bench", []string{"consumer", "acme"}, []string{"path", "/x"})
+	for _, callers := range []int{4, 32} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			n := max(b.N, 200)
+			load(b, ours.client, r, callers, min(n, 1000)) // warm up both
+			load(b, peer, r, callers, min(n, 1000))
+			b.ResetTimer()
+			o := load(b, ours.client, r, callers, n)
+			p := load(b, peer, r, callers, n)
+			b.StopTimer()
+			b.ReportMetric(o.rps, "portico-req/s")
+			b.ReportMetric(p.rps, "peer-req/s")
+			b.ReportMetric(o.rps/p.rps, "throughput-ratio")
+			b.ReportMetric(float64(o.p50.Microseconds()), "portico-p50-µs")
+			b.ReportMetric(float64(p.p50.Microseconds()), "peer-p50-µs")
+			b.ReportMetric(float64(o.p99.Microseconds()), "portico-p99-µs")
+			b.ReportMetric(float64(p.p99.Microseconds()), "peer-p99-µs")
+			b.ReportMetric(float64(o.p99)/float64(p.p99), "p99-ratio")
+			b.ReportMetric(float64(o.p50)/float64(p.p50), "p50-ratio")
+		})
+	}
+}
