@@ -468,3 +468,59 @@ func TestRunServesAllRoles(t *testing.T) {
 		t.Errorf("metrics missing the SUCCEEDED transition:\n%s", body)
 	}
 }
+
+// TestMisfireAfterOutage moves an hourly job's waiting run ten hours into
+// the past (an outage of ten slots) and lets runners catch up under each
+// misfire policy.
+func TestMisfireAfterOutage(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	cases := []struct {
+		policy string
+		want   map[string]int // status → runs, after catching up
+	}{
+		{"FIRE_ONCE", map[string]int{store.StatusQueued: 1, store.StatusScheduled: 1}},
+		{"SKIP", map[string]int{store.StatusSkipped: 1, store.StatusScheduled: 1}},
+		{"FIRE_ALL", map[string]int{store.StatusQueued: 5, store.StatusScheduled: 1}}, // cap 5: the late run + 4 most recent
+	}
+	ids := make([]string, len(cases))
+	for i, c := range cases {
+		id := e.createJob(t, `{"tenant":"acme","schedule":{"type":"FIXED_RATE","every":"PT1H","anchor":"2026-01-01T00:00:00Z"},
+			"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}},
+			"execution":{"misfirePolicy":"`+c.policy+`","misfireCap":5}}`)
+		if _, err := e.db.Exec(ctx, `UPDATE scheduler.scheduled_execution SET scheduled_at = scheduled_at - interval '10 hours'
+			WHERE schedule_id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	for {
+		res, err := e.st.Fire(ctx, 100, func(d store.DueRun, now time.Time) store.FireDecision {
+			return runner.Decide(d, now, runner.DefaultMisfireThreshold)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed == 0 {
+			break
+		}
+	}
+	for i, c := range cases {
+		got := map[string]int{}
+		rows, _ := e.db.Query(ctx, `SELECT status, count(*) FROM scheduler.scheduled_execution WHERE schedule_id = $1 GROUP BY status`, ids[i])
+		for rows.Next() {
+			var (
+				st string
+				n  int
+			)
+			if err := rows.Scan(&st, &n); err != nil {
+				t.Fatal(err)
+			}
+			got[st] = n
+		}
+		rows.Close()
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: runs by status %v, want %v", c.policy, got, c.want)
+		}
+	}
+}
