@@ -7,6 +7,7 @@ package rules
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -129,6 +130,11 @@ func (r *Rule) Validate() error {
 	for i, d := range r.Descriptors {
 		if d.Key == "" {
 			return fmt.Errorf("%w: %s: descriptors[%d].key is required", ErrInvalid, r.ID, i)
+		}
+		if isCIDR(d) {
+			if _, err := netip.ParsePrefix(d.Value); err != nil {
+				return fmt.Errorf("%w: %s: descriptors[%d]: %s: %w", ErrInvalid, r.ID, i, RemoteAddressKey, err)
+			}
 		}
 	}
 	if r.Unlimited {

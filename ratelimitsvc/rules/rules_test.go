@@ -222,3 +222,62 @@ func TestZeroLimitLoadsFromYAML(t *testing.T) {
 		t.Fatalf("%v %v", rs, err)
 	}
 }
+
+// remote_address values may be CIDRs: exact address first, then the longest
+// matching prefix, then wildcards; IPv4-mapped IPv6 addresses match IPv4
+// prefixes; a bad CIDR is refused; other keys never parse CIDRs.
+func TestRemoteAddressCIDR(t *testing.T) {
+	_, rs, err := rules.ParseYAML("c.yaml", []byte(`
+domain: d
+descriptors:
+  - key: remote_address
+    value: 10.0.0.0/8
+    rate_limit: {unit: minute, requests_per_unit: 8}
+  - key: remote_address
+    value: 10.1.0.0/16
+    rate_limit: {unit: minute, requests_per_unit: 16}
+  - key: remote_address
+    value: 10.1.2.3
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: remote_address
+    value: 2001:db8::/32
+    rate_limit: {unit: minute, requests_per_unit: 32}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: remote_address
+    value: 192.168.0.0/16
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: client_ip
+    value: 10.0.0.0/8
+    rate_limit: {unit: minute, requests_per_unit: 7}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := rules.Build(rs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]uint32{
+		"10.9.9.9": 8, "10.1.9.9": 16, "10.1.2.3": 1, "::ffff:10.1.9.9": 16,
+		"2001:db8::1": 32, "2001:db9::1": 100, "11.0.0.1": 100, "not-an-ip": 100,
+	} {
+		r := tab.Match("d", []rules.Entry{{Key: "remote_address", Value: addr}}, "")
+		if r == nil || r.Limit != want {
+			t.Errorf("%s: %v, want limit %d", addr, r, want)
+		}
+	}
+	if r := tab.Match("d", []rules.Entry{{Key: "remote_address", Value: "192.168.1.1"}, {Key: "path", Value: "/x"}}, ""); r == nil || r.Limit != 5 {
+		t.Errorf("nested under a CIDR: %v", r)
+	}
+	if r := tab.Match("d", []rules.Entry{{Key: "client_ip", Value: "10.0.0.1"}}, ""); r != nil {
+		t.Errorf("CIDR matched under another key: %v", r)
+	}
+	if _, rs, err := rules.ParseYAML("bad.yaml", []byte("domain: d\ndescriptors:\n  - key: remote_address\n    value: 10.0.0.0/33\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")); err == nil {
+		if _, err := rules.Build(rs, nil); !errors.Is(err, rules.ErrInvalid) {
+			t.Fatalf("bad CIDR: %v", err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,14 @@ import (
 // TenantKey is the descriptor entry key that names a request's tenant; rules
 // with a Tenant apply only to requests carrying that tenant.
 const TenantKey = "tenant"
+
+// RemoteAddressKey is the entry Envoy's remote_address action sets to the
+// client address it derived from trusted hops (xff_num_trusted_hops), never
+// from a client-supplied header. Rule values under this key may be CIDR
+// prefixes ("10.0.0.0/8", "2001:db8::/32"); the longest matching prefix
+// wins, after an exact value and before prefix wildcards. A bucket is kept
+// per address (as for wildcards).
+const RemoteAddressKey = "remote_address"
 
 // Table is an immutable, indexed set of rules. It is safe for concurrent use.
 type Table struct {
@@ -27,6 +36,8 @@ type node struct {
 	exact    map[string]*node
 	wildcard map[string]*node
 	prefixes []prefixChild
+	// cidrs match RemoteAddressKey values, longest prefix first.
+	cidrs []cidrChild
 	// rules are the candidates at this node, best first.
 	rules []*Rule
 }
@@ -35,6 +46,14 @@ type prefixChild struct {
 	key, prefix string
 	n           *node
 }
+
+type cidrChild struct {
+	p netip.Prefix
+	n *node
+}
+
+// isCIDR says whether a rule entry is a CIDR match.
+func isCIDR(e Entry) bool { return e.Key == RemoteAddressKey && strings.Contains(e.Value, "/") }
 
 func newNode() *node {
 	return &node{exact: map[string]*node{}, wildcard: map[string]*node{}}
@@ -72,6 +91,17 @@ func Build(rs []*Rule, versions map[string]string) (*Table, error) {
 
 func (n *node) child(d Entry) *node {
 	switch {
+	case isCIDR(d):
+		p := netip.MustParsePrefix(d.Value).Masked() // Validate parsed it
+		for _, cc := range n.cidrs {
+			if cc.p == p {
+				return cc.n
+			}
+		}
+		c := newNode()
+		n.cidrs = append(n.cidrs, cidrChild{p, c})
+		slices.SortStableFunc(n.cidrs, func(a, b cidrChild) int { return cmp.Compare(b.p.Bits(), a.p.Bits()) })
+		return c
 	case d.Value == "":
 		c := n.wildcard[d.Key]
 		if c == nil {
@@ -125,11 +155,15 @@ func (n *node) sort() {
 	for _, pc := range n.prefixes {
 		pc.n.sort()
 	}
+	for _, cc := range n.cidrs {
+		cc.n.sort()
+	}
 }
 
 // Match returns the rule for one request descriptor, or nil. As in
-// envoyproxy/ratelimit, entries are walked in order (exact value, then the
-// first matching prefix wildcard, then any value) and a limit applies only at the node the
+// envoyproxy/ratelimit, entries are walked in order (exact value, then —
+// for RemoteAddressKey only — the longest matching CIDR, then the first
+// matching prefix wildcard, then any value) and a limit applies only at the node the
 // last entry reaches; among that node's rules the first one whose tenant is
 // empty or equals tenant wins.
 func (t *Table) Match(domain string, entries []Entry, tenant string) *Rule {
@@ -139,6 +173,17 @@ func (t *Table) Match(domain string, entries []Entry, tenant string) *Rule {
 	}
 	for _, e := range entries {
 		next := n.exact[e.Key+"\x00"+e.Value]
+		if next == nil && len(n.cidrs) > 0 && e.Key == RemoteAddressKey {
+			if a, err := netip.ParseAddr(e.Value); err == nil {
+				a = a.Unmap()
+				for _, cc := range n.cidrs {
+					if cc.p.Contains(a) {
+						next = cc.n
+						break
+					}
+				}
+			}
+		}
 		if next == nil {
 			for _, pc := range n.prefixes {
 				if pc.key == e.Key && strings.HasPrefix(e.Value, pc.prefix) {
