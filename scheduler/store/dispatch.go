@@ -21,7 +21,8 @@ type DueRun struct {
 	// Live is false when the job is paused or deleted.
 	Live bool
 	// Busy is true when another run of the job is queued, running or
-	// waiting to retry (for concurrencyPolicy FORBID).
+	// waiting to retry, including runs queued earlier in the same Fire
+	// (for concurrencyPolicy FORBID).
 	Busy bool
 }
 
@@ -82,8 +83,13 @@ func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow
 			return fmt.Errorf("store: fire: %w", err)
 		}
 		b := &pgx.Batch{}
+		queued := map[int64]bool{} // jobs with a run queued by this transaction
 		for _, r := range due {
+			r.Busy = r.Busy || queued[r.ScheduleID]
 			d := decide(r, now)
+			if d.Status == StatusQueued {
+				queued[r.ScheduleID] = true
+			}
 			b.Queue(`UPDATE scheduler.scheduled_execution SET status = $2, updated_at = now(),
 				finished_at = CASE WHEN $2 = 'QUEUED' THEN NULL ELSE now() END WHERE id = $1`, r.ID, d.Status)
 			for _, n := range d.Next {
