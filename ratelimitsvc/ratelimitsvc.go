@@ -28,6 +28,7 @@ import (
 	"github.com/portico-io/portico/ratelimitsvc/rules"
 	"github.com/portico-io/portico/ratelimitsvc/service"
 	"github.com/portico-io/portico/ratelimitsvc/source"
+	"github.com/portico-io/portico/ratelimitsvc/throttle"
 )
 
 // Defaults (ARCHITECTURE.md ports).
@@ -66,8 +67,13 @@ type Config struct {
 	// StateDir keeps the last good xDS rules (default DefaultStateDir).
 	StateDir  string
 	KeyPrefix string
-	Logger    *slog.Logger
-	Registry  *prometheus.Registry
+	// ThrottleSink receives throttle events (default: one log line each);
+	// ThrottleQueue bounds the queue in front of it (default
+	// throttle.DefaultSize). A full queue drops and counts events.
+	ThrottleSink  throttle.Sink
+	ThrottleQueue int
+	Logger        *slog.Logger
+	Registry      *prometheus.Registry
 	// Ready, when set, receives the listening addresses once both servers
 	// listen (a test hook).
 	Ready chan<- Addrs
@@ -125,7 +131,12 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Info("no Redis configured: buckets are in memory, per process")
 		backend = bucket.NewMemory()
 	}
-	svc, err := service.New(service.Config{Rules: live, Backend: backend, KeyPrefix: cfg.KeyPrefix, Replicas: cfg.Replicas, Registerer: cfg.Registry, Logger: log})
+	events, err := throttle.New(throttle.Config{Sink: cfg.ThrottleSink, Size: cfg.ThrottleQueue, Logger: log, Registerer: cfg.Registry})
+	if err != nil {
+		return fmt.Errorf("ratelimitsvc: %w", err)
+	}
+	svc, err := service.New(service.Config{Rules: live, Backend: backend, KeyPrefix: cfg.KeyPrefix, Replicas: cfg.Replicas,
+		Events: events, Registerer: cfg.Registry, Logger: log})
 	if err != nil {
 		return fmt.Errorf("ratelimitsvc: %w", err)
 	}
@@ -177,6 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return gs.Serve(gctx, glis, 0) })
+	g.Go(func() error { return events.Run(gctx) })
 	g.Go(func() error {
 		return httpserver.Serve(gctx, hlis, httpserver.Config{Handler: mux, Gatherer: cfg.Registry, Health: checks, Logger: log})
 	})

@@ -26,6 +26,7 @@ import (
 
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
+	"github.com/portico-io/portico/ratelimitsvc/throttle"
 )
 
 // Backend decides a request's buckets atomically (see package bucket).
@@ -62,7 +63,17 @@ type Config struct {
 	Local *bucket.Memory
 	// Now is the clock of token leases (default time.Now).
 	Now func() time.Time
+	// Events, when set, receives a throttle event per denied (or, for
+	// shadow rules, would-be denied) descriptor. Publish must not block.
+	Events Publisher
 }
+
+// Publisher takes throttle events without blocking (throttle.Queue).
+type Publisher interface {
+	Publish(throttle.Event) bool
+}
+
+var _ Publisher = (*throttle.Queue)(nil)
 
 // degradedReporter is implemented by backends with circuit breakers.
 type degradedReporter interface{ Degraded() int }
@@ -247,6 +258,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		if !res.Allowed {
 			s.m.decision[[2]string{over, mode}].Inc()
+			if s.cfg.Events != nil {
+				s.cfg.Events.Publish(throttle.Event{Time: time.Now(), Domain: req.GetDomain(), Rule: mt.rule.ID,
+					Descriptor: descriptorString(descs[mt.desc].GetEntries()), Tenant: tenant, Shadow: mt.rule.Mode == rules.Shadow})
+			}
 			if mt.rule.Mode == rules.Shadow {
 				if s.shadowLog.allow() {
 					s.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "shadow rule would deny (sampled: at most one line per second)",
@@ -502,6 +517,20 @@ func currentLimit(r *rules.Rule) *rlsv3.RateLimitResponse_RateLimit {
 }
 
 type rlsEntry = ratelimitcommonv3.RateLimitDescriptor_Entry
+
+// descriptorString renders entries as k=v&k=v (query-escaped).
+func descriptorString(es []*rlsEntry) string {
+	var b strings.Builder
+	for i, e := range es {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(url.QueryEscape(e.GetKey()))
+		b.WriteByte('=')
+		b.WriteString(url.QueryEscape(e.GetValue()))
+	}
+	return b.String()
+}
 
 func entries(es []*rlsEntry) []rules.Entry {
 	out := make([]rules.Entry, len(es))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"net"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
 	"github.com/portico-io/portico/ratelimitsvc/service"
+	"github.com/portico-io/portico/ratelimitsvc/throttle"
 )
 
 const (
@@ -576,4 +578,46 @@ func TestZeroLimitBans(t *testing.T) {
 			t.Fatalf("consumer after one use: %v", got)
 		}
 	})
+}
+
+type collected struct {
+	mu     sync.Mutex
+	events []throttle.Event
+}
+
+func (c *collected) Publish(e throttle.Event) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, e)
+	return true
+}
+
+// A denial (and a shadow would-be denial) publishes one throttle event per
+// descriptor; allowed requests publish nothing.
+func TestThrottleEvents(t *testing.T) {
+	live := rules.NewLive()
+	sh := rule("sh", 1, 0, time.Hour, "path", "")
+	sh.Mode = rules.Shadow
+	if err := live.Update(rules.SourceXDS, "1", []*rules.Rule{rule("per", 1, 0, time.Hour, "consumer", ""), sh}); err != nil {
+		t.Fatal(err)
+	}
+	ev := &collected{}
+	s, err := service.New(service.Config{Rules: live, Backend: bucket.NewMemory(), Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("portico", desc("consumer", "a&b"), desc("path", "/x"))
+	call(t, s, r)
+	if len(ev.events) != 0 {
+		t.Fatalf("allowed request published %v", ev.events)
+	}
+	call(t, s, r) // consumer denied, and the shadow rule would deny too
+	var got []string
+	for _, e := range ev.events {
+		got = append(got, fmt.Sprintf("%s %s %s shadow=%v", e.Domain, e.Rule, e.Descriptor, e.Shadow))
+	}
+	want := []string{"portico per consumer=a%26b shadow=false", "portico sh path=%2Fx shadow=true"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
 }
