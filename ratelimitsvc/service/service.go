@@ -303,8 +303,9 @@ func (s *Service) decide(ctx context.Context, matches []match, items []bucket.It
 	}
 	// A request that finds its lease short while a batch is on its way
 	// waits for it (at most the store timeout) instead of calling the
-	// store too; a few rounds, then it calls the store itself.
-	for range 3 {
+	// store too — once: if that batch does not cover it either, it calls
+	// the store itself. Worst case, a leased request takes two timeouts.
+	for range 2 {
 		if dec, done := s.leases.try(items, hv); done {
 			s.m.leaseLocal.Inc()
 			return dec, nil
