@@ -524,3 +524,34 @@ func TestMisfireAfterOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestAttemptTimeoutRetries: the first delivery outlives timeoutSeconds and
+// is abandoned; the retry succeeds with the same key.
+func TestAttemptTimeoutRetries(t *testing.T) {
+	e := newEnv(t)
+	var calls atomic.Int32
+	keys := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys <- r.Header.Get("Idempotency-Key")
+		_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client hanging up
+		if calls.Add(1) == 1 {
+			<-r.Context().Done() // hang until the worker gives up
+			return
+		}
+		w.WriteHeader(200)
+	}))
+	t.Cleanup(srv.Close)
+	spec := strings.Replace(oneOff(srv.URL, `{"maxAttempts":2,"initialBackoffMs":1,"maxBackoffMs":1}`), `"timeoutSeconds":5`, `"timeoutSeconds":1`, 1)
+	id := e.createJob(t, spec)
+	e.start(t, roles{})
+	eventually(t, 15*time.Second, "SUCCEEDED on attempt 2", func() bool {
+		rs := e.runs(t, id)
+		return rs[0]["status"] == store.StatusSucceeded
+	})
+	if rs := e.runs(t, id); rs[0]["attempt"].(float64) != 2 {
+		t.Fatalf("run %v", rs[0])
+	}
+	if a, b := <-keys, <-keys; a != b || a != id+":2020-01-01T00:00:00Z" {
+		t.Fatalf("keys %q %q", a, b)
+	}
+}
