@@ -125,6 +125,7 @@ func TestPatchNeedsIfMatch(t *testing.T) {
 		want         int
 	}{
 		{"POST", path + ":pause", nil, 200},
+		{"POST", path + ":trigger", nil, 409},
 		{"POST", path + ":resume", nil, 200},
 		{"POST", path + ":trigger", nil, 202},
 		{"POST", path + ":explode", nil, 404},

@@ -59,6 +59,8 @@ func toAPIError(err error) (*Error, bool) {
 		return &Error{Status: http.StatusPreconditionFailed, Code: CodePreconditionFailed, Message: "If-Match does not match the job's current version; GET it and retry", Field: "If-Match"}, true
 	case errors.Is(err, store.ErrIdempotencyMismatch):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeIdempotencyKeyReused, Message: "this Idempotency-Key was used for a different request", Field: "Idempotency-Key"}, true
+	case errors.Is(err, store.ErrPaused):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "the job is paused; resume it before triggering"}, true
 	case errors.Is(err, store.ErrConflict):
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "a run for this slot exists; retry"}, true
 	case errors.Is(err, context.Canceled):

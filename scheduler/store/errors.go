@@ -11,4 +11,7 @@ var (
 	// re-claimed): the caller's write changed nothing.
 	ErrLeaseLost = errors.New("store: lease lost")
 	ErrConflict  = errors.New("store: conflict")
+	// ErrPaused refuses a manual trigger of a paused job (the runner would
+	// cancel the run).
+	ErrPaused = errors.New("store: job is paused")
 )

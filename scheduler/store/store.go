@@ -398,12 +398,19 @@ func (s *Store) DeleteJob(ctx context.Context, id int64, version int) error {
 }
 
 // Trigger adds a manual run due now (its slot is the database's now()
-// to the millisecond); it does not chain.
+// to the millisecond); it does not chain. A paused job is ErrPaused.
 func (s *Store) Trigger(ctx context.Context, id int64) (Run, error) {
 	var r Run
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := lockJob(ctx, tx, id, 0); err != nil {
 			return err
+		}
+		var enabled bool
+		if err := tx.QueryRow(ctx, `SELECT enabled FROM scheduler.schedule_details WHERE id = $1`, id).Scan(&enabled); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
+		if !enabled {
+			return ErrPaused
 		}
 		rows, _ := tx.Query(ctx, `INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status, manual)
 			VALUES ($1, date_trunc('milliseconds', now()), 'SCHEDULED', true)
