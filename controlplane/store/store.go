@@ -17,14 +17,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	dbmigrate "github.com/portico-io/portico/internal/migrate"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/portico-io/portico/controlplane/spec"
@@ -140,55 +138,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // in one transaction holding an advisory lock, so replicas starting together
 // neither race nor see a half-migrated schema.
 func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return fmt.Errorf("store: migrations: %w", err)
-	}
-	sort.Strings(names)
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
-		return fmt.Errorf("store: migrate lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS controlplane;
-		CREATE TABLE IF NOT EXISTS controlplane.schema_migrations (
-			name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	rows, err := tx.Query(ctx, "SELECT name FROM controlplane.schema_migrations")
-	if err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("store: migrate: %w", err)
-	}
-	done := map[string]bool{}
-	for _, n := range applied {
-		done[n] = true
-	}
-	for _, path := range names {
-		name := strings.TrimPrefix(path, "migrations/")
-		if done[name] {
-			continue
-		}
-		sql, err := migrations.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("store: migration %s: %w", name, err)
-		}
-		if _, err := tx.Exec(ctx, string(sql)); err != nil {
-			return fmt.Errorf("store: migration %s: %w", name, err)
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO controlplane.schema_migrations (name) VALUES ($1)", name); err != nil {
-			return fmt.Errorf("store: migration %s: %w", name, err)
-		}
-		log.Info("applied schema migration", "name", name)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("store: migrate commit: %w", err)
+	if err := dbmigrate.Apply(ctx, pool, migrations, "migrations", "controlplane", migrateLockKey, log); err != nil {
+		return fmt.Errorf("store: %w", err)
 	}
 	return nil
 }

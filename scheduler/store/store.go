@@ -14,11 +14,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
+
+	dbmigrate "github.com/portico-io/portico/internal/migrate"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -95,48 +95,10 @@ func (s *Store) Close() { s.pool.Close() }
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 func migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return fmt.Errorf("store: migrations: %w", err)
+	if err := dbmigrate.Apply(ctx, pool, migrations, "migrations", "scheduler", migrateLockKey, log); err != nil {
+		return fmt.Errorf("store: %w", err)
 	}
-	sort.Strings(names)
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
-			return fmt.Errorf("store: migrate lock: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS scheduler;
-			CREATE TABLE IF NOT EXISTS scheduler.schema_migrations (
-				name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return fmt.Errorf("store: migrate: %w", err)
-		}
-		rows, _ := tx.Query(ctx, "SELECT name FROM scheduler.schema_migrations")
-		applied, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("store: migrate: %w", err)
-		}
-		done := map[string]bool{}
-		for _, n := range applied {
-			done[n] = true
-		}
-		for _, path := range names {
-			name := strings.TrimPrefix(path, "migrations/")
-			if done[name] {
-				continue
-			}
-			sql, err := migrations.ReadFile(path)
-			if err != nil {
-				return fmt.Errorf("store: migration %s: %w", name, err)
-			}
-			if _, err := tx.Exec(ctx, string(sql)); err != nil {
-				return fmt.Errorf("store: migration %s: %w", name, err)
-			}
-			if _, err := tx.Exec(ctx, "INSERT INTO scheduler.schema_migrations (name) VALUES ($1)", name); err != nil {
-				return fmt.Errorf("store: migration %s: %w", name, err)
-			}
-			log.Info("applied schema migration", "name", name)
-		}
-		return nil
-	})
+	return nil
 }
 
 // Job is a stored definition with its server fields.
