@@ -290,7 +290,7 @@ func TestFencingStaleWorkerCannotComplete(t *testing.T) {
 	if _, err := e.st.Fire(ctx, 10, func(d store.DueRun, now time.Time) store.FireDecision { return runner.Decide(d, now, time.Minute) }); err != nil {
 		t.Fatal(err)
 	}
-	leases, err := e.st.Claim(ctx, "zombie", 1, 300*time.Millisecond)
+	leases, err := e.st.Claim(ctx, "zombie", 1, 300*time.Millisecond, 2)
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("claim: %v %v", leases, err)
 	}
@@ -319,7 +319,7 @@ func TestFencingStaleWorkerCannotComplete(t *testing.T) {
 	}
 	var fresh []store.Lease
 	eventually(t, 10*time.Second, "re-claim", func() bool {
-		fresh, err = e.st.Claim(ctx, "w2", 1, 30*time.Second)
+		fresh, err = e.st.Claim(ctx, "w2", 1, 30*time.Second, 2)
 		return err == nil && len(fresh) == 1
 	})
 	if fresh[0].Token <= stale.Token+1 || fresh[0].Attempt != 2 {

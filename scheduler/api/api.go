@@ -44,6 +44,8 @@ type Store interface {
 	Trigger(ctx context.Context, id int64) (store.Run, error)
 	ListRuns(ctx context.Context, scheduleID, after int64, limit int) ([]store.Run, error)
 	ListDead(ctx context.Context, tenant string, after int64, limit int) ([]store.Run, error)
+	GetRun(ctx context.Context, id int64) (store.Run, error)
+	CancelRun(ctx context.Context, id int64) (store.Run, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -79,6 +81,8 @@ func New(cfg Config) (*API, error) {
 	a.handle("POST /v1/jobs/{id}", a.action) // {id}:pause | :resume | :trigger
 	a.handle("GET /v1/jobs/{id}/runs", a.runs)
 	a.handle("GET /v1/dlq", a.dlq)
+	a.handle("GET /v1/runs/{id}", a.getRun)
+	a.handle("POST /v1/runs/{id}", a.runAction) // {id}:cancel
 	return a, nil
 }
 
@@ -395,6 +399,43 @@ func (a *API) action(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, http.StatusAccepted, toRunJSON(run))
 	}
 	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "unknown action " + strconv.Quote(verb)}
+}
+
+func (a *API) getRun(w http.ResponseWriter, r *http.Request) error {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return errNoRun
+	}
+	run, err := a.cfg.Store.GetRun(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return errNoRun
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, toRunJSON(run))
+}
+
+var errNoRun = &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such run"}
+
+// runAction serves POST /v1/runs/{id}:cancel: 200 with the cancelled run,
+// 409 when it already ended.
+func (a *API) runAction(w http.ResponseWriter, r *http.Request) error {
+	idStr, verb, ok := strings.Cut(r.PathValue("id"), ":")
+	id, err := strconv.ParseInt(idStr, 10, 64)
+	if !ok || err != nil || id <= 0 || verb != "cancel" {
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such action: use /v1/runs/{id}:cancel"}
+	}
+	run, err := a.cfg.Store.CancelRun(r.Context(), id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errNoRun
+	case errors.Is(err, store.ErrFinished):
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: "the run has already finished"}
+	case err != nil:
+		return err
+	}
+	return writeJSON(w, http.StatusOK, toRunJSON(run))
 }
 
 func (a *API) runs(w http.ResponseWriter, r *http.Request) error {

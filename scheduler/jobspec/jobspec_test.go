@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -106,5 +107,52 @@ func TestRenderUsesTheSlot(t *testing.T) {
 	}
 	if k := IdempotencyKey(7, time.Date(2026, 10, 11, 21, 0, 0, 0, time.UTC)); k != "7:2026-10-11T21:00:00Z" {
 		t.Fatalf("key %s", k)
+	}
+}
+
+func TestPriorityJitterAndReplaceValidation(t *testing.T) {
+	base := func(exec string) *Spec {
+		s, err := Decode(strings.NewReader(`{"tenant":"t","schedule":{"type":"ONE_OFF","at":"2030-01-01T00:00:00Z"},
+			"target":{"type":"HTTP","http":{"url":"http://x.test/"}},"execution":` + exec + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for exec, field := range map[string]string{
+		`{"priority":"URGENT"}`:         "execution.priority",
+		`{"jitterSeconds":-1}`:          "execution.jitterSeconds",
+		`{"jitterSeconds":3601}`:        "execution.jitterSeconds",
+		`{"concurrencyPolicy":"QUEUE"}`: "execution.concurrencyPolicy",
+		`{"priority":"HIGH","jitterSeconds":3600,"concurrencyPolicy":"REPLACE"}`: "",
+	} {
+		err := base(exec).Normalize(nil)
+		var fe *FieldError
+		switch {
+		case field == "" && err != nil:
+			t.Errorf("%s: %v", exec, err)
+		case field != "" && (!errors.As(err, &fe) || fe.Field != field):
+			t.Errorf("%s: %v, want a field error on %s", exec, err, field)
+		}
+	}
+	s := base(`{}`)
+	if err := s.Normalize(nil); err != nil || s.Execution.Priority != PriorityNormal || PriorityRank(s.Execution.Priority) != 1 {
+		t.Fatalf("defaults: %v %+v", err, s.Execution)
+	}
+	if s.StartJitter(1, time.Unix(0, 0)) != 0 {
+		t.Fatal("jitter without jitterSeconds")
+	}
+	s.Execution.JitterSeconds = 10
+	slot := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	seen := map[time.Duration]bool{}
+	for i := range int64(200) {
+		j := s.StartJitter(i, slot)
+		if j < 0 || j >= 10*time.Second || j != s.StartJitter(i, slot) {
+			t.Fatalf("job %d: jitter %v not stable in [0, 10s)", i, j)
+		}
+		seen[j.Truncate(time.Second)] = true
+	}
+	if len(seen) < 8 {
+		t.Fatalf("jitter hardly spreads: %v", seen)
 	}
 }

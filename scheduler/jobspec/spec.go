@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/url"
@@ -29,8 +30,16 @@ const (
 
 	TargetHTTP = "HTTP"
 
-	ConcurrencyAllow  = "ALLOW"
-	ConcurrencyForbid = "FORBID"
+	ConcurrencyAllow   = "ALLOW"
+	ConcurrencyForbid  = "FORBID"
+	ConcurrencyReplace = "REPLACE"
+
+	PriorityHigh   = "HIGH"
+	PriorityNormal = "NORMAL"
+	PriorityLow    = "LOW"
+
+	// MaxJitterSeconds bounds execution.jitterSeconds.
+	MaxJitterSeconds = 3600
 
 	MisfireFireOnce = "FIRE_ONCE"
 	MisfireSkip     = "SKIP"
@@ -94,6 +103,24 @@ type Execution struct {
 	ConcurrencyPolicy string `json:"concurrencyPolicy,omitempty"`
 	MisfirePolicy     string `json:"misfirePolicy,omitempty"`
 	MisfireCap        int    `json:"misfireCap,omitempty"`
+	// Priority orders claiming: HIGH before NORMAL before LOW (and HIGH
+	// has worker slots reserved for it).
+	Priority string `json:"priority,omitempty"`
+	// JitterSeconds delays each run's start by a stable pseudo-random
+	// amount in [0, JitterSeconds) derived from its idempotency key, to
+	// spread "everyone at midnight" load.
+	JitterSeconds int `json:"jitterSeconds,omitempty"`
+}
+
+// PriorityRank maps a priority to its claim order (0 first).
+func PriorityRank(p string) int {
+	switch p {
+	case PriorityHigh:
+		return 0
+	case PriorityLow:
+		return 2
+	}
+	return 1
 }
 
 // Retry is the retry policy; backoff uses full jitter.
@@ -298,9 +325,19 @@ func (e *Execution) normalize() error {
 	switch e.ConcurrencyPolicy {
 	case "":
 		e.ConcurrencyPolicy = ConcurrencyAllow
-	case ConcurrencyAllow, ConcurrencyForbid:
+	case ConcurrencyAllow, ConcurrencyForbid, ConcurrencyReplace:
 	default:
-		return fieldErr("execution.concurrencyPolicy", "want ALLOW or FORBID")
+		return fieldErr("execution.concurrencyPolicy", "want ALLOW, FORBID or REPLACE")
+	}
+	switch e.Priority {
+	case "":
+		e.Priority = PriorityNormal
+	case PriorityHigh, PriorityNormal, PriorityLow:
+	default:
+		return fieldErr("execution.priority", "want HIGH, NORMAL or LOW")
+	}
+	if e.JitterSeconds < 0 || e.JitterSeconds > MaxJitterSeconds {
+		return fieldErr("execution.jitterSeconds", "must be 0..%d", MaxJitterSeconds)
 	}
 	switch e.MisfirePolicy {
 	case "":
@@ -446,6 +483,19 @@ func (s *Spec) Render(v RunValues) []byte {
 // FormatSlot formats a slot for keys and templates: RFC 3339 in UTC
 // (fractional seconds only when the slot has them, e.g. manual triggers).
 func FormatSlot(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// StartJitter is the delay before a run of slot may start: a stable value
+// in [0, jitterSeconds) from an FNV-1a hash of the run's idempotency key,
+// so a re-fired or retried run keeps its place in the spread.
+func (s *Spec) StartJitter(scheduleID int64, slot time.Time) time.Duration {
+	if s.Execution.JitterSeconds <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(IdempotencyKey(scheduleID, slot)))
+	span := uint64(s.Execution.JitterSeconds) * uint64(time.Second/time.Millisecond)
+	return time.Duration(h.Sum64()%span) * time.Millisecond
+}
 
 // IdempotencyKey is the key every delivery of a run carries.
 func IdempotencyKey(scheduleID int64, slot time.Time) string {

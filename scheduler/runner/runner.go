@@ -120,6 +120,8 @@ func (r *Runner) tick(ctx context.Context) {
 //   - a paused or deleted job's run is CANCELLED and does not chain;
 //   - a manual (:trigger) run is QUEUED and does not chain;
 //   - FORBID with another run in flight → SKIPPED (the chain continues);
+//   - REPLACE with another run in flight → QUEUED, cancelling the others
+//     (manual runs are exempt from both policies);
 //   - on time: QUEUED, next = the slot after this one;
 //   - misfired (later than threshold): FIRE_ONCE queues this run and skips
 //     to the first slot after now; SKIP marks it SKIPPED and does the same;
@@ -137,6 +139,12 @@ func Decide(d store.DueRun, now time.Time, threshold time.Duration) store.FireDe
 	if d.Manual || !d.Spec.Recurring() {
 		return store.FireDecision{Status: status}
 	}
+	dec := decideSlots(d, now, threshold, status)
+	dec.Replace = dec.Status == store.StatusQueued && d.Busy && d.Spec.Execution.ConcurrencyPolicy == jobspec.ConcurrencyReplace
+	return dec
+}
+
+func decideSlots(d store.DueRun, now time.Time, threshold time.Duration, status string) store.FireDecision {
 	var next []time.Time
 	late := now.Sub(d.ScheduledAt) > threshold
 	if !late {

@@ -40,6 +40,12 @@ func TestDecide(t *testing.T) {
 			outage, store.FireDecision{Status: store.StatusQueued}},
 		{"FORBID while busy skips but chains", store.DueRun{Live: true, Busy: true, ScheduledAt: slot, Spec: everyMinute(t, "", "FORBID", 0)},
 			slot, store.FireDecision{Status: store.StatusSkipped, Next: []time.Time{m(1)}}},
+		{"REPLACE while busy fires and replaces", store.DueRun{Live: true, Busy: true, ScheduledAt: slot, Spec: everyMinute(t, "", "REPLACE", 0)},
+			slot, store.FireDecision{Status: store.StatusQueued, Next: []time.Time{m(1)}, Replace: true}},
+		{"REPLACE when idle replaces nothing", store.DueRun{Live: true, ScheduledAt: slot, Spec: everyMinute(t, "", "REPLACE", 0)},
+			slot, store.FireDecision{Status: store.StatusQueued, Next: []time.Time{m(1)}}},
+		{"REPLACE exempts manual runs", store.DueRun{Live: true, Busy: true, Manual: true, ScheduledAt: slot, Spec: everyMinute(t, "", "REPLACE", 0)},
+			slot, store.FireDecision{Status: store.StatusQueued}},
 		{"ALLOW while busy fires", store.DueRun{Live: true, Busy: true, ScheduledAt: slot, Spec: everyMinute(t, "", "ALLOW", 0)},
 			slot, store.FireDecision{Status: store.StatusQueued, Next: []time.Time{m(1)}}},
 		{"FIRE_ONCE after outage fires once, resumes after now", store.DueRun{Live: true, ScheduledAt: slot, Spec: everyMinute(t, "FIRE_ONCE", "", 0)},
@@ -53,8 +59,8 @@ func TestDecide(t *testing.T) {
 	}
 	for _, c := range cases {
 		got := Decide(c.run, c.now, time.Minute)
-		if got.Status != c.want.Status || !slices.EqualFunc(got.Next, c.want.Next, time.Time.Equal) {
-			t.Errorf("%s: got %v %v, want %v %v", c.name, got.Status, got.Next, c.want.Status, c.want.Next)
+		if got.Status != c.want.Status || got.Replace != c.want.Replace || !slices.EqualFunc(got.Next, c.want.Next, time.Time.Equal) {
+			t.Errorf("%s: got %+v, want %+v", c.name, got, c.want)
 		}
 	}
 }

@@ -28,10 +28,14 @@ type DueRun struct {
 
 // FireDecision is what the runner does with one due run: its new status
 // (QUEUED, SKIPPED or CANCELLED) and the slots to insert as SCHEDULED
-// (duplicates are ignored by the unique key).
+// (duplicates are ignored by the unique key). Replace cancels the job's
+// other queued, running or retrying runs in the same transaction
+// (concurrencyPolicy REPLACE); a running one's worker learns it at its
+// next heartbeat and its writes are fenced off by the bumped token.
 type FireDecision struct {
-	Status string
-	Next   []time.Time
+	Status  string
+	Next    []time.Time
+	Replace bool
 }
 
 // FireResult counts one Fire pass.
@@ -40,6 +44,8 @@ type FireResult struct {
 	ByStatus map[string]int
 	// Lags are dbNow − scheduled_at of the runs marked QUEUED.
 	Lags []time.Duration
+	// Replaced counts runs cancelled by REPLACE.
+	Replaced int
 }
 
 // Fire runs one claim-and-chain transaction: it locks up to batch due
@@ -84,14 +90,32 @@ func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow
 		}
 		b := &pgx.Batch{}
 		queued := map[int64]bool{} // jobs with a run queued by this transaction
+		var replaces []int
 		for _, r := range due {
 			r.Busy = r.Busy || queued[r.ScheduleID]
 			d := decide(r, now)
 			if d.Status == StatusQueued {
 				queued[r.ScheduleID] = true
+				// Jittered runs become ready at slot + jitter (see Claim).
+				var readyAt *time.Time
+				if j := r.Spec.StartJitter(r.ScheduleID, r.ScheduledAt); j > 0 {
+					at := r.ScheduledAt.Add(j)
+					readyAt = &at
+				}
+				b.Queue(`UPDATE scheduler.scheduled_execution SET status = 'QUEUED', updated_at = now(), finished_at = NULL,
+					priority = $2, tenant = $3, next_attempt_at = $4 WHERE id = $1`,
+					r.ID, jobspec.PriorityRank(r.Spec.Execution.Priority), r.Spec.Tenant, readyAt)
+			} else {
+				b.Queue(`UPDATE scheduler.scheduled_execution SET status = $2, updated_at = now(), finished_at = now()
+					WHERE id = $1`, r.ID, d.Status)
 			}
-			b.Queue(`UPDATE scheduler.scheduled_execution SET status = $2, updated_at = now(),
-				finished_at = CASE WHEN $2 = 'QUEUED' THEN NULL ELSE now() END WHERE id = $1`, r.ID, d.Status)
+			if d.Replace {
+				replaces = append(replaces, b.Len())
+				b.Queue(`UPDATE scheduler.scheduled_execution SET status = 'CANCELLED', lease_token = lease_token + 1,
+						lease_expires_at = NULL, finished_at = now(), updated_at = now(),
+						last_error = 'replaced by run ' || $2::bigint || ' (concurrencyPolicy REPLACE)'
+					WHERE schedule_id = $1 AND id <> $2 AND status IN ('QUEUED', 'RUNNING', 'RETRY_WAIT')`, r.ScheduleID, r.ID)
+			}
 			for _, n := range d.Next {
 				b.Queue(`INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
 					VALUES ($1, $2, 'SCHEDULED') ON CONFLICT (schedule_id, scheduled_at) DO NOTHING`, r.ScheduleID, n)
@@ -105,7 +129,19 @@ func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow
 		if len(due) == 0 {
 			return nil
 		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		br := tx.SendBatch(ctx, b)
+		for i := range b.Len() {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return fmt.Errorf("store: fire: %w", err)
+			}
+			if len(replaces) > 0 && replaces[0] == i {
+				replaces = replaces[1:]
+				res.Replaced += int(tag.RowsAffected())
+			}
+		}
+		if err := br.Close(); err != nil {
 			return fmt.Errorf("store: fire: %w", err)
 		}
 		return nil
@@ -126,9 +162,13 @@ type Lease struct {
 	Spec        *jobspec.Spec
 }
 
-// Claim leases up to n runs that are QUEUED or in RETRY_WAIT with a passed
-// next_attempt_at to workerID for ttl, incrementing each lease token.
-func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Duration) ([]Lease, error) {
+// Claim leases up to n runs that are ready — QUEUED or RETRY_WAIT with
+// coalesce(next_attempt_at, scheduled_at) passed by the database clock
+// (next_attempt_at carries retry backoff and start jitter) — to workerID
+// for ttl, incrementing each lease token. Runs are taken by priority
+// (HIGH first), then by how long they have been ready; maxRank limits the
+// priorities taken (0: HIGH only, 2: all).
+func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int) ([]Lease, error) {
 	rows, err := s.pool.Query(ctx, `UPDATE scheduler.scheduled_execution e
 		SET status = 'RUNNING', worker_id = $1, lease_token = e.lease_token + 1,
 			lease_expires_at = now() + $2 * interval '1 millisecond', dispatched_at = coalesce(e.dispatched_at, now()),
@@ -136,10 +176,10 @@ func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Dura
 		FROM scheduler.schedule_details d
 		WHERE d.id = e.schedule_id AND e.id IN (
 			SELECT id FROM scheduler.scheduled_execution
-			WHERE status = 'QUEUED' OR (status = 'RETRY_WAIT' AND next_attempt_at <= now())
-			ORDER BY coalesce(next_attempt_at, scheduled_at) LIMIT $3 FOR UPDATE SKIP LOCKED)
+			WHERE status IN ('QUEUED', 'RETRY_WAIT') AND coalesce(next_attempt_at, scheduled_at) <= now() AND priority <= $4
+			ORDER BY priority, coalesce(next_attempt_at, scheduled_at) LIMIT $3 FOR UPDATE SKIP LOCKED)
 		RETURNING e.id, e.schedule_id, e.scheduled_at, e.attempt, e.lease_token, d.spec`,
-		workerID, ttl.Milliseconds(), n)
+		workerID, ttl.Milliseconds(), n, maxRank)
 	if err != nil {
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}
@@ -165,22 +205,31 @@ func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Dura
 	return out, nil
 }
 
-func fenced(tag string, n int64, err error) error {
+// fenced turns a token-conditioned write's result into an error: nil when
+// it changed the row, ErrCancelled when the run was cancelled (API or
+// REPLACE), ErrLeaseLost when the token moved on otherwise.
+func (s *Store) fenced(ctx context.Context, runID int64, tag string, n int64, err error) error {
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", tag, err)
 	}
-	if n == 0 {
-		return ErrLeaseLost
+	if n > 0 {
+		return nil
 	}
-	return nil
+	var status string
+	if err := s.pool.QueryRow(ctx, `SELECT status FROM scheduler.scheduled_execution WHERE id = $1`, runID).Scan(&status); err == nil &&
+		status == StatusCancelled {
+		return ErrCancelled
+	}
+	return ErrLeaseLost
 }
 
-// Heartbeat extends a lease; ErrLeaseLost when the token is stale.
+// Heartbeat extends a lease; ErrCancelled when the run was cancelled
+// (the worker must stop), ErrLeaseLost when the token is stale.
 func (s *Store) Heartbeat(ctx context.Context, runID, token int64, ttl time.Duration) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
 		SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
 		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, ttl.Milliseconds())
-	return fenced("heartbeat", tag.RowsAffected(), err)
+	return s.fenced(ctx, runID, "heartbeat", tag.RowsAffected(), err)
 }
 
 // Succeed records success; ErrLeaseLost when the token is stale.
@@ -188,7 +237,7 @@ func (s *Store) Succeed(ctx context.Context, runID, token int64) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
 		SET status = 'SUCCEEDED', lease_expires_at = NULL, finished_at = now(), updated_at = now(), last_error = NULL
 		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token)
-	return fenced("succeed", tag.RowsAffected(), err)
+	return s.fenced(ctx, runID, "succeed", tag.RowsAffected(), err)
 }
 
 // RetryLater moves a run to RETRY_WAIT, attempt+1, due after delay;
@@ -198,7 +247,7 @@ func (s *Store) RetryLater(ctx context.Context, runID, token int64, delay time.D
 		SET status = 'RETRY_WAIT', attempt = attempt + 1, next_attempt_at = now() + $3 * interval '1 millisecond',
 			lease_expires_at = NULL, last_error = $4, updated_at = now()
 		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, delay.Milliseconds(), msg)
-	return fenced("retry", tag.RowsAffected(), err)
+	return s.fenced(ctx, runID, "retry", tag.RowsAffected(), err)
 }
 
 // Dead moves a run to DEAD (the DLQ); ErrLeaseLost when the token is stale.
@@ -206,7 +255,7 @@ func (s *Store) Dead(ctx context.Context, runID, token int64, msg string) error 
 	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
 		SET status = 'DEAD', lease_expires_at = NULL, last_error = $3, finished_at = now(), updated_at = now()
 		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, msg)
-	return fenced("dead", tag.RowsAffected(), err)
+	return s.fenced(ctx, runID, "dead", tag.RowsAffected(), err)
 }
 
 // ReapResult counts one reaper pass.

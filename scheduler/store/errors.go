@@ -11,6 +11,12 @@ var (
 	// re-claimed): the caller's write changed nothing.
 	ErrLeaseLost = errors.New("store: lease lost")
 	ErrConflict  = errors.New("store: conflict")
+	// ErrCancelled means the run was cancelled (POST /v1/runs/{id}:cancel
+	// or concurrencyPolicy REPLACE) while the caller held its lease: stop
+	// the attempt; the write changed nothing.
+	ErrCancelled = errors.New("store: run cancelled")
+	// ErrFinished refuses to cancel a run that already ended.
+	ErrFinished = errors.New("store: run already finished")
 	// ErrPaused refuses a manual trigger of a paused job (the runner would
 	// cancel the run).
 	ErrPaused = errors.New("store: job is paused")

@@ -421,3 +421,74 @@ func prefixed(p, cols string) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// GetRun returns one run.
+func (s *Store) GetRun(ctx context.Context, id int64) (Run, error) {
+	rows, _ := s.pool.Query(ctx, `SELECT `+runCols+` FROM scheduler.scheduled_execution WHERE id = $1`, id)
+	r, err := pgx.CollectExactlyOneRow(rows, scanRun)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, ErrNotFound
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("store: %w", err)
+	}
+	return r, nil
+}
+
+// CancelRun cancels a run that has not ended. A waiting or queued run is
+// simply CANCELLED. A RUNNING run is CANCELLED with its lease token
+// bumped: its worker learns it at the next heartbeat (ErrCancelled) and
+// stops, and any later write of that worker is fenced off. Cancelling
+// the waiting (SCHEDULED, automatic) run of a live recurring job skips
+// that one slot: the next slot is chained in the same transaction, so the
+// job keeps firing. A run that already ended is ErrFinished.
+func (s *Store) CancelRun(ctx context.Context, id int64) (Run, error) {
+	var out Run
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			status  string
+			manual  bool
+			slot    time.Time
+			jobID   int64
+			live    bool
+			rawSpec []byte
+		)
+		err := tx.QueryRow(ctx, `SELECT e.status, e.manual, e.scheduled_at, e.schedule_id,
+				d.enabled AND d.deleted_at IS NULL, d.spec
+			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
+			WHERE e.id = $1 FOR UPDATE OF e`, id).Scan(&status, &manual, &slot, &jobID, &live, &rawSpec)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("store: cancel: %w", err)
+		}
+		switch status {
+		case StatusScheduled, StatusQueued, StatusRunning, StatusRetryWait:
+		default:
+			return ErrFinished
+		}
+		rows, _ := tx.Query(ctx, `UPDATE scheduler.scheduled_execution SET status = 'CANCELLED',
+				lease_token = lease_token + CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END,
+				lease_expires_at = NULL, finished_at = now(), updated_at = now(), last_error = 'cancelled via the API'
+			WHERE id = $1 RETURNING `+runCols, id)
+		if out, err = pgx.CollectExactlyOneRow(rows, scanRun); err != nil {
+			return fmt.Errorf("store: cancel: %w", err)
+		}
+		if status != StatusScheduled || manual || !live {
+			return nil
+		}
+		var spec jobspec.Spec
+		if err := json.Unmarshal(rawSpec, &spec); err != nil {
+			return fmt.Errorf("store: cancel: job %d: %w", jobID, err)
+		}
+		if next, ok := spec.NextAfter(slot); ok && spec.Recurring() {
+			if _, err := tx.Exec(ctx, `INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
+				VALUES ($1, $2, 'SCHEDULED') ON CONFLICT (schedule_id, scheduled_at) DO NOTHING`, jobID, next); err != nil {
+				return fmt.Errorf("store: cancel: %w", err)
+			}
+		}
+		return nil
+	})
+	return out, err
+}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/portico-io/portico/scheduler/jobspec"
@@ -36,7 +37,7 @@ const (
 
 // Store is what a worker needs from the store.
 type Store interface {
-	Claim(ctx context.Context, workerID string, n int, ttl time.Duration) ([]store.Lease, error)
+	Claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int) ([]store.Lease, error)
 	Heartbeat(ctx context.Context, runID, token int64, ttl time.Duration) error
 	Succeed(ctx context.Context, runID, token int64) error
 	RetryLater(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
@@ -55,6 +56,10 @@ type Config struct {
 	Lease       time.Duration
 	Poll        time.Duration
 	Concurrency int
+	// ReservedHigh is how many of the Concurrency slots only HIGH-priority
+	// runs may use (default Concurrency/4; negative means none), so a
+	// flood of NORMAL/LOW runs cannot delay HIGH ones.
+	ReservedHigh int
 	// Client overrides the HTTP client (it must enforce the allowlist itself).
 	Client  *http.Client
 	Metrics *metrics.Metrics
@@ -99,6 +104,15 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	switch {
+	case cfg.ReservedHigh == 0:
+		cfg.ReservedHigh = cfg.Concurrency / 4
+	case cfg.ReservedHigh < 0:
+		cfg.ReservedHigh = 0
+	}
+	if cfg.ReservedHigh >= cfg.Concurrency {
+		return nil, errors.New("worker: ReservedHigh must be less than Concurrency")
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
@@ -112,33 +126,37 @@ func New(cfg Config) (*Worker, error) {
 // abandoned on shutdown (their leases expire and the reaper retries them).
 func (w *Worker) Run(ctx context.Context) error {
 	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		inflight int
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		total   int // attempts in flight
+		nonHigh int // of which not HIGH priority
 	)
 	defer wg.Wait()
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
 	for {
 		mu.Lock()
-		free := w.cfg.Concurrency - inflight
+		free := w.cfg.Concurrency - total
+		allowance := w.cfg.Concurrency - w.cfg.ReservedHigh - nonHigh
 		mu.Unlock()
 		if free > 0 {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			leases, err := w.cfg.Store.Claim(cctx, w.cfg.ID, free, w.cfg.Lease)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				w.cfg.Logger.Error("worker: claim failed", "err", err)
-			}
+			leases := w.claim(ctx, free, allowance)
 			w.cfg.Metrics.Transitions.WithLabelValues(store.StatusRunning).Add(float64(len(leases)))
 			for _, l := range leases {
+				high := jobspec.PriorityRank(l.Spec.Execution.Priority) == 0
 				mu.Lock()
-				inflight++
+				total++
+				if !high {
+					nonHigh++
+				}
 				mu.Unlock()
 				wg.Go(func() {
 					w.Execute(ctx, l)
 					mu.Lock()
-					inflight--
+					total--
+					if !high {
+						nonHigh--
+					}
 					mu.Unlock()
 					select {
 					case w.wake <- struct{}{}:
@@ -159,6 +177,29 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
+// claim leases up to free runs of which at most allowance may be below
+// HIGH priority: when the reserve is in use it claims HIGH runs first and
+// fills what the allowance leaves with any priority.
+func (w *Worker) claim(ctx context.Context, free, allowance int) []store.Lease {
+	one := func(n, maxRank int) []store.Lease {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		leases, err := w.cfg.Store.Claim(cctx, w.cfg.ID, n, w.cfg.Lease, maxRank)
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Error("worker: claim failed", "err", err)
+		}
+		return leases
+	}
+	if allowance >= free {
+		return one(free, 2)
+	}
+	leases := one(free, 0)
+	if n := min(free-len(leases), allowance); n > 0 {
+		leases = append(leases, one(n, 2)...)
+	}
+	return leases
+}
+
 // outcome classifies one attempt.
 type outcome int
 
@@ -174,7 +215,10 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 	exec := l.Spec.Execution
 	actx, cancel := context.WithTimeout(ctx, time.Duration(exec.TimeoutSeconds)*time.Second)
 	defer cancel()
-	var lost sync.Once
+	var (
+		lost      sync.Once
+		cancelled atomic.Bool
+	)
 	lostCh := make(chan struct{})
 	markLost := func() { lost.Do(func() { close(lostCh); cancel() }) }
 	hbDone := make(chan struct{})
@@ -191,8 +235,11 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 			hctx, hcancel := context.WithTimeout(actx, w.cfg.Lease/3)
 			err := w.cfg.Store.Heartbeat(hctx, l.RunID, l.Token, w.cfg.Lease)
 			hcancel()
-			if errors.Is(err, store.ErrLeaseLost) {
-				markLost()
+			if errors.Is(err, store.ErrCancelled) {
+				cancelled.Store(true)
+			}
+			if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrCancelled) {
+				markLost() // stop the attempt: the run is no longer ours
 				return
 			}
 		}
@@ -202,6 +249,10 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 	<-hbDone
 	select {
 	case <-lostCh:
+		if cancelled.Load() {
+			w.cfg.Logger.Info("worker: run cancelled during attempt; stopped", "run", l.RunID, "token", l.Token)
+			return
+		}
 		w.cfg.Metrics.LeasesLost.Inc()
 		w.cfg.Logger.Warn("worker: lease lost during attempt; outcome not recorded", "run", l.RunID, "token", l.Token)
 		return
@@ -228,6 +279,9 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 		to, err = store.StatusDead, w.cfg.Store.Dead(wctx, l.RunID, l.Token, msg)
 	}
 	switch {
+	case errors.Is(err, store.ErrCancelled):
+		w.cfg.Logger.Info("worker: run cancelled; outcome not recorded", "run", l.RunID, "token", l.Token)
+		return
 	case errors.Is(err, store.ErrLeaseLost):
 		w.cfg.Metrics.LeasesLost.Inc()
 		w.cfg.Logger.Warn("worker: lease lost; outcome not recorded", "run", l.RunID, "token", l.Token)

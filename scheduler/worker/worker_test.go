@@ -1,10 +1,14 @@
 package worker
 
 import (
+	"context"
+	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/store"
 )
 
 func TestBackoffFullJitter(t *testing.T) {
@@ -24,5 +28,61 @@ func TestBackoffFullJitter(t *testing.T) {
 		if got := Backoff(r, c.attempt, c.u); got != c.want {
 			t.Errorf("Backoff(attempt %d, u %v) = %v, want %v", c.attempt, c.u, got, c.want)
 		}
+	}
+}
+
+// claimRecorder is a worker Store that records claim calls and answers
+// with leases of the priorities queued in it.
+type claimRecorder struct {
+	ready []string // priorities, in claim order
+	calls []string
+}
+
+func (c *claimRecorder) Claim(_ context.Context, _ string, n int, _ time.Duration, maxRank int) ([]store.Lease, error) {
+	c.calls = append(c.calls, fmt.Sprintf("n=%d rank<=%d", n, maxRank))
+	var out []store.Lease
+	rest := c.ready[:0:0]
+	for _, p := range c.ready {
+		if len(out) < n && jobspec.PriorityRank(p) <= maxRank {
+			out = append(out, store.Lease{Spec: &jobspec.Spec{Execution: jobspec.Execution{Priority: p}}})
+			continue
+		}
+		rest = append(rest, p)
+	}
+	c.ready = rest
+	return out, nil
+}
+func (c *claimRecorder) Heartbeat(context.Context, int64, int64, time.Duration) error { return nil }
+func (c *claimRecorder) Succeed(context.Context, int64, int64) error                  { return nil }
+func (c *claimRecorder) RetryLater(context.Context, int64, int64, time.Duration, string) error {
+	return nil
+}
+func (c *claimRecorder) Dead(context.Context, int64, int64, string) error { return nil }
+
+// TestReservedHighCapacity: with 4 slots and 1 reserved, NORMAL runs may
+// take 3; once they do, the last slot is offered to HIGH runs only.
+func TestReservedHighCapacity(t *testing.T) {
+	rec := &claimRecorder{ready: []string{"NORMAL", "NORMAL", "NORMAL", "NORMAL", "NORMAL", "HIGH"}}
+	w, err := New(Config{Store: rec, Client: http.DefaultClient, Concurrency: 4, ReservedHigh: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := w.claim(context.Background(), 4, 3) // idle: 4 free, NORMAL allowance 3
+	if len(got) != 4 || fmt.Sprint(rec.calls) != "[n=4 rank<=0 n=3 rank<=2]" {
+		t.Fatalf("idle claim: %d leases, calls %v", len(got), rec.calls)
+	}
+	if p := got[0].Spec.Execution.Priority; p != "HIGH" {
+		t.Fatalf("first lease %s, want HIGH", p)
+	}
+	rec.calls, rec.ready = nil, []string{"NORMAL", "NORMAL"}
+	if got := w.claim(context.Background(), 1, 0); len(got) != 0 || fmt.Sprint(rec.calls) != "[n=1 rank<=0]" {
+		t.Fatalf("reserved slot went to %v (calls %v)", got, rec.calls)
+	}
+	rec.calls = nil
+	if got := w.claim(context.Background(), 2, 5); len(got) != 2 || fmt.Sprint(rec.calls) != "[n=2 rank<=2]" {
+		t.Fatalf("unreserved claim: %v (calls %v)", got, rec.calls)
+	}
+	if _, err := New(Config{Store: rec, Client: http.DefaultClient, Concurrency: 2, ReservedHigh: 2}); err == nil {
+		t.Fatal("ReservedHigh >= Concurrency accepted")
 	}
 }
