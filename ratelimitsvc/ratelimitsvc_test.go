@@ -314,13 +314,13 @@ func TestControlPlaneRules(t *testing.T) {
 	std.stop()
 	v1 := in.config(t).Versions["xds"]
 
-	// The control plane refuses what ratelimitsvc cannot enforce yet
-	// (SLIDING_WINDOW) instead of shipping a version every replica would
-	// NACK; nothing changes. The NACK path itself is tested in source/
+	// The control plane refuses what ratelimitsvc would NACK (a burst on a
+	// SLIDING_WINDOW rule) instead of shipping a version every replica
+	// rejects; nothing changes. The NACK path itself is tested in source/
 	// against a scripted ADS server.
 	if code := postRuleStatus(t, cp.Admin, map[string]any{"name": "sliding", "domain": "portico", "algorithm": "SLIDING_WINDOW",
-		"descriptors": []any{map[string]any{"key": "path"}}, "limit": 2, "window": "1s"}); code != http.StatusUnprocessableEntity {
-		t.Fatalf("SLIDING_WINDOW rule: %d, want 422", code)
+		"descriptors": []any{map[string]any{"key": "path"}}, "limit": 2, "window": "1s", "burst": 1}); code != http.StatusUnprocessableEntity {
+		t.Fatalf("SLIDING_WINDOW rule with burst: %d, want 422", code)
 	}
 	if c := in.config(t); c.Versions["xds"] != v1 || len(c.Rules) != 1 {
 		t.Fatalf("rules changed after a refused rule: %+v", c)

@@ -216,6 +216,8 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{"unknown cluster", "routes", `{"name":"r","match":{"pathPrefix":"/r"},"cluster":"nope"}`, 422, spec.CodeUnknownRef, "routes/r: cluster"},
 		{"bad regex", "routes", `{"name":"r","match":{"pathRegex":"(["},"cluster":"echo"}`, 422, spec.CodeInvalid, "match.pathRegex"},
 		{"zero limit", "ratelimit-rules", `{"name":"z","domain":"portico","descriptors":[{"key":"consumer"}],"limit":0,"window":"1s"}`, 422, spec.CodeInvalid, "limit"},
+		{"sliding window burst", "ratelimit-rules", `{"name":"s","domain":"portico","descriptors":[{"key":"consumer"}],"limit":5,"window":"1m","algorithm":"SLIDING_WINDOW","burst":2}`, 422, spec.CodeInvalid, "burst"},
+		{"unknown algorithm", "ratelimit-rules", `{"name":"s","domain":"portico","descriptors":[{"key":"consumer"}],"limit":5,"window":"1m","algorithm":"LEAKY"}`, 422, spec.CodeInvalid, "algorithm"},
 		{"conflicting match", "routes", `{"name":"zz","match":{"pathPrefix":"/echo"},"cluster":"echo"}`, 422, spec.CodeConflict, "routes/zz: match"},
 		{"unknown field", "clusters", `{"name":"c","endpoints":[{"address":"127.0.0.1","port":1}],"colour":"red"}`, 422, spec.CodeInvalid, "colour"},
 		{"wrong type", "clusters", `{"name":"c","endpoints":[{"address":"127.0.0.1","port":"80"}]}`, 422, spec.CodeInvalid, "endpoints.port"},

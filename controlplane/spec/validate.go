@@ -514,9 +514,11 @@ func (r *RateLimitRule) Validate() error {
 	switch r.Algorithm {
 	case "", AlgorithmTokenBucket, AlgorithmFixedWindow:
 	case AlgorithmSlidingWindow:
-		// ratelimitsvc does not implement it yet and would NACK the whole
-		// version, freezing every later rule change; refuse it here instead.
-		return fieldErr("algorithm", CodeInvalid, "SLIDING_WINDOW is not supported yet; use TOKEN_BUCKET or FIXED_WINDOW")
+		// A sliding window counter has no burst; ratelimitsvc would NACK the
+		// whole version, so refuse it here.
+		if r.Burst > 0 {
+			return fieldErr("burst", CodeInvalid, "applies to TOKEN_BUCKET only; SLIDING_WINDOW counts at most limit per trailing window")
+		}
 	default:
 		return fieldErr("algorithm", CodeInvalid, "must be TOKEN_BUCKET, SLIDING_WINDOW or FIXED_WINDOW")
 	}

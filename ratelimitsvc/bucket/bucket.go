@@ -21,6 +21,11 @@ const (
 	TokenBucket Kind = iota
 	// FixedWindow admits at most Limit per aligned Window.
 	FixedWindow
+	// SlidingWindow is the sliding window counter: the previous aligned
+	// window's count, weighted by how much of it still overlaps the
+	// trailing Window, plus the current window's count, must stay within
+	// Limit. O(1) state and no boundary doubling, unlike FixedWindow.
+	SlidingWindow
 )
 
 // Item is one bucket a request touches.
@@ -66,10 +71,11 @@ type Decision struct {
 }
 
 // state is one bucket: token bucket (a = tokens in units, b = last refill
-// ms) or fixed window (a = window index, b = count).
+// ms), fixed window (a = window index, b = count) or sliding window (a =
+// window index, b = its count, c = the previous window's count).
 type state struct {
-	a, b   int64
-	exists bool
+	a, b, c int64
+	exists  bool
 }
 
 func ceilDiv(a, b int64) int64 {
@@ -107,6 +113,8 @@ func eval(it Item, s state, now int64) (allowed bool, pre, post Result, next sta
 			post.Remaining = uint64(limit - c - cost)
 		}
 		return allowed, pre, post, state{a: w, b: c + cost, exists: true}
+	case SlidingWindow:
+		return evalSliding(it, s, now)
 	default:
 		capU := int64(it.Capacity) * win
 		costU := cost * win
@@ -141,14 +149,87 @@ func eval(it Item, s state, now int64) (allowed bool, pre, post Result, next sta
 }
 
 // ttl is how long an idle bucket is kept: about twice its full-refill time
-// (token bucket) or until its window ends (fixed window); at least 1s.
+// (token bucket), until its window ends (fixed window) or until the next
+// window ends (sliding window); at least 1s.
 func ttl(it Item, now int64) time.Duration {
 	win := it.Window.Milliseconds()
 	var ms int64
-	if it.Kind == FixedWindow {
+	switch it.Kind {
+	case FixedWindow:
 		ms = (now/win+1)*win - now
-	} else {
+	case SlidingWindow:
+		// The current window's count still weighs until the next one ends.
+		ms = (now/win+2)*win - now
+	default:
 		ms = 2 * ceilDiv(int64(it.Capacity)*win, int64(it.Limit))
 	}
 	return time.Duration(max(ms, 1000)) * time.Millisecond
+}
+
+// evalSliding is eval for SlidingWindow. Counts are weighed in units of
+// 1/window-ms so the blend stays exact in integers: the estimate at offset
+// e into window w is prev×(win−e) + cur×win units against Limit×win.
+func evalSliding(it Item, s state, now int64) (allowed bool, pre, post Result, next state) {
+	win := it.Window.Milliseconds()
+	limit, cost := int64(it.Limit), int64(it.Cost)
+	w := now / win
+	e := now - w*win
+	var cur, prev int64
+	if s.exists {
+		switch s.a {
+		case w:
+			cur, prev = s.b, s.c
+		case w - 1:
+			prev = s.b
+		}
+	}
+	capU := limit * win
+	used := prev*(win-e) + cur*win
+	allowed = used+cost*win <= capU
+	pre = Result{Allowed: allowed, Remaining: uint64(max(0, capU-used) / win), ResetAfter: slidingReset(cur, prev, e, win)}
+	if !allowed {
+		pre.RetryAfter = slidingRetry(cur, prev, cost, limit, e, win)
+	}
+	post = pre
+	next = state{a: w, b: cur, c: prev, exists: true}
+	if allowed {
+		free := (capU - used - cost*win) / win
+		extra := min(int64(it.Lease), free)
+		next.b = cur + cost + extra
+		post.Leased = uint64(extra)
+		post.Remaining = uint64(free - extra)
+		post.ResetAfter = slidingReset(next.b, prev, e, win)
+	}
+	return allowed, pre, post, next
+}
+
+// slidingReset is how long until the estimate is zero: the end of the next
+// window if the current one counted anything, else the end of this one if
+// the previous one did.
+func slidingReset(cur, prev, e, win int64) time.Duration {
+	switch {
+	case cur > 0:
+		return time.Duration(2*win-e) * time.Millisecond
+	case prev > 0:
+		return time.Duration(win-e) * time.Millisecond
+	}
+	return 0
+}
+
+// slidingRetry is the first millisecond at which cost fits: later in this
+// window as the previous window's weight fades, else in the next window
+// (where this window's count becomes the fading one). A cost above the
+// limit never fits; the time until the estimate is zero is reported.
+func slidingRetry(cur, prev, cost, limit, e, win int64) time.Duration {
+	var at int64 // offset from the start of this window
+	switch {
+	case cur+cost <= limit:
+		// prev×(win−x) ≤ (limit−cur−cost)×win  ⇔  x ≥ win − ⌊room/prev⌋
+		at = win - (limit-cur-cost)*win/prev
+	case cost <= limit:
+		at = win + max(0, win-(limit-cost)*win/cur)
+	default:
+		at = 2 * win
+	}
+	return time.Duration(at-e) * time.Millisecond
 }

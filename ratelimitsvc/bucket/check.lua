@@ -2,7 +2,8 @@
 -- this must stay equivalent to eval there).
 -- KEYS[i]: bucket keys, sharing one hash tag.
 -- ARGV[1]: now in ms, or "" to use Redis TIME (the production path).
--- ARGV[2+7(i-1) ..]: kind ("t" token bucket | "f" fixed window), limit,
+-- ARGV[2+7(i-1) ..]: kind ("t" token bucket | "f" fixed window | "s" sliding
+--   window counter), limit,
 --   capacity, window ms, cost, veto ("1" = a denial blocks the commit),
 --   lease (extra tokens to take on commit, as many as are left, at most this).
 -- Returns {committed, then per key: allowed, remaining, retry ms, reset ms,
@@ -18,6 +19,14 @@ end
 local function ceildiv(a, b)
   local q = math.floor(a / b)
   if q * b < a then q = q + 1 end
+  return q
+end
+
+-- fdiv is floor(a / b) for non-negative integers, exact even where the
+-- float quotient rounds up to the next integer.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
 
@@ -37,6 +46,20 @@ for i = 1, n do
     if tonumber(s[1]) == w then c = tonumber(s[2]) or 0 end
     r.allowed = c + cost <= limit
     r.w, r.old, r.new = w, c, c + cost
+  elseif kind == 's' then
+    local w = math.floor(now / win)
+    local e = now - w * win
+    local s = redis.call('HMGET', KEYS[i], 'w', 'c', 'p')
+    local sw, cur, prev = tonumber(s[1]), 0, 0
+    if sw == w then
+      cur, prev = tonumber(s[2]) or 0, tonumber(s[3]) or 0
+    elseif sw == w - 1 then
+      prev = tonumber(s[2]) or 0
+    end
+    local capU = limit * win
+    local used = prev * (win - e) + cur * win
+    r.allowed = used + cost * win <= capU
+    r.w, r.e, r.cur, r.prev, r.capU, r.used, r.cost = w, e, cur, prev, capU, used, cost
   else
     local capU, costU = cap * win, cost * win
     local s = redis.call('HMGET', KEYS[i], 't', 'ts')
@@ -69,6 +92,8 @@ for i = 1, n do
     if r.kind == 'f' then
       leased = math.min(r.lease, r.limit - v)
       v = v + leased
+    elseif r.kind == 's' then
+      leased = math.min(r.lease, fdiv(r.capU - r.used - r.cost * r.win, r.win))
     else
       leased = math.min(r.lease, math.floor(v / r.win))
       v = v - leased * r.win
@@ -86,6 +111,29 @@ for i = 1, n do
     reset = endms
     retry = 0
     if not r.allowed then retry = endms end
+  elseif r.kind == 's' then
+    local cur = r.cur
+    if done then
+      cur = cur + r.cost + leased
+      redis.call('HSET', KEYS[i], 'w', r.w, 'c', cur, 'p', r.prev)
+      redis.call('PEXPIRE', KEYS[i], math.max((r.w + 2) * r.win - now, 1000))
+    end
+    local used = r.prev * (r.win - r.e) + cur * r.win
+    rem = fdiv(math.max(0, r.capU - used), r.win)
+    reset = 0
+    if cur > 0 then reset = 2 * r.win - r.e elseif r.prev > 0 then reset = r.win - r.e end
+    retry = 0
+    if not r.allowed then
+      local at
+      if r.cur + r.cost <= r.limit then
+        at = r.win - fdiv((r.limit - r.cur - r.cost) * r.win, r.prev)
+      elseif r.cost <= r.limit then
+        at = r.win + math.max(0, r.win - fdiv((r.limit - r.cost) * r.win, r.cur))
+      else
+        at = 2 * r.win
+      end
+      retry = at - r.e
+    end
   else
     if done then
       redis.call('HSET', KEYS[i], 't', v, 'ts', now)

@@ -174,8 +174,11 @@ func (r *Redis) check(ctx context.Context, items []Item) (Decision, error) {
 	for i, it := range items {
 		keys[i] = it.Key
 		kind := "t"
-		if it.Kind == FixedWindow {
+		switch it.Kind {
+		case FixedWindow:
 			kind = "f"
+		case SlidingWindow:
+			kind = "s"
 		}
 		veto := "0"
 		if it.Veto {

@@ -18,8 +18,8 @@ type Algorithm int
 const (
 	// TokenBucket refills Limit tokens per Window up to Limit+Burst (the default).
 	TokenBucket Algorithm = iota
-	// SlidingWindow is accepted by the control plane but not implemented yet:
-	// rules using it are refused (NACKed) rather than silently approximated.
+	// SlidingWindow is the sliding window counter: at most Limit in any
+	// trailing Window, estimated from two aligned windows' counts; no burst.
 	SlidingWindow
 	// FixedWindow counts at most Limit per aligned Window (envoyproxy/ratelimit semantics).
 	FixedWindow
@@ -140,10 +140,10 @@ func (r *Rule) Validate() error {
 	if r.Unlimited {
 		return nil
 	}
-	if r.Algorithm == SlidingWindow {
-		return fmt.Errorf("%w: %s: algorithm SLIDING_WINDOW", ErrUnsupported, r.ID)
+	if r.Algorithm == SlidingWindow && r.Burst > 0 {
+		return fmt.Errorf("%w: %s: burst applies to TOKEN_BUCKET only, not SLIDING_WINDOW", ErrInvalid, r.ID)
 	}
-	if r.Algorithm != TokenBucket && r.Algorithm != FixedWindow {
+	if r.Algorithm != TokenBucket && r.Algorithm != FixedWindow && r.Algorithm != SlidingWindow {
 		return fmt.Errorf("%w: %s: unknown algorithm %d", ErrInvalid, r.ID, r.Algorithm)
 	}
 	if r.Window < time.Millisecond || r.Window%time.Millisecond != 0 {
@@ -151,6 +151,10 @@ func (r *Rule) Validate() error {
 	}
 	if float64(r.Capacity())*float64(r.Window.Milliseconds()) >= maxUnits {
 		return fmt.Errorf("%w: %s: (limit+burst) × window in ms must stay below 2^53", ErrInvalid, r.ID)
+	}
+	// The sliding estimate weighs two windows' counts in 1/window-ms units.
+	if r.Algorithm == SlidingWindow && 2*float64(r.Limit)*float64(r.Window.Milliseconds()) >= maxUnits {
+		return fmt.Errorf("%w: %s: 2 × limit × window in ms must stay below 2^53", ErrInvalid, r.ID)
 	}
 	return nil
 }

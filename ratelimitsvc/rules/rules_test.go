@@ -114,9 +114,14 @@ func TestTenantOverridesAndPriority(t *testing.T) {
 			t.Errorf("tenant %q: got %v want %s", tenant, r, want)
 		}
 	}
-	if _, err := rules.FromProto(&ratelimitv1.RateLimitRule{Name: "s", Domain: "d", Limit: 1, Window: durationpb.New(time.Second),
-		Algorithm: ratelimitv1.Algorithm_SLIDING_WINDOW, Descriptors: []*ratelimitv1.Descriptor{{Key: "k"}}}); !errors.Is(err, rules.ErrUnsupported) {
-		t.Errorf("sliding window: %v, want ErrUnsupported", err)
+	sw := &ratelimitv1.RateLimitRule{Name: "s", Domain: "d", Limit: 1, Window: durationpb.New(time.Second),
+		Algorithm: ratelimitv1.Algorithm_SLIDING_WINDOW, Descriptors: []*ratelimitv1.Descriptor{{Key: "k"}}}
+	if r, err := rules.FromProto(sw); err != nil || r.Algorithm != rules.SlidingWindow {
+		t.Errorf("sliding window: %+v, %v", r, err)
+	}
+	sw.Burst = 2
+	if _, err := rules.FromProto(sw); !errors.Is(err, rules.ErrInvalid) {
+		t.Errorf("sliding window with burst: %v, want ErrInvalid", err)
 	}
 }
 

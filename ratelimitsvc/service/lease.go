@@ -204,8 +204,15 @@ func (l *leases) settle(items []bucket.Item, hv []bool, owned []*lease, dec buck
 				}
 				le.held += r.Leased
 				le.expires = 0
-				if it.Kind == bucket.FixedWindow {
+				switch it.Kind {
+				case bucket.FixedWindow:
 					le.expires = now + r.ResetAfter.Milliseconds()
+				case bucket.SlidingWindow:
+					// Leased requests were counted in this window; spent
+					// after it ends they would not be, so the lease ends with
+					// the window (aligned to the epoch, as the store's are).
+					win := it.Window.Milliseconds()
+					le.expires = (now/win + 1) * win
 				}
 			}
 		}

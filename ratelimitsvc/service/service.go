@@ -425,8 +425,11 @@ func headers(r *rules.Rule, res bucket.Result, over bool) []*corev3.HeaderValue 
 
 func itemFor(r *rules.Rule, key string, cost uint64) bucket.Item {
 	it := bucket.Item{Key: key, Limit: uint64(r.Limit), Capacity: r.Capacity(), Window: r.Window, Veto: r.Mode == rules.Enforce}
-	if r.Algorithm == rules.FixedWindow {
+	switch r.Algorithm {
+	case rules.FixedWindow:
 		it.Kind = bucket.FixedWindow
+	case rules.SlidingWindow:
+		it.Kind, it.Capacity = bucket.SlidingWindow, uint64(r.Limit)
 	}
 	it.Cost = clampCost(it, cost)
 	return it
@@ -438,7 +441,7 @@ func itemFor(r *rules.Rule, key string, cost uint64) bucket.Item {
 // client sends.
 func clampCost(it bucket.Item, cost uint64) uint64 {
 	most := it.Capacity
-	if it.Kind == bucket.FixedWindow {
+	if it.Kind != bucket.TokenBucket {
 		most = it.Limit
 	}
 	return min(cost, most+1)

@@ -179,6 +179,36 @@ func TestResponses(t *testing.T) {
 	})
 }
 
+// SLIDING_WINDOW through ShouldRateLimit: no doubling at the window edge,
+// headers from the weighted estimate, and the same answers on both stores.
+func TestSlidingWindowRule(t *testing.T) {
+	backends(t, func(t *testing.T, b service.Backend, clk *clock) {
+		r := rule("sliding", 4, 0, time.Minute, "consumer", "")
+		r.Algorithm = rules.SlidingWindow
+		s := newService(t, b, r)
+		acme := req("portico", desc("consumer", "acme"))
+		clk.Advance(time.Minute - time.Duration(clk.Now().UnixMilli()%60_000)*time.Millisecond - time.Second) // 1s before a window edge
+		var got []string
+		for range 5 {
+			got = append(got, call(t, s, acme).GetOverallCode().String())
+		}
+		clk.Advance(time.Second) // the edge: a fixed window would admit 4 more
+		resp := call(t, s, acme)
+		got = append(got, resp.GetOverallCode().String())
+		if want := "OK OK OK OK OVER_LIMIT OVER_LIMIT"; strings.Join(got, " ") != want {
+			t.Fatalf("sequence %v, want %s", got, want)
+		}
+		// 4×(60−x)/60 + 1 ≤ 4 ⇔ x ≥ 15s into the new window.
+		if h := headers(resp); h != "X-RateLimit-Limit=4 X-RateLimit-Remaining=0 X-RateLimit-Reset=60 Retry-After=15" {
+			t.Fatalf("headers %q", h)
+		}
+		clk.Advance(15 * time.Second)
+		if resp := call(t, s, acme); resp.GetOverallCode() != OK {
+			t.Fatalf("after 15s: %v", resp)
+		}
+	})
+}
+
 // One denied descriptor means nothing is consumed from the others.
 func TestMultiDescriptorCommitsAllOrNothing(t *testing.T) {
 	backends(t, func(t *testing.T, b service.Backend, _ *clock) {
@@ -374,8 +404,10 @@ func FuzzShouldRateLimit(f *testing.F) {
 	un.Unlimited = true
 	pre := rule("pre", 5, 0, time.Minute, "path", "/adm*")
 	pre.Algorithm = rules.FixedWindow
+	sw := rule("sw", 2, 0, time.Minute, "path", "")
+	sw.Algorithm = rules.SlidingWindow
 	live := rules.NewLive()
-	if err := live.Update(rules.SourceXDS, "1", []*rules.Rule{rule("c", 3, 2, time.Second, "consumer", ""), un, pre,
+	if err := live.Update(rules.SourceXDS, "1", []*rules.Rule{rule("c", 3, 2, time.Second, "consumer", ""), un, pre, sw,
 		rule("nested", 1, 0, time.Hour, "consumer", "acme", "path", "")}); err != nil {
 		f.Fatal(err)
 	}
