@@ -108,6 +108,9 @@ func (r *Redis) breaker(shard string) circuitbreaker.CircuitBreaker[any] {
 	return got.(circuitbreaker.CircuitBreaker[any])
 }
 
+// Timeout is the bound on one Check.
+func (r *Redis) Timeout() time.Duration { return r.cfg.Timeout }
+
 // Degraded is the number of shards whose breaker is not closed (open or
 // probing): the portico_ratelimitsvc_degraded gauge.
 func (r *Redis) Degraded() int {

@@ -106,3 +106,69 @@ func TestLeasingHammerFourInstances(t *testing.T) {
 		t.Fatalf("pre-filter: %d store calls for 400 requests on an empty bucket", after-before)
 	}
 }
+
+// hung is a store that never answers: each Check records its context's
+// deadline and returns when the context ends (or after 2×timeout when the
+// caller set no deadline, which the test reports as a failure).
+type hung struct {
+	timeout   time.Duration
+	entered   chan struct{}
+	mu        sync.Mutex
+	deadlines []time.Time // zero = the call had no deadline
+}
+
+func (h *hung) Timeout() time.Duration { return h.timeout }
+
+func (h *hung) Check(ctx context.Context, _ []bucket.Item) (bucket.Decision, error) {
+	dl, _ := ctx.Deadline()
+	h.mu.Lock()
+	h.deadlines = append(h.deadlines, dl)
+	first := len(h.deadlines) == 1
+	h.mu.Unlock()
+	if first {
+		close(h.entered)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * h.timeout):
+	}
+	return bucket.Decision{}, bucket.ErrBackend
+}
+
+// A request that waits for another's lease refill and then calls the store
+// itself spends one store timeout in all, not one per step: its store call
+// carries the deadline set when the request arrived.
+func TestLeasedRequestSpendsOneTimeout(t *testing.T) {
+	hot := rule("hot", 1000, 0, time.Hour, "consumer", "")
+	hot.HighVolume = true
+	st := &hung{timeout: 300 * time.Millisecond, entered: make(chan struct{})}
+	s := newService(t, st, hot)
+	r := req("portico", desc("consumer", "acme"))
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		_, _ = s.ShouldRateLimit(context.Background(), r)
+	}()
+	<-st.entered // the first request's refill is in flight
+	start := time.Now()
+	resp, err := s.ShouldRateLimit(context.Background(), r)
+	if err != nil || resp.GetOverallCode() != OK { // fails open to the local bucket
+		t.Fatalf("second request: %v %v", resp, err)
+	}
+	<-first
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// Either the budget ran out during the wait (one store call: the
+	// refill), or the request called the store with what was left of it.
+	switch n := len(st.deadlines); {
+	case n == 1:
+		return
+	case n > 2:
+		t.Fatalf("%d store calls, want at most 2", n)
+	}
+	// The budget starts inside ShouldRateLimit, a little after start; a
+	// fresh timeout per step would put the deadline near start + 2×timeout.
+	if dl, by := st.deadlines[1], start.Add(st.timeout*3/2); dl.IsZero() || dl.After(by) {
+		t.Fatalf("the waiting request's store call has deadline %v, want by %v (one timeout after it arrived)", dl, by)
+	}
+}

@@ -302,9 +302,16 @@ func (s *Service) decide(ctx context.Context, matches []match, items []bucket.It
 		return s.cfg.Backend.Check(ctx, items)
 	}
 	// A request that finds its lease short while a batch is on its way
-	// waits for it (at most the store timeout) instead of calling the
-	// store too — once: if that batch does not cover it either, it calls
-	// the store itself. Worst case, a leased request takes two timeouts.
+	// waits for it instead of calling the store too — once: if that batch
+	// does not cover it either, it calls the store itself. The wait and the
+	// call share one store timeout, so leasing never adds more than one
+	// timeout to a request; a call left without budget fails like a slow
+	// store (fail modes apply).
+	if b, ok := s.cfg.Backend.(interface{ Timeout() time.Duration }); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.Timeout())
+		defer cancel()
+	}
 	for range 2 {
 		if dec, done := s.leases.try(items, hv); done {
 			s.m.leaseLocal.Inc()
