@@ -22,6 +22,7 @@ import (
 	"github.com/portico-io/portico/scheduler/api"
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/metrics"
+	"github.com/portico-io/portico/scheduler/notify"
 	"github.com/portico-io/portico/scheduler/reaper"
 	"github.com/portico-io/portico/scheduler/runner"
 	"github.com/portico-io/portico/scheduler/store"
@@ -35,10 +36,10 @@ const (
 )
 
 // Roles selects what a process does.
-type Roles struct{ API, Runner, Worker, Reaper bool }
+type Roles struct{ API, Runner, Worker, Reaper, Notifier bool }
 
 // AllRoles enables every role.
-var AllRoles = Roles{API: true, Runner: true, Worker: true, Reaper: true}
+var AllRoles = Roles{API: true, Runner: true, Worker: true, Reaper: true, Notifier: true}
 
 // Config configures Run. Zero durations take each role's default.
 type Config struct {
@@ -128,8 +129,15 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		g.Go(func() error { return r.Run(gctx) })
 	}
+	if cfg.Roles.Notifier {
+		n, err := notify.New(notify.Config{Store: st, Guard: guard, Sent: m.Notifications, Logger: log})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return n.Run(gctx) })
+	}
 	log.Info("scheduler: serving", "addr", lis.Addr().String(), "api", cfg.Roles.API, "runner", cfg.Roles.Runner,
-		"worker", cfg.Roles.Worker, "reaper", cfg.Roles.Reaper)
+		"worker", cfg.Roles.Worker, "reaper", cfg.Roles.Reaper, "notifier", cfg.Roles.Notifier)
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

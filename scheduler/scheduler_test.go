@@ -21,6 +21,7 @@ import (
 	"github.com/portico-io/portico/scheduler"
 	"github.com/portico-io/portico/scheduler/api"
 	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/notify"
 	"github.com/portico-io/portico/scheduler/reaper"
 	"github.com/portico-io/portico/scheduler/runner"
 	"github.com/portico-io/portico/scheduler/store"
@@ -95,6 +96,7 @@ func (e *env) createJob(t *testing.T, spec string) string {
 type roles struct {
 	lease        time.Duration
 	beforeRecord func(store.Lease)
+	notifier     bool
 }
 
 // start runs a runner, a worker and a reaper with test-speed intervals.
@@ -118,6 +120,14 @@ func (e *env) start(t *testing.T, r roles) {
 	wg.Go(func() { _ = rn.Run(ctx) })
 	wg.Go(func() { _ = wk.Run(ctx) })
 	wg.Go(func() { _ = rp.Run(ctx) })
+	if r.notifier {
+		n, err := notify.New(notify.Config{Store: e.st, Guard: e.guard, Poll: 20 * time.Millisecond,
+			InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, MaxAttempts: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = n.Run(ctx) })
+	}
 }
 
 // eventually polls cond until it holds or the deadline passes (the

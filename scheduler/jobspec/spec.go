@@ -65,8 +65,22 @@ type Spec struct {
 	Schedule  Schedule  `json:"schedule"`
 	Target    Target    `json:"target"`
 	Execution Execution `json:"execution"`
-	Enabled   *bool     `json:"enabled,omitempty"`
+	// Notifications are webhooks told about failed attempts and dead letters.
+	Notifications *Notifications `json:"notifications,omitempty"`
+	Enabled       *bool          `json:"enabled,omitempty"`
 }
+
+// Notifications lists webhook URLs (POSTed a JSON event, through the same
+// SSRF guard as targets). OnFailure hears of every failed attempt
+// (including lease expiries and the last attempt); OnDeadLetter of a run
+// moving to DEAD.
+type Notifications struct {
+	OnFailure    []string `json:"onFailure,omitempty"`
+	OnDeadLetter []string `json:"onDeadLetter,omitempty"`
+}
+
+// MaxNotificationURLs bounds each notification list.
+const MaxNotificationURLs = 10
 
 // Schedule says when a job fires; Type decides which fields apply.
 type Schedule struct {
@@ -208,7 +222,38 @@ func (s *Spec) Normalize(g *Guard) error {
 	if err := s.Target.normalize(g); err != nil {
 		return err
 	}
+	if err := s.Notifications.normalize(g); err != nil {
+		return err
+	}
 	return s.Execution.normalize()
+}
+
+func (n *Notifications) normalize(g *Guard) error {
+	if n == nil {
+		return nil
+	}
+	for _, l := range []struct {
+		name string
+		urls []string
+	}{{"notifications.onFailure", n.OnFailure}, {"notifications.onDeadLetter", n.OnDeadLetter}} {
+		name, list := l.name, l.urls
+		if len(list) > MaxNotificationURLs {
+			return fieldErr(name, "at most %d URLs", MaxNotificationURLs)
+		}
+		for i, raw := range list {
+			field := fmt.Sprintf("%s[%d]", name, i)
+			u, err := url.Parse(raw)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || len(raw) > 2048 {
+				return fieldErr(field, "must be an absolute http(s) URL without credentials")
+			}
+			if g != nil {
+				if err := g.CheckURL(raw); err != nil {
+					return fieldErr(field, "%v", err)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func (sc *Schedule) normalize() error {

@@ -18,6 +18,10 @@ type Metrics struct {
 	LeaseExpirations prometheus.Counter
 	// LeasesLost counts attempts whose worker found its token stale.
 	LeasesLost prometheus.Counter
+	// Notifications counts webhook deliveries by result (sent, retry, failed).
+	Notifications *prometheus.CounterVec
+	// Replaced counts runs cancelled by concurrencyPolicy REPLACE.
+	Replaced prometheus.Counter
 }
 
 // New registers the collectors on reg (nil: a throwaway registry).
@@ -39,7 +43,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "RUNNING runs whose lease expired and were reaped."}),
 		LeasesLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_leases_lost_total",
 			Help: "Attempts whose completion or heartbeat was refused because the lease token moved on."}),
+		Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_scheduler_notifications_total",
+			Help: "Failure and dead-letter webhook deliveries by result (sent, retry, failed)."}, []string{"result"}),
+		Replaced: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_replaced_runs_total",
+			Help: "Runs cancelled because a newer slot fired under concurrencyPolicy REPLACE."}),
 	}
-	reg.MustRegister(m.Lag, m.Transitions, m.Retries, m.DeadLetters, m.LeaseExpirations, m.LeasesLost)
+	reg.MustRegister(m.Lag, m.Transitions, m.Retries, m.DeadLetters, m.LeaseExpirations, m.LeasesLost, m.Notifications, m.Replaced)
 	return m
 }

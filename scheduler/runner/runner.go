@@ -106,6 +106,8 @@ func (r *Runner) tick(ctx context.Context) {
 		for st, n := range res.ByStatus {
 			r.cfg.Metrics.Transitions.WithLabelValues(st).Add(float64(n))
 		}
+		r.cfg.Metrics.Replaced.Add(float64(res.Replaced))
+		r.cfg.Metrics.Transitions.WithLabelValues(store.StatusCancelled).Add(float64(res.Replaced))
 		for _, l := range res.Lags {
 			r.cfg.Metrics.Lag.Observe(l.Seconds())
 		}

@@ -240,22 +240,42 @@ func (s *Store) Succeed(ctx context.Context, runID, token int64) error {
 	return s.fenced(ctx, runID, "succeed", tag.RowsAffected(), err)
 }
 
-// RetryLater moves a run to RETRY_WAIT, attempt+1, due after delay;
-// ErrLeaseLost when the token is stale.
+// notifyCTE, appended to a WITH whose CTE "src" returns the runs that just
+// failed (id, schedule_id, scheduled_at, failed_attempt, err, dead),
+// inserts their notifications into the outbox in the same statement: a
+// FAILURE event per onFailure URL for every row, a DEAD_LETTER event per
+// onDeadLetter URL for dead ones.
+const notifyCTE = `, nf AS (
+	INSERT INTO scheduler.notification_outbox (event, url, run_id, schedule_id, tenant, scheduled_at, run_attempt, error)
+	SELECT ev.event, u.v, s.id, s.schedule_id, d.tenant, s.scheduled_at, s.failed_attempt, s.err
+	FROM src s JOIN scheduler.schedule_details d ON d.id = s.schedule_id
+	CROSS JOIN LATERAL (VALUES ('FAILURE', 'onFailure'), ('DEAD_LETTER', 'onDeadLetter')) ev(event, key)
+	CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(d.spec->'notifications'->ev.key, '[]'::jsonb)) u(v)
+	WHERE ev.event = 'FAILURE' OR s.dead)`
+
+// RetryLater moves a run to RETRY_WAIT, attempt+1, due after delay, and
+// queues its onFailure notifications; ErrLeaseLost when the token is stale.
 func (s *Store) RetryLater(ctx context.Context, runID, token int64, delay time.Duration, msg string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH src AS (UPDATE scheduler.scheduled_execution
 		SET status = 'RETRY_WAIT', attempt = attempt + 1, next_attempt_at = now() + $3 * interval '1 millisecond',
 			lease_expires_at = NULL, last_error = $4, updated_at = now()
-		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, delay.Milliseconds(), msg)
-	return s.fenced(ctx, runID, "retry", tag.RowsAffected(), err)
+		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'
+		RETURNING id, schedule_id, scheduled_at, attempt - 1 AS failed_attempt, last_error AS err, false AS dead)`+notifyCTE+`
+		SELECT count(*) FROM src`, runID, token, delay.Milliseconds(), msg).Scan(&n)
+	return s.fenced(ctx, runID, "retry", n, err)
 }
 
-// Dead moves a run to DEAD (the DLQ); ErrLeaseLost when the token is stale.
+// Dead moves a run to DEAD (the DLQ) and queues its onFailure and
+// onDeadLetter notifications; ErrLeaseLost when the token is stale.
 func (s *Store) Dead(ctx context.Context, runID, token int64, msg string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH src AS (UPDATE scheduler.scheduled_execution
 		SET status = 'DEAD', lease_expires_at = NULL, last_error = $3, finished_at = now(), updated_at = now()
-		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, msg)
-	return s.fenced(ctx, runID, "dead", tag.RowsAffected(), err)
+		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'
+		RETURNING id, schedule_id, scheduled_at, attempt AS failed_attempt, last_error AS err, true AS dead)`+notifyCTE+`
+		SELECT count(*) FROM src`, runID, token, msg).Scan(&n)
+	return s.fenced(ctx, runID, "dead", n, err)
 }
 
 // ReapResult counts one reaper pass.
@@ -264,7 +284,8 @@ type ReapResult struct{ Retried, Dead int }
 // Reap takes up to batch RUNNING runs whose lease expired (database
 // clock) and, bumping each token so the vanished worker's writes fail,
 // moves them to RETRY_WAIT with attempt+1 and a full-jitter backoff, or to
-// DEAD once the job's maxAttempts are used up.
+// DEAD once the job's maxAttempts are used up, queueing notifications as
+// RetryLater and Dead do.
 func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
 	rows, err := s.pool.Query(ctx, `WITH expired AS (
 			SELECT e.id, e.attempt >= (d.spec->'execution'->'retry'->>'maxAttempts')::int AS last,
@@ -273,7 +294,7 @@ func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
 			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
 			WHERE e.status = 'RUNNING' AND e.lease_expires_at < now()
 			ORDER BY e.lease_expires_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED)
-		UPDATE scheduler.scheduled_execution e
+		, src AS (UPDATE scheduler.scheduled_execution e
 		SET status = CASE WHEN x.last THEN 'DEAD' ELSE 'RETRY_WAIT' END,
 			attempt = CASE WHEN x.last THEN e.attempt ELSE e.attempt + 1 END,
 			next_attempt_at = CASE WHEN x.last THEN NULL ELSE now() + random() * x.cap_ms * interval '1 millisecond' END,
@@ -281,7 +302,9 @@ func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
 			lease_token = e.lease_token + 1, lease_expires_at = NULL,
 			last_error = 'lease expired (worker ' || coalesce(e.worker_id, '?') || ' stopped heartbeating)', updated_at = now()
 		FROM expired x WHERE x.id = e.id
-		RETURNING x.last`, batch)
+		RETURNING e.id, e.schedule_id, e.scheduled_at, CASE WHEN x.last THEN e.attempt ELSE e.attempt - 1 END AS failed_attempt,
+			e.last_error AS err, x.last AS dead)`+notifyCTE+`
+		SELECT dead FROM src`, batch)
 	if err != nil {
 		return ReapResult{}, fmt.Errorf("store: reap: %w", err)
 	}

@@ -25,6 +25,7 @@ func main() {
 	roleRunner := fs.Bool("runner", true, "fire due runs")
 	roleWorker := fs.Bool("worker", true, "execute runs")
 	roleReaper := fs.Bool("reaper", true, "recover runs with expired leases")
+	roleNotifier := fs.Bool("notifier", true, "deliver failure and dead-letter webhooks from the outbox")
 	workerID := envflag.String(fs, "worker-id", "PORTICO_NODE_ID", "", "worker id recorded on runs (default host-pid)")
 	lease := envflag.Duration(fs, "lease", "PORTICO_SCHEDULER_LEASE", 0, "worker lease (default 30s)")
 	tick := envflag.Duration(fs, "tick", "PORTICO_SCHEDULER_TICK", 0, "runner tick (default 1s)")
@@ -40,7 +41,7 @@ func main() {
 	}
 	cfg := scheduler.Config{
 		HTTPAddr: *addr, DatabaseURL: *db, TargetAllowlist: *allow, WorkerID: *workerID,
-		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper},
+		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
 		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), Logger: log,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
