@@ -45,3 +45,17 @@ func Duration(fs *flag.FlagSet, name, env string, def time.Duration, usage strin
 	}
 	return fs.Duration(name, def, fmt.Sprintf("%s (env %s)", usage, env))
 }
+
+// Bool defines a bool flag defaulting to $env (strconv.ParseBool: 1, t,
+// true, 0, f, false …), else def.
+func Bool(fs *flag.FlagSet, name, env string, def bool, usage string) *bool {
+	if v, ok := os.LookupEnv(env); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s=%q: not a boolean\n", env, v)
+			os.Exit(2)
+		}
+		def = b
+	}
+	return fs.Bool(name, def, fmt.Sprintf("%s (env %s)", usage, env))
+}
