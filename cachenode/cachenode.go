@@ -1,0 +1,175 @@
+// Package cachenode runs one Portico cache node: a Redis-protocol (RESP2 and
+// RESP3) in-memory cache with namespaces (per-tenant quota, eviction policy,
+// default TTL, value-size and rate limits), lazy and active expiry, hot-key
+// sampling and per-namespace metrics. RESP on :7000, HTTP /metrics,
+// /healthz, /readyz on :18700.
+//
+// Clustering (slots, migration, replication) is a later step: the keyspace
+// is already sharded by Redis Cluster slot behind keyspace.Store.
+package cachenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/portico-io/portico/cachenode/command"
+	"github.com/portico-io/portico/cachenode/expire"
+	"github.com/portico-io/portico/cachenode/metrics"
+	"github.com/portico-io/portico/cachenode/namespace"
+	"github.com/portico-io/portico/cachenode/server"
+	"github.com/portico-io/portico/internal/health"
+	"github.com/portico-io/portico/internal/httpserver"
+)
+
+// Defaults (ARCHITECTURE.md ports).
+const (
+	DefaultRESPAddr = ":7000"
+	DefaultHTTPAddr = ":18700"
+)
+
+// Config configures Run. Zero values take defaults.
+type Config struct {
+	NodeID   string
+	RESPAddr string
+	HTTPAddr string
+	// NamespacesFile is a YAML namespaces file (see package namespace),
+	// re-read every ReloadInterval; empty = only the default namespace.
+	NamespacesFile string
+	ReloadInterval time.Duration
+	// MaxMemory is the node-wide limit in bytes (0 = unlimited).
+	MaxMemory int64
+	// RequireAuth refuses commands before AUTH <namespace> <secret>.
+	RequireAuth bool
+	// Shards per namespace keyspace (default keyspace.DefaultShards).
+	Shards int
+	// MaxClients caps connections (default server.DefaultMaxClients).
+	MaxClients int
+	// HotKeySink receives every sampled key access (the optional sample
+	// stream); it must not block.
+	HotKeySink func(namespace, key string)
+	Logger     *slog.Logger
+	Registry   *prometheus.Registry
+	// Ready, when set, receives the listening addresses (a test hook).
+	Ready chan<- Addrs
+}
+
+// Addrs are the addresses the node listens on.
+type Addrs struct{ RESP, HTTP string }
+
+func (c *Config) defaults() {
+	if c.RESPAddr == "" {
+		c.RESPAddr = DefaultRESPAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.NodeID == "" {
+		h, _ := os.Hostname()
+		c.NodeID = fmt.Sprintf("cachenode-%s-%d", h, os.Getpid())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+}
+
+// Run serves until ctx is done.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	if cfg.MaxMemory < 0 {
+		return fmt.Errorf("cachenode: MaxMemory %d is negative", cfg.MaxMemory)
+	}
+	log := cfg.Logger
+	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: cfg.Shards, HotKeySink: cfg.HotKeySink})
+	var watcher *namespace.Watcher
+	if cfg.NamespacesFile != "" {
+		watcher = &namespace.Watcher{Path: cfg.NamespacesFile, Registry: reg, Interval: cfg.ReloadInterval, Logger: log}
+		if err := watcher.Load(); err != nil {
+			return fmt.Errorf("cachenode: %w", err)
+		}
+	}
+	respLis, err := net.Listen("tcp", cfg.RESPAddr)
+	if err != nil {
+		return fmt.Errorf("cachenode: listen %s: %w", cfg.RESPAddr, err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		respLis.Close()
+		return fmt.Errorf("cachenode: listen %s: %w", cfg.HTTPAddr, err)
+	}
+	port := 0
+	if ta, ok := respLis.Addr().(*net.TCPAddr); ok {
+		port = ta.Port
+	}
+
+	var srv *server.Server
+	clients := func() int {
+		if srv == nil {
+			return 0
+		}
+		return srv.Clients()
+	}
+	m, err := metrics.New(cfg.Registry, reg, cfg.MaxMemory, clients)
+	if err != nil {
+		return fmt.Errorf("cachenode: metrics: %w", err)
+	}
+	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
+		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe})
+	if err != nil {
+		return fmt.Errorf("cachenode: %w", err)
+	}
+	srv, err = server.New(server.Config{Engine: eng, MaxClients: cfg.MaxClients, Logger: log})
+	if err != nil {
+		return fmt.Errorf("cachenode: %w", err)
+	}
+	cycler := expire.New(expire.Config{Targets: func() []expire.Target {
+		all := reg.All()
+		out := make([]expire.Target, len(all))
+		for i, n := range all {
+			out[i] = n.DB
+		}
+		return out
+	}})
+
+	var serving atomic.Bool
+	checks := health.New()
+	checks.Add("resp", func(context.Context) error {
+		if !serving.Load() {
+			return errors.New("RESP listener not serving")
+		}
+		return nil
+	})
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Serve(gctx, respLis) })
+	g.Go(func() error {
+		return httpserver.Serve(gctx, httpLis, httpserver.Config{Gatherer: cfg.Registry, Health: checks, Logger: log})
+	})
+	g.Go(func() error { return cycler.Run(gctx) })
+	if watcher != nil {
+		g.Go(func() error { return watcher.Run(gctx) })
+	}
+	serving.Store(true)
+	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "http", httpLis.Addr().String(),
+		"maxmemory", strconv.FormatInt(cfg.MaxMemory, 10), "requireAuth", cfg.RequireAuth, "namespaces", len(reg.All()))
+	if cfg.Ready != nil {
+		cfg.Ready <- Addrs{RESP: respLis.Addr().String(), HTTP: httpLis.Addr().String()}
+	}
+	err = g.Wait()
+	serving.Store(false)
+	return err
+}

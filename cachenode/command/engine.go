@@ -1,0 +1,313 @@
+// Package command is the command layer of a cache node: the command table
+// (names, arity, flags, key specs, as COMMAND reports them), the handlers
+// with Redis semantics and error strings, and Engine.Exec, which runs one
+// command for one connection: authentication, namespace rate limits,
+// eviction before writes, shard locking of the declared keys, counters.
+//
+// Exec writes exactly one reply per command into a resp.Writer and never
+// does network I/O, so it is what the server calls per pipelined command and
+// what the fuzz test drives directly.
+package command
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/portico-io/portico/cachenode/keyspace"
+	"github.com/portico-io/portico/cachenode/namespace"
+	"github.com/portico-io/portico/cachenode/resp"
+)
+
+// DefaultEvictionSamples is how many keys each eviction step samples
+// (Redis's maxmemory-samples).
+const DefaultEvictionSamples = 5
+
+// maxEvictionsPerCommand bounds the work one write does to make room; past
+// it the write is refused with OOM instead of stalling the connection.
+const maxEvictionsPerCommand = 4096
+
+// Config configures an Engine. Registry is required.
+type Config struct {
+	Registry *namespace.Registry
+	// MaxMemory is the node-wide limit in bytes (0 = none). Over it, a write
+	// evicts from its own namespace (or gets OOM under noeviction).
+	MaxMemory int64
+	// RequireAuth refuses commands before AUTH; otherwise connections start
+	// in namespace "default".
+	RequireAuth bool
+	// EvictionSamples is the number of keys sampled per eviction.
+	EvictionSamples int
+	NodeID          string
+	// Port is reported by INFO.
+	Port int
+	// Clients returns the number of connected clients for INFO.
+	Clients func() int
+	// Observe, when set, is called after every command (metrics).
+	Observe func(ns *namespace.Namespace, cmd string, d time.Duration, err bool)
+	// Now is the wall clock (default time.Now), used for TIME and INFO.
+	Now func() time.Time
+}
+
+// Engine runs commands. It is safe for concurrent use; each Session is not.
+type Engine struct {
+	cfg      Config
+	started  time.Time
+	nextID   atomic.Int64
+	commands atomic.Int64
+	conns    atomic.Int64
+}
+
+// New returns an Engine.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Registry == nil {
+		return nil, errors.New("command: Config.Registry is required")
+	}
+	if cfg.MaxMemory < 0 {
+		return nil, fmt.Errorf("command: MaxMemory %d is negative", cfg.MaxMemory)
+	}
+	if cfg.EvictionSamples <= 0 {
+		cfg.EvictionSamples = DefaultEvictionSamples
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Clients == nil {
+		cfg.Clients = func() int { return 0 }
+	}
+	return &Engine{cfg: cfg, started: cfg.Now()}, nil
+}
+
+// Session is one connection's state. Create it with NewSession.
+type Session struct {
+	ID      int64
+	Proto   int
+	Name    string
+	LibName string
+	LibVer  string
+	Addr    string
+	NS      *namespace.Namespace
+	Authed  bool
+	// Quit is set by QUIT: the server closes the connection after the reply.
+	Quit bool
+}
+
+// NewSession returns the state of a new connection, bound to the default
+// namespace.
+func (e *Engine) NewSession(addr string) *Session {
+	e.conns.Add(1)
+	ns, _ := e.cfg.Registry.Get(namespace.Default)
+	return &Session{ID: e.nextID.Add(1), Proto: 2, Addr: addr, NS: ns}
+}
+
+// Ctx is what a handler sees.
+type Ctx struct {
+	e    *Engine
+	Args [][]byte
+	W    *resp.Writer
+	S    *Session
+	NS   *namespace.Namespace
+	Tx   *keyspace.Txn
+	spec *Spec
+}
+
+func (c *Ctx) db() *keyspace.DB { return c.NS.DB }
+
+// read returns the live entry at key, counting a hit or a miss.
+func (c *Ctx) read(key []byte) *keyspace.Entry {
+	e := c.Tx.Get(key)
+	p := c.NS.Prefix(key)
+	if e == nil {
+		c.NS.Counters.Misses.Add(1)
+		if p != nil {
+			p.Misses.Add(1)
+		}
+	} else {
+		c.NS.Counters.Hits.Add(1)
+		if p != nil {
+			p.Hits.Add(1)
+		}
+	}
+	return e
+}
+
+// valueOK checks a value size against the namespace limit, replying with an
+// error when it is too large.
+func (c *Ctx) valueOK(n int) bool {
+	if lim := c.NS.Settings().MaxValueSize; int64(n) > lim {
+		c.W.Error(fmt.Sprintf("ERR value of %d bytes exceeds the namespace's max value size of %d bytes", n, lim))
+		return false
+	}
+	return true
+}
+
+// defaultExpire is the deadline for a new key without an explicit TTL.
+func (c *Ctx) defaultExpire() int64 {
+	if ttl := c.NS.Settings().DefaultTTL; ttl > 0 {
+		return c.Tx.Now() + ttl.Milliseconds()
+	}
+	return 0
+}
+
+// Close records that a session's connection is gone.
+func (e *Engine) Close(s *Session) { e.conns.Add(-1) }
+
+// Exec runs args (args[0] is the command name) for s, appending exactly one
+// reply to w. args may alias a network buffer: nothing retains them.
+func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
+	if len(args) == 0 {
+		w.Error("ERR empty command")
+		return
+	}
+	w.Proto = s.Proto
+	spec := lookup(args[0])
+	if spec == nil {
+		w.Error(unknownCommand(args))
+		return
+	}
+	if (spec.Arity > 0 && len(args) != spec.Arity) || (spec.Arity < 0 && len(args) < -spec.Arity) {
+		w.Error("ERR wrong number of arguments for '" + spec.Name + "' command")
+		return
+	}
+	if e.cfg.RequireAuth && !s.Authed && !spec.has(flagNoAuth) {
+		w.Error(errNoAuth)
+		return
+	}
+	ns := s.NS
+	if ns.Removed() {
+		w.Error("ERR namespace '" + ns.Name + "' no longer exists; AUTH into another one")
+		return
+	}
+	start := time.Now()
+	nowMs := ns.DB.Now()
+	e.commands.Add(1)
+	reqBytes := 0
+	for _, a := range args {
+		reqBytes += len(a)
+	}
+	if !spec.has(flagNoAuth) {
+		if err := ns.Admit(reqBytes, nowMs); err != nil {
+			what := "ops"
+			if errors.Is(err, namespace.ErrRateBytes) {
+				what = "bandwidth"
+			}
+			w.Error("ERR namespace '" + ns.Name + "' " + what + " rate limited")
+			e.observe(ns, spec, start, true)
+			return
+		}
+	}
+	if spec.has(flagDenyOOM) && !e.makeRoom(ns) {
+		ns.Counters.OOM.Add(1)
+		w.Error(errOOM)
+		e.observe(ns, spec, start, true)
+		return
+	}
+	ns.Counters.Ops.Add(1)
+	var keysBuf [8][]byte
+	keys := spec.keys(args, keysBuf[:0])
+	for _, k := range keys {
+		ns.Hot.Observe(k)
+	}
+	if len(keys) > 0 {
+		if p := ns.Prefix(keys[0]); p != nil {
+			p.Ops.Add(1)
+		}
+	}
+	before := len(w.Buf)
+	c := Ctx{e: e, Args: args, W: w, S: s, NS: ns, spec: spec}
+	var tx keyspace.Txn
+	ns.DB.Begin(&tx, keys)
+	c.Tx = &tx
+	spec.fn(&c)
+	tx.End()
+	if c.NS != ns { // AUTH/HELLO switched namespaces
+		ns = c.NS
+	}
+	ns.ChargeReply(len(w.Buf)-before, nowMs)
+	e.observe(ns, spec, start, len(w.Buf) > before && w.Buf[before] == '-')
+}
+
+func (e *Engine) observe(ns *namespace.Namespace, spec *Spec, start time.Time, isErr bool) {
+	if e.cfg.Observe != nil {
+		e.cfg.Observe(ns, spec.Name, time.Since(start), isErr)
+	}
+}
+
+// makeRoom evicts from ns until it is under its quota and the node under
+// maxmemory. It reports false when it cannot (noeviction, nothing left to
+// evict, or the per-command bound reached).
+func (e *Engine) makeRoom(ns *namespace.Namespace) bool {
+	node := e.cfg.Registry.NodeUsage()
+	over := func() bool {
+		return ns.OverQuota() || (e.cfg.MaxMemory > 0 && node.Load() > e.cfg.MaxMemory)
+	}
+	for i := 0; over(); i++ {
+		if i == maxEvictionsPerCommand {
+			return false
+		}
+		if _, ok := ns.DB.EvictOne(e.cfg.EvictionSamples); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func unknownCommand(args [][]byte) string {
+	var b strings.Builder
+	b.WriteString("ERR unknown command '")
+	b.WriteString(truncate(args[0], 128))
+	b.WriteString("', with args beginning with: ")
+	for i, a := range args[1:] {
+		if i == 16 {
+			break
+		}
+		b.WriteString("'")
+		b.WriteString(truncate(a, 128))
+		b.WriteString("' ")
+	}
+	return b.String()
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return string(b)
+}
+
+// parseInt parses a Redis integer argument.
+func parseInt(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	return n, err == nil
+}
+
+func parseFloat(b []byte) (float64, bool) {
+	if len(b) == 0 || len(b) > 64 {
+		return 0, false
+	}
+	s := string(b)
+	if strings.ContainsAny(s, " \t\r\n") {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		ls := strings.ToLower(s)
+		switch ls {
+		case "inf", "+inf", "infinity", "+infinity", "-inf", "-infinity":
+			return f, true
+		}
+		return 0, false
+	}
+	if f != f { // NaN
+		return 0, false
+	}
+	return f, true
+}
+
+func eqFold(b []byte, s string) bool { return strings.EqualFold(string(b), s) }

@@ -1,0 +1,409 @@
+package command
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/portico-io/portico/cachenode/namespace"
+)
+
+// Version is what HELLO and INFO report as redis_version: the Redis
+// release whose command semantics this node follows.
+const Version = "7.2.0"
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func cmdPing(c *Ctx) {
+	switch len(c.Args) {
+	case 1:
+		c.W.Simple("PONG")
+	case 2:
+		c.W.Bulk(c.Args[1])
+	default:
+		c.W.Error("ERR wrong number of arguments for 'ping' command")
+	}
+}
+
+func cmdEcho(c *Ctx) { c.W.Bulk(c.Args[1]) }
+
+func cmdSelect(c *Ctx) {
+	n, ok := atoi(c.Args[1])
+	if !ok {
+		c.W.Error(errNotInt)
+		return
+	}
+	if n != 0 {
+		c.W.Error(errDBIndex)
+		return
+	}
+	c.W.OK()
+}
+
+func cmdQuit(c *Ctx) {
+	c.S.Quit = true
+	c.W.OK()
+}
+
+// authenticate binds the session to namespace name if secret matches and
+// writes the error reply otherwise.
+func (c *Ctx) authenticate(name string, secret []byte, legacy bool) bool {
+	ns, err := c.e.cfg.Registry.Auth(name, secret)
+	switch {
+	case errors.Is(err, namespace.ErrNoSecret) && legacy:
+		c.W.Error(errNoPassword)
+		return false
+	case err != nil:
+		c.W.Error(errWrongPass)
+		return false
+	}
+	c.S.NS, c.S.Authed, c.NS = ns, true, ns
+	return true
+}
+
+func cmdAuth(c *Ctx) {
+	switch len(c.Args) {
+	case 2:
+		if c.authenticate(namespace.Default, c.Args[1], true) {
+			c.W.OK()
+		}
+	case 3:
+		if c.authenticate(string(c.Args[1]), c.Args[2], false) {
+			c.W.OK()
+		}
+	default:
+		c.W.Error(errSyntax)
+	}
+}
+
+func cmdHello(c *Ctx) {
+	proto := c.S.Proto
+	i := 1
+	if len(c.Args) > 1 {
+		v, ok := atoi(c.Args[1])
+		if !ok {
+			c.W.Error("ERR Protocol version is not an integer or out of range")
+			return
+		}
+		if v != 2 && v != 3 {
+			c.W.Error(errNoProto)
+			return
+		}
+		proto, i = int(v), 2
+	}
+	var name []byte
+	for ; i < len(c.Args); i++ {
+		switch lower(c.Args[i]) {
+		case "auth":
+			if i+2 >= len(c.Args) {
+				c.W.Error("ERR Syntax error in HELLO option 'auth'")
+				return
+			}
+			if !c.authenticate(string(c.Args[i+1]), c.Args[i+2], false) {
+				return
+			}
+			i += 2
+		case "setname":
+			if i+1 >= len(c.Args) {
+				c.W.Error("ERR Syntax error in HELLO option 'setname'")
+				return
+			}
+			if !validClientName(c.Args[i+1]) {
+				c.W.Error(errClientName)
+				return
+			}
+			name = c.Args[i+1]
+			i++
+		default:
+			c.W.Error("ERR Syntax error in HELLO option '" + truncate(c.Args[i], 64) + "'")
+			return
+		}
+	}
+	if c.e.cfg.RequireAuth && !c.S.Authed {
+		c.W.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+		return
+	}
+	if name != nil {
+		c.S.Name = string(name)
+	}
+	c.S.Proto = proto
+	c.W.Proto = proto
+	c.W.Map(7)
+	c.W.BulkString("server")
+	c.W.BulkString("redis")
+	c.W.BulkString("version")
+	c.W.BulkString(Version)
+	c.W.BulkString("proto")
+	c.W.Int(int64(proto))
+	c.W.BulkString("id")
+	c.W.Int(c.S.ID)
+	c.W.BulkString("mode")
+	c.W.BulkString("standalone")
+	c.W.BulkString("role")
+	c.W.BulkString("master")
+	c.W.BulkString("modules")
+	c.W.Array(0)
+}
+
+func validClientName(b []byte) bool {
+	for _, ch := range b {
+		if ch < '!' || ch > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func cmdClient(c *Ctx) {
+	sub := lower(c.Args[1])
+	switch {
+	case sub == "setname" && len(c.Args) == 3:
+		if !validClientName(c.Args[2]) {
+			c.W.Error(errClientName)
+			return
+		}
+		c.S.Name = string(c.Args[2])
+		c.W.OK()
+	case sub == "getname" && len(c.Args) == 2:
+		if c.S.Name == "" {
+			c.W.Null()
+			return
+		}
+		c.W.BulkString(c.S.Name)
+	case sub == "id" && len(c.Args) == 2:
+		c.W.Int(c.S.ID)
+	case sub == "setinfo" && len(c.Args) == 4:
+		if !validClientName(c.Args[3]) {
+			c.W.Error("ERR " + lower(c.Args[2]) + " cannot contain spaces, newlines or special characters.")
+			return
+		}
+		switch lower(c.Args[2]) {
+		case "lib-name":
+			c.S.LibName = string(c.Args[3])
+		case "lib-ver":
+			c.S.LibVer = string(c.Args[3])
+		default:
+			c.W.Error("ERR Unrecognized option '" + truncate(c.Args[2], 64) + "'")
+			return
+		}
+		c.W.OK()
+	case sub == "info" && len(c.Args) == 2:
+		c.W.Verbatim(c.clientLine() + "\n")
+	case sub == "setname" || sub == "getname" || sub == "id" || sub == "setinfo" || sub == "info":
+		c.W.Error("ERR wrong number of arguments for 'client|" + sub + "' command")
+	default:
+		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CLIENT HELP.")
+	}
+}
+
+func (c *Ctx) clientLine() string {
+	return fmt.Sprintf("id=%d addr=%s name=%s db=0 resp=%d lib-name=%s lib-ver=%s namespace=%s",
+		c.S.ID, c.S.Addr, c.S.Name, c.S.Proto, c.S.LibName, c.S.LibVer, c.S.NS.Name)
+}
+
+func cmdDBSize(c *Ctx) { c.W.Int(c.db().Len()) }
+
+func cmdFlushDB(c *Ctx) {
+	if len(c.Args) > 2 || (len(c.Args) == 2 && !eqFold(c.Args[1], "async") && !eqFold(c.Args[1], "sync")) {
+		c.W.Error(errSyntax)
+		return
+	}
+	c.db().Flush()
+	c.W.OK()
+}
+
+func cmdTime(c *Ctx) {
+	now := c.e.cfg.Now()
+	c.W.Array(2)
+	c.W.BulkString(itoa(now.Unix()))
+	c.W.BulkString(itoa(int64(now.Nanosecond() / 1000)))
+}
+
+func cmdConfig(c *Ctx) {
+	sub := lower(c.Args[1])
+	switch sub {
+	case "get":
+		if len(c.Args) < 3 {
+			c.W.Error("ERR wrong number of arguments for 'config|get' command")
+			return
+		}
+		params := map[string]string{
+			"save":              "",
+			"appendonly":        "no",
+			"maxmemory":         itoa(c.e.cfg.MaxMemory),
+			"maxmemory-policy":  c.NS.Settings().Policy.String(),
+			"maxmemory-samples": itoa(int64(c.e.cfg.EvictionSamples)),
+			"databases":         "1",
+			"cluster-enabled":   "no",
+		}
+		names := make([]string, 0, len(params))
+		for n := range params {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var out []string
+		seen := map[string]bool{}
+		for _, pat := range c.Args[2:] {
+			for _, n := range names {
+				if !seen[n] && globMatch([]byte(lower(pat)), []byte(n)) {
+					seen[n] = true
+					out = append(out, n, params[n])
+				}
+			}
+		}
+		c.W.Map(len(out) / 2)
+		for _, s := range out {
+			c.W.BulkString(s)
+		}
+	case "resetstat":
+		c.W.OK()
+	case "set":
+		c.W.Error("ERR CONFIG SET is not supported: cachenode is configured by flags and the namespaces file")
+	default:
+		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CONFIG HELP.")
+	}
+}
+
+// cmdCache is CACHE HOTKEYS [namespace]: the sampled top keys with their
+// estimated access counts (sampled count × sampling rate). A connection
+// sees its own namespace; one in "default" may name any namespace.
+func cmdCache(c *Ctx) {
+	if !eqFold(c.Args[1], "hotkeys") {
+		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CACHE HOTKEYS.")
+		return
+	}
+	if len(c.Args) > 3 {
+		c.W.Error("ERR wrong number of arguments for 'cache|hotkeys' command")
+		return
+	}
+	ns := c.NS
+	if len(c.Args) == 3 && string(c.Args[2]) != ns.Name {
+		if ns.Name != namespace.Default {
+			c.W.Error("ERR a connection may only read its own namespace's hot keys")
+			return
+		}
+		var err error
+		if ns, err = c.e.cfg.Registry.Get(string(c.Args[2])); err != nil {
+			c.W.Error("ERR no such namespace")
+			return
+		}
+	}
+	top := ns.Hot.Top()
+	c.W.Array(len(top))
+	for _, k := range top {
+		c.W.Array(2)
+		c.W.BulkString(k.Key)
+		c.W.Int(int64(k.Count) * int64(ns.Hot.SampleEvery()))
+	}
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2fG", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2fM", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.2fK", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// rss reads the resident set size from /proc (0 where unavailable).
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+func cmdInfo(c *Ctx) {
+	want := map[string]bool{}
+	for _, a := range c.Args[1:] {
+		want[lower(a)] = true
+	}
+	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
+	var b strings.Builder
+	section := func(name string, lines ...string) {
+		if !all && !want[strings.ToLower(name)] {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + name + "\r\n")
+		for _, l := range lines {
+			b.WriteString(l + "\r\n")
+		}
+	}
+	e, ns := c.e, c.NS
+	uptime := int64(e.cfg.Now().Sub(e.started).Seconds())
+	section("Server",
+		"redis_version:"+Version,
+		"redis_mode:standalone",
+		"portico_component:cachenode",
+		"node_id:"+e.cfg.NodeID,
+		"os:"+runtime.GOOS+" "+runtime.GOARCH,
+		"go_version:"+runtime.Version(),
+		"process_id:"+itoa(int64(os.Getpid())),
+		"tcp_port:"+itoa(int64(e.cfg.Port)),
+		"uptime_in_seconds:"+itoa(uptime),
+		"uptime_in_days:"+itoa(uptime/86400))
+	section("Clients", "connected_clients:"+itoa(int64(e.cfg.Clients())))
+	used := e.cfg.Registry.NodeUsage().Load()
+	var ms runtime.MemStats
+	if all || want["memory"] {
+		runtime.ReadMemStats(&ms)
+	}
+	section("Memory",
+		"used_memory:"+itoa(used),
+		"used_memory_human:"+human(used),
+		"used_memory_rss:"+itoa(rss()),
+		"used_memory_heap:"+itoa(int64(ms.HeapInuse)),
+		"maxmemory:"+itoa(e.cfg.MaxMemory),
+		"maxmemory_human:"+human(e.cfg.MaxMemory),
+		"maxmemory_policy:"+ns.Settings().Policy.String(),
+		"namespace_used_memory:"+itoa(ns.DB.Used()),
+		"namespace_maxmemory:"+itoa(ns.Settings().MaxMemory),
+		"mem_allocator:go")
+	var hits, misses, expired, evicted, keys int64
+	for _, n := range e.cfg.Registry.All() {
+		hits += n.Counters.Hits.Load()
+		misses += n.Counters.Misses.Load()
+		expired += n.DB.Expired()
+		evicted += n.DB.Evicted()
+		keys += n.DB.Len()
+	}
+	section("Stats",
+		"total_commands_processed:"+itoa(e.commands.Load()),
+		"keyspace_hits:"+itoa(hits),
+		"keyspace_misses:"+itoa(misses),
+		"expired_keys:"+itoa(expired),
+		"evicted_keys:"+itoa(evicted),
+		"namespace_keyspace_hits:"+itoa(ns.Counters.Hits.Load()),
+		"namespace_keyspace_misses:"+itoa(ns.Counters.Misses.Load()),
+		"namespace_expired_keys:"+itoa(ns.DB.Expired()),
+		"namespace_evicted_keys:"+itoa(ns.DB.Evicted()),
+		"namespace_rate_limited:"+itoa(ns.Counters.RateLimited.Load()),
+		"namespace_rejected_oom:"+itoa(ns.Counters.OOM.Load()))
+	var ks []string
+	if n := ns.DB.Len(); n > 0 {
+		ks = append(ks, fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=0", n, ns.DB.Volatile()))
+	}
+	section("Keyspace", ks...)
+	section("Namespace",
+		"namespace:"+ns.Name,
+		"keys:"+itoa(ns.DB.Len()),
+		"node_keys:"+itoa(keys))
+	c.W.Verbatim(b.String())
+}

@@ -1,0 +1,147 @@
+// Package hotkey finds a namespace's most accessed keys cheaply: one access
+// in N is sampled into a count-min sketch, and the keys whose estimate is
+// among the K largest are kept in a small top-K table. Estimates are in
+// sampled accesses; multiply by N for an approximate access count.
+//
+// A Tracker is safe for concurrent use. Unsampled accesses cost one atomic
+// add; sampled ones take a mutex.
+package hotkey
+
+import (
+	"hash/maphash"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Defaults.
+const (
+	DefaultSampleEvery = 100
+	DefaultK           = 16
+	DefaultWidth       = 2048
+	DefaultDepth       = 4
+)
+
+// Config configures a Tracker. Zero values take the defaults.
+type Config struct {
+	// SampleEvery samples one access in SampleEvery (1 = every access).
+	SampleEvery int
+	// K is the number of hot keys kept.
+	K int
+	// Width and Depth size the count-min sketch.
+	Width, Depth int
+	// Sink, when set, receives every sampled key (the optional sample
+	// stream). It is called with the tracker's lock held: it must not block.
+	Sink func(key string)
+}
+
+// Key is one hot key and its estimated sampled access count.
+type Key struct {
+	Key   string
+	Count uint64
+}
+
+// Tracker is a sampled count-min sketch with a top-K table.
+type Tracker struct {
+	cfg   Config
+	tick  atomic.Uint64
+	total atomic.Uint64
+
+	mu    sync.Mutex
+	seeds []maphash.Seed
+	cms   [][]uint32
+	top   map[string]uint64
+}
+
+// New returns a Tracker.
+func New(cfg Config) *Tracker {
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = DefaultSampleEvery
+	}
+	if cfg.K <= 0 {
+		cfg.K = DefaultK
+	}
+	if cfg.Width <= 0 {
+		cfg.Width = DefaultWidth
+	}
+	if cfg.Depth <= 0 {
+		cfg.Depth = DefaultDepth
+	}
+	t := &Tracker{cfg: cfg, top: map[string]uint64{}}
+	for range cfg.Depth {
+		t.seeds = append(t.seeds, maphash.MakeSeed())
+		t.cms = append(t.cms, make([]uint32, cfg.Width))
+	}
+	return t
+}
+
+// Observe counts one access to key (sampled 1 in SampleEvery).
+func (t *Tracker) Observe(key []byte) {
+	if t.tick.Add(1)%uint64(t.cfg.SampleEvery) != 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total.Add(1)
+	est := uint32(1<<32 - 1)
+	for i, seed := range t.seeds {
+		j := maphash.Bytes(seed, key) % uint64(t.cfg.Width)
+		if t.cms[i][j] < 1<<32-1 {
+			t.cms[i][j]++
+		}
+		est = min(est, t.cms[i][j])
+	}
+	if _, ok := t.top[string(key)]; ok {
+		t.top[string(key)] = uint64(est)
+	} else if len(t.top) < t.cfg.K {
+		t.top[string(key)] = uint64(est)
+	} else {
+		minKey, minCount := "", uint64(1<<63)
+		for k, c := range t.top {
+			if c < minCount {
+				minKey, minCount = k, c
+			}
+		}
+		if uint64(est) > minCount {
+			delete(t.top, minKey)
+			t.top[string(key)] = uint64(est)
+		}
+	}
+	if t.cfg.Sink != nil {
+		t.cfg.Sink(string(key))
+	}
+}
+
+// Top returns the hot keys, hottest first.
+func (t *Tracker) Top() []Key {
+	t.mu.Lock()
+	out := make([]Key, 0, len(t.top))
+	for k, c := range t.top {
+		out = append(out, Key{k, c})
+	}
+	t.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
+
+// Sampled is the number of sampled accesses so far.
+func (t *Tracker) Sampled() uint64 { return t.total.Load() }
+
+// SampleEvery is the sampling rate in use.
+func (t *Tracker) SampleEvery() int { return t.cfg.SampleEvery }
+
+// Reset clears the sketch and the table.
+func (t *Tracker) Reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.cms {
+		clear(t.cms[i])
+	}
+	clear(t.top)
+	t.total.Store(0)
+}

@@ -1,0 +1,501 @@
+// Package keyspace is the in-memory store of one namespace: a hash table
+// split into mutex-guarded shards (chosen by Redis Cluster slot), with
+// per-key TTL, access metadata for eviction, lazy expiry on access,
+// sampling hooks for active expiry and eviction, and incremental memory
+// accounting.
+//
+// Commands reach keys through a Txn, which holds the locks of the shards of
+// every key the command declared, so a multi-key command (MSET, RENAME,
+// SINTER) is atomic with respect to other commands. A Txn must only touch
+// the keys it was opened with; Store is the interface a slot-owning cluster
+// node wraps to check ownership before opening one.
+package keyspace
+
+import (
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/portico-io/portico/cachenode/evict"
+)
+
+// Store is what the command layer runs against. *DB implements it; a
+// cluster node can wrap it to redirect keys whose slot it does not own.
+type Store interface {
+	// Begin locks the shards of keys into tx; tx.End releases them.
+	Begin(tx *Txn, keys [][]byte)
+	// Scan visits live keys from cursor on, at least count of them unless
+	// the end is reached, and returns the next cursor (0 = done).
+	Scan(cursor uint64, count int, fn func(key string, e *Entry)) uint64
+	// Len is the number of keys (expired ones not yet reclaimed included).
+	Len() int64
+	// Flush deletes every key.
+	Flush()
+}
+
+var _ Store = (*DB)(nil)
+
+// Entry is one key's value and metadata. Str holds a string value; Obj a
+// list, set or hash. Entries are owned by the DB: read or change them only
+// inside the Txn that returned them, and call Txn.Update after changing Obj
+// or Str in place so memory accounting stays exact.
+type Entry struct {
+	Str      []byte
+	Obj      *Object
+	expireAt int64 // unix ms; 0 = no TTL
+	meta     uint32
+	size     uint32
+}
+
+// Kind is the value's type.
+func (e *Entry) Kind() Kind {
+	if e.Obj == nil {
+		return KindString
+	}
+	return e.Obj.Kind
+}
+
+// ExpireAt is the deadline in unix ms, 0 when the key has no TTL.
+func (e *Entry) ExpireAt() int64 { return e.expireAt }
+
+// Meta is the eviction metadata (see package evict).
+func (e *Entry) Meta() uint32 { return e.meta }
+
+// Usage is a memory counter shared by every DB of a node, for the node-level
+// maxmemory.
+type Usage struct{ n atomic.Int64 }
+
+// Load returns the bytes accounted.
+func (u *Usage) Load() int64 { return u.n.Load() }
+
+// Config configures a DB. Zero values take the defaults.
+type Config struct {
+	// Shards is the number of lock shards, rounded up to a power of two
+	// (default 64, at most NumSlots).
+	Shards int
+	// Now returns the time in unix milliseconds (default the wall clock);
+	// tests inject a clock.
+	Now func() int64
+	// Node is the node-wide usage counter; nil gives the DB its own.
+	Node *Usage
+	// Policy is the initial eviction policy (SetPolicy changes it).
+	Policy evict.Policy
+}
+
+// DefaultShards is the default number of lock shards.
+const DefaultShards = 64
+
+// DB is one namespace's keyspace. It is safe for concurrent use.
+type DB struct {
+	shards []shard
+	mask   int
+	now    func() int64
+	node   *Usage
+	policy atomic.Uint32
+
+	used      atomic.Int64
+	keys      atomic.Int64
+	volatile  atomic.Int64
+	expired   atomic.Int64
+	evicted   atomic.Int64
+	evictNext atomic.Uint32
+}
+
+type shard struct {
+	mu  sync.Mutex
+	m   map[string]*Entry
+	vol map[string]struct{} // keys with a TTL; strings share the map keys' bytes
+	_   [40]byte            // keep hot mutexes on separate cache lines
+}
+
+// New returns an empty DB.
+func New(cfg Config) *DB {
+	n := cfg.Shards
+	if n <= 0 {
+		n = DefaultShards
+	}
+	p := 1
+	for p < n && p < NumSlots {
+		p <<= 1
+	}
+	db := &DB{shards: make([]shard, p), mask: p - 1, now: cfg.Now, node: cfg.Node}
+	if db.now == nil {
+		db.now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if db.node == nil {
+		db.node = &Usage{}
+	}
+	for i := range db.shards {
+		db.shards[i].m = map[string]*Entry{}
+		db.shards[i].vol = map[string]struct{}{}
+	}
+	db.policy.Store(uint32(cfg.Policy))
+	return db
+}
+
+// Now is the DB's clock in unix ms.
+func (db *DB) Now() int64 { return db.now() }
+
+// SetPolicy changes the eviction policy (a namespace config reload). Keys
+// keep their metadata; it is reinterpreted, so victims are less precise for
+// a while after a switch between LRU and LFU.
+func (db *DB) SetPolicy(p evict.Policy) { db.policy.Store(uint32(p)) }
+
+// Policy is the current eviction policy.
+func (db *DB) Policy() evict.Policy { return evict.Policy(db.policy.Load()) }
+
+// Used is the bytes accounted to this DB.
+func (db *DB) Used() int64 { return db.used.Load() }
+
+// Len is the number of keys.
+func (db *DB) Len() int64 { return db.keys.Load() }
+
+// Volatile is the number of keys with a TTL.
+func (db *DB) Volatile() int64 { return db.volatile.Load() }
+
+// Expired and Evicted count keys removed by expiry and eviction.
+func (db *DB) Expired() int64 { return db.expired.Load() }
+func (db *DB) Evicted() int64 { return db.evicted.Load() }
+
+// NumShards is the number of lock shards.
+func (db *DB) NumShards() int { return len(db.shards) }
+
+func (db *DB) shardOf(key []byte) int { return Slot(key) & db.mask }
+
+func (db *DB) account(delta int64) {
+	db.used.Add(delta)
+	db.node.n.Add(delta)
+}
+
+// Txn is a set of held shard locks plus the clock reading the command runs
+// at. The zero value is ready for Begin; it must not be copied after.
+type Txn struct {
+	db    *DB
+	small [4]int
+	held  []int
+	now   int64
+}
+
+// Begin locks the shards of keys (in index order, so concurrent multi-key
+// commands cannot deadlock). A command with no keys gets a Txn holding no
+// locks, usable only for Now.
+func (db *DB) Begin(tx *Txn, keys [][]byte) {
+	tx.db = db
+	tx.held = tx.small[:0]
+	if len(keys) > len(db.shards)/2 {
+		for i := range db.shards {
+			tx.held = append(tx.held, i)
+		}
+	} else {
+		for _, k := range keys {
+			s := db.shardOf(k)
+			dup := false
+			for _, h := range tx.held {
+				if h == s {
+					dup = true
+					break
+				}
+			}
+			if !dup {
+				tx.held = append(tx.held, s)
+			}
+		}
+		if len(tx.held) > 1 {
+			sort.Ints(tx.held)
+		}
+	}
+	for _, s := range tx.held {
+		db.shards[s].mu.Lock()
+	}
+	tx.now = db.now()
+}
+
+// End releases the locks.
+func (tx *Txn) End() {
+	for i := len(tx.held) - 1; i >= 0; i-- {
+		tx.db.shards[tx.held[i]].mu.Unlock()
+	}
+	tx.held = nil
+}
+
+// Now is the command's clock reading in unix ms.
+func (tx *Txn) Now() int64 { return tx.now }
+
+func (tx *Txn) shard(key []byte) *shard { return &tx.db.shards[tx.db.shardOf(key)] }
+
+// Get returns the live entry for key, or nil. An expired entry is deleted
+// (lazy expiry). The access updates the eviction metadata.
+func (tx *Txn) Get(key []byte) *Entry {
+	e := tx.Peek(key)
+	if e != nil {
+		e.meta = evict.Touch(tx.db.Policy(), e.meta, tx.now)
+	}
+	return e
+}
+
+// Peek is Get without touching the eviction metadata.
+func (tx *Txn) Peek(key []byte) *Entry {
+	sh := tx.shard(key)
+	e := sh.m[string(key)]
+	if e == nil {
+		return nil
+	}
+	if e.expireAt != 0 && e.expireAt <= tx.now {
+		tx.db.remove(sh, string(key), e)
+		tx.db.expired.Add(1)
+		return nil
+	}
+	return e
+}
+
+func (db *DB) remove(sh *shard, key string, e *Entry) {
+	delete(sh.m, key)
+	if e.expireAt != 0 {
+		delete(sh.vol, key)
+		db.volatile.Add(-1)
+	}
+	db.keys.Add(-1)
+	db.account(-int64(e.size))
+}
+
+func entrySize(klen int, e *Entry) uint32 {
+	n := int64(EntryOverhead + klen + cap(e.Str))
+	if e.Obj != nil {
+		n += e.Obj.Bytes()
+	}
+	return uint32(min(n, 1<<32-1))
+}
+
+// SetString stores a copy of val at key with the given deadline (0 = none),
+// replacing any value of any type. It returns the entry.
+func (tx *Txn) SetString(key, val []byte, expireAt int64) *Entry {
+	sh := tx.shard(key)
+	e := sh.m[string(key)]
+	if e == nil {
+		buf := make([]byte, len(val))
+		copy(buf, val)
+		return tx.insert(sh, key, &Entry{Str: buf}, expireAt)
+	}
+	if cap(e.Str) >= len(val) && cap(e.Str) <= 2*len(val)+16 {
+		e.Str = append(e.Str[:0], val...)
+	} else {
+		e.Str = append([]byte(nil), val...)
+	}
+	e.Obj = nil
+	tx.replaced(sh, key, e, expireAt)
+	return e
+}
+
+// SetObject stores obj at key, replacing any value.
+func (tx *Txn) SetObject(key []byte, obj *Object, expireAt int64) *Entry {
+	sh := tx.shard(key)
+	e := sh.m[string(key)]
+	if e == nil {
+		return tx.insert(sh, key, &Entry{Obj: obj}, expireAt)
+	}
+	e.Str, e.Obj = nil, obj
+	tx.replaced(sh, key, e, expireAt)
+	return e
+}
+
+func (tx *Txn) insert(sh *shard, key []byte, e *Entry, expireAt int64) *Entry {
+	k := string(key)
+	e.meta = evict.Init(tx.db.Policy(), tx.now)
+	e.size = entrySize(len(k), e)
+	e.expireAt = expireAt
+	sh.m[k] = e
+	if expireAt != 0 {
+		sh.vol[k] = struct{}{}
+		tx.db.volatile.Add(1)
+	}
+	tx.db.keys.Add(1)
+	tx.db.account(int64(e.size))
+	return e
+}
+
+func (tx *Txn) replaced(sh *shard, key []byte, e *Entry, expireAt int64) {
+	e.meta = evict.Init(tx.db.Policy(), tx.now)
+	tx.setExpire(sh, key, e, expireAt)
+	tx.Update(key, e)
+}
+
+// Update re-accounts e's size after an in-place change and deletes the key
+// when it holds an empty list, set or hash (Redis never keeps those).
+func (tx *Txn) Update(key []byte, e *Entry) {
+	if e.Obj != nil && e.Obj.Len() == 0 {
+		tx.Delete(key)
+		return
+	}
+	n := entrySize(len(key), e)
+	tx.db.account(int64(n) - int64(e.size))
+	e.size = n
+}
+
+// SetExpire changes key's deadline (0 = persist).
+func (tx *Txn) SetExpire(key []byte, e *Entry, expireAt int64) {
+	tx.setExpire(tx.shard(key), key, e, expireAt)
+}
+
+func (tx *Txn) setExpire(sh *shard, key []byte, e *Entry, expireAt int64) {
+	switch {
+	case e.expireAt == 0 && expireAt != 0:
+		sh.vol[string(key)] = struct{}{}
+		tx.db.volatile.Add(1)
+	case e.expireAt != 0 && expireAt == 0:
+		delete(sh.vol, string(key))
+		tx.db.volatile.Add(-1)
+	}
+	e.expireAt = expireAt
+}
+
+// Delete removes key; it reports whether a live key was removed.
+func (tx *Txn) Delete(key []byte) bool {
+	if tx.Peek(key) == nil {
+		return false
+	}
+	sh := tx.shard(key)
+	tx.db.remove(sh, string(key), sh.m[string(key)])
+	return true
+}
+
+// Rename moves src's entry to dst (both locked by this Txn), replacing dst.
+func (tx *Txn) Rename(src, dst []byte, e *Entry) {
+	if string(src) == string(dst) {
+		return
+	}
+	tx.Delete(dst)
+	exp := e.expireAt
+	sh := tx.shard(src)
+	tx.db.remove(sh, string(src), e)
+	e.expireAt = 0
+	e.size = 0
+	meta := e.meta
+	tx.insert(tx.shard(dst), dst, e, exp)
+	e.meta = meta
+}
+
+// Scan implements Store: the cursor is a shard index; each call returns
+// whole shards, so a key present for the whole scan is returned at least
+// once (and COUNT is a hint, as in Redis).
+func (db *DB) Scan(cursor uint64, count int, fn func(key string, e *Entry)) uint64 {
+	now := db.now()
+	seen := 0
+	i := int(cursor)
+	for ; i < len(db.shards) && seen < count; i++ {
+		sh := &db.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.expireAt != 0 && e.expireAt <= now {
+				db.remove(sh, k, e)
+				db.expired.Add(1)
+				continue
+			}
+			fn(k, e)
+			seen++
+		}
+		sh.mu.Unlock()
+	}
+	if i >= len(db.shards) {
+		return 0
+	}
+	return uint64(i)
+}
+
+// Flush implements Store.
+func (db *DB) Flush() {
+	for i := range db.shards {
+		sh := &db.shards[i]
+		sh.mu.Lock()
+		var freed int64
+		for _, e := range sh.m {
+			freed += int64(e.size)
+		}
+		db.keys.Add(-int64(len(sh.m)))
+		db.volatile.Add(-int64(len(sh.vol)))
+		sh.m = map[string]*Entry{}
+		sh.vol = map[string]struct{}{}
+		db.account(-freed)
+		sh.mu.Unlock()
+	}
+}
+
+// ExpireSample looks at up to n keys with a TTL in shard i and deletes the
+// expired ones. It is the unit of work of the active expiry cycle.
+func (db *DB) ExpireSample(i, n int) (sampled, expired int) {
+	sh := &db.shards[i&db.mask]
+	now := db.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for k := range sh.vol {
+		if sampled == n {
+			break
+		}
+		sampled++
+		e := sh.m[k]
+		if e.expireAt <= now {
+			db.remove(sh, k, e)
+			expired++
+		}
+	}
+	db.expired.Add(int64(expired))
+	return sampled, expired
+}
+
+// EvictOne samples up to samples candidate keys (from a random non-empty
+// shard; only keys with a TTL under volatile policies) and deletes the one
+// the policy ranks highest. It returns the bytes freed, or ok=false when
+// there is nothing the policy may evict.
+func (db *DB) EvictOne(samples int) (freed int64, ok bool) {
+	p := db.Policy()
+	if !p.Evicts() {
+		return 0, false
+	}
+	now := db.now()
+	start := int(db.evictNext.Add(1)) + rand.IntN(len(db.shards))
+	for probe := 0; probe < len(db.shards); probe++ {
+		sh := &db.shards[(start+probe)&db.mask]
+		sh.mu.Lock()
+		var victim string
+		var ve *Entry
+		var best uint64
+		consider := func(k string, e *Entry) {
+			s := evict.Score(p, e.meta, e.expireAt, now)
+			if e.expireAt != 0 && e.expireAt <= now {
+				s = ^uint64(0) // already dead: always the best victim
+			}
+			if ve == nil || s > best {
+				victim, ve, best = k, e, s
+			}
+		}
+		n := 0
+		if p.VolatileOnly() {
+			for k := range sh.vol {
+				consider(k, sh.m[k])
+				if n++; n == samples {
+					break
+				}
+			}
+		} else {
+			for k, e := range sh.m {
+				consider(k, e)
+				if n++; n == samples {
+					break
+				}
+			}
+		}
+		if ve != nil {
+			freed = int64(ve.size)
+			db.remove(sh, victim, ve)
+			sh.mu.Unlock()
+			db.evicted.Add(1)
+			return freed, true
+		}
+		sh.mu.Unlock()
+	}
+	return 0, false
+}
+
+// Usage returns the node-wide counter this DB reports into.
+func (db *DB) NodeUsage() *Usage { return db.node }

@@ -1,0 +1,200 @@
+package keyspace
+
+// Kind is the type of a value, as TYPE reports it.
+type Kind uint8
+
+// Kinds.
+const (
+	KindString Kind = iota
+	KindList
+	KindSet
+	KindHash
+)
+
+func (k Kind) String() string {
+	return [...]string{"string", "list", "set", "hash"}[k]
+}
+
+// Per-element overheads used for memory accounting: an estimate of what the
+// Go runtime spends beyond the payload bytes (slice/string headers, map
+// slots at typical load). They make quotas track real heap use closely
+// enough to be useful, not exactly.
+const (
+	// EntryOverhead covers the Entry struct, the map slot and key header.
+	EntryOverhead  = 96
+	listElemCost   = 24
+	setElemCost    = 40
+	hashElemCost   = 64
+	objectOverhead = 64
+)
+
+// Object is the value of a list, set or hash key. Exactly one of its
+// containers is in use, chosen by Kind. Bytes is the payload estimate the
+// memory accounting reads; the mutators below keep it current.
+type Object struct {
+	Kind  Kind
+	List  Deque
+	Set   map[string]struct{}
+	Hash  map[string][]byte
+	bytes int64
+}
+
+// NewList, NewSet and NewHash return empty containers.
+func NewList() *Object { return &Object{Kind: KindList} }
+func NewSet() *Object  { return &Object{Kind: KindSet, Set: map[string]struct{}{}} }
+func NewHash() *Object { return &Object{Kind: KindHash, Hash: map[string][]byte{}} }
+
+// Len is the number of elements.
+func (o *Object) Len() int {
+	switch o.Kind {
+	case KindList:
+		return o.List.Len()
+	case KindSet:
+		return len(o.Set)
+	case KindHash:
+		return len(o.Hash)
+	}
+	return 0
+}
+
+// Bytes is the accounted size of the payload.
+func (o *Object) Bytes() int64 { return objectOverhead + o.bytes }
+
+// PushFront / PushBack add a copy of v to the list.
+func (o *Object) PushFront(v []byte) {
+	o.List.PushFront(clone(v))
+	o.bytes += int64(len(v)) + listElemCost
+}
+func (o *Object) PushBack(v []byte) {
+	o.List.PushBack(clone(v))
+	o.bytes += int64(len(v)) + listElemCost
+}
+
+// PopFront / PopBack remove one list element.
+func (o *Object) PopFront() []byte {
+	v := o.List.PopFront()
+	o.bytes -= int64(len(v)) + listElemCost
+	return v
+}
+func (o *Object) PopBack() []byte {
+	v := o.List.PopBack()
+	o.bytes -= int64(len(v)) + listElemCost
+	return v
+}
+
+// ListReplace replaces all list elements by items (owned by the list).
+func (o *Object) ListReplace(items [][]byte) {
+	o.List = Deque{}
+	o.bytes = 0
+	for _, it := range items {
+		o.List.PushBack(it)
+		o.bytes += int64(len(it)) + listElemCost
+	}
+}
+
+// SetAdd adds m; it reports whether m was new.
+func (o *Object) SetAdd(m []byte) bool {
+	if _, ok := o.Set[string(m)]; ok {
+		return false
+	}
+	o.Set[string(m)] = struct{}{}
+	o.bytes += int64(len(m)) + setElemCost
+	return true
+}
+
+// SetRemove removes m; it reports whether m was present.
+func (o *Object) SetRemove(m string) bool {
+	if _, ok := o.Set[m]; !ok {
+		return false
+	}
+	delete(o.Set, m)
+	o.bytes -= int64(len(m)) + setElemCost
+	return true
+}
+
+// HashSet sets field f; it reports whether f was new.
+func (o *Object) HashSet(f, v []byte) bool {
+	old, ok := o.Hash[string(f)]
+	if ok {
+		o.bytes += int64(len(v) - len(old))
+		o.Hash[string(f)] = clone(v)
+		return false
+	}
+	o.Hash[string(f)] = clone(v)
+	o.bytes += int64(len(f)+len(v)) + hashElemCost
+	return true
+}
+
+// HashDel deletes field f; it reports whether it existed.
+func (o *Object) HashDel(f []byte) bool {
+	old, ok := o.Hash[string(f)]
+	if !ok {
+		return false
+	}
+	delete(o.Hash, string(f))
+	o.bytes -= int64(len(f)+len(old)) + hashElemCost
+	return true
+}
+
+func clone(b []byte) []byte {
+	c := make([]byte, len(b))
+	copy(c, b)
+	return c
+}
+
+// Deque is a double-ended queue of byte slices backed by a ring buffer.
+type Deque struct {
+	buf        [][]byte
+	head, size int
+}
+
+// Len is the number of elements.
+func (d *Deque) Len() int { return d.size }
+
+func (d *Deque) grow() {
+	if d.size < len(d.buf) {
+		return
+	}
+	n := max(8, 2*len(d.buf))
+	nb := make([][]byte, n)
+	for i := 0; i < d.size; i++ {
+		nb[i] = d.buf[(d.head+i)%len(d.buf)]
+	}
+	d.buf, d.head = nb, 0
+}
+
+// PushFront adds v at the head.
+func (d *Deque) PushFront(v []byte) {
+	d.grow()
+	d.head = (d.head - 1 + len(d.buf)) % len(d.buf)
+	d.buf[d.head] = v
+	d.size++
+}
+
+// PushBack adds v at the tail.
+func (d *Deque) PushBack(v []byte) {
+	d.grow()
+	d.buf[(d.head+d.size)%len(d.buf)] = v
+	d.size++
+}
+
+// PopFront removes and returns the head; the deque must not be empty.
+func (d *Deque) PopFront() []byte {
+	v := d.buf[d.head]
+	d.buf[d.head] = nil
+	d.head = (d.head + 1) % len(d.buf)
+	d.size--
+	return v
+}
+
+// PopBack removes and returns the tail; the deque must not be empty.
+func (d *Deque) PopBack() []byte {
+	i := (d.head + d.size - 1) % len(d.buf)
+	v := d.buf[i]
+	d.buf[i] = nil
+	d.size--
+	return v
+}
+
+// At returns element i (0 = head); i must be in range.
+func (d *Deque) At(i int) []byte { return d.buf[(d.head+i)%len(d.buf)] }

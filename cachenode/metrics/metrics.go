@@ -1,0 +1,132 @@
+// Package metrics exports a cache node's Prometheus metrics,
+// portico_cachenode_*. Counters live in the namespaces as atomics and are
+// read at scrape time, so the command path pays no Prometheus cost except
+// one histogram observation. Labels are bounded: namespace (from the config
+// file), key prefix (at most MaxPrefixes per namespace) and hot-key rank.
+package metrics
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portico-io/portico/cachenode/namespace"
+)
+
+// Metrics is the node's collector plus its latency histogram.
+type Metrics struct {
+	reg     *namespace.Registry
+	clients func() int
+	maxmem  int64
+	latency *prometheus.HistogramVec
+	errors  *prometheus.CounterVec
+	cache   sync.Map // *namespace.Namespace -> observers
+}
+
+type observers struct {
+	lat prometheus.Observer
+	err prometheus.Counter
+}
+
+// New registers the node's metrics with r.
+func New(r prometheus.Registerer, reg *namespace.Registry, maxmemory int64, clients func() int) (*Metrics, error) {
+	m := &Metrics{reg: reg, clients: clients, maxmem: maxmemory,
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "portico_cachenode_command_duration_seconds",
+			Help:    "Time to execute a command inside the node (parsing and network excluded), by namespace.",
+			Buckets: []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 10e-3, 50e-3},
+		}, []string{"namespace"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_cachenode_command_errors_total",
+			Help: "Commands answered with an error reply, by namespace.",
+		}, []string{"namespace"}),
+	}
+	for _, c := range []prometheus.Collector{m, m.latency, m.errors} {
+		if err := r.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Observe records one command; it is command.Config.Observe.
+func (m *Metrics) Observe(ns *namespace.Namespace, _ string, d time.Duration, isErr bool) {
+	v, ok := m.cache.Load(ns)
+	if !ok {
+		v, _ = m.cache.LoadOrStore(ns, &observers{m.latency.WithLabelValues(ns.Name), m.errors.WithLabelValues(ns.Name)})
+	}
+	o := v.(*observers)
+	o.lat.Observe(d.Seconds())
+	if isErr {
+		o.err.Inc()
+	}
+}
+
+var (
+	nsLabels    = []string{"namespace"}
+	descKeys    = prometheus.NewDesc("portico_cachenode_keys", "Keys in the namespace.", nsLabels, nil)
+	descMem     = prometheus.NewDesc("portico_cachenode_memory_bytes", "Bytes accounted to the namespace.", nsLabels, nil)
+	descQuota   = prometheus.NewDesc("portico_cachenode_memory_quota_bytes", "The namespace's memory quota (0 = none).", nsLabels, nil)
+	descOps     = prometheus.NewDesc("portico_cachenode_ops_total", "Commands executed.", nsLabels, nil)
+	descHits    = prometheus.NewDesc("portico_cachenode_hits_total", "Key lookups that found the key.", nsLabels, nil)
+	descMisses  = prometheus.NewDesc("portico_cachenode_misses_total", "Key lookups that did not find the key.", nsLabels, nil)
+	descEvict   = prometheus.NewDesc("portico_cachenode_evictions_total", "Keys evicted.", nsLabels, nil)
+	descExpire  = prometheus.NewDesc("portico_cachenode_expirations_total", "Keys removed at their TTL (lazily or actively).", nsLabels, nil)
+	descLimited = prometheus.NewDesc("portico_cachenode_rate_limited_total", "Commands refused by the namespace's ops or bandwidth limit.", nsLabels, nil)
+	descOOM     = prometheus.NewDesc("portico_cachenode_oom_rejections_total", "Writes refused with OOM.", nsLabels, nil)
+	descIn      = prometheus.NewDesc("portico_cachenode_bytes_in_total", "Request argument bytes.", nsLabels, nil)
+	descOut     = prometheus.NewDesc("portico_cachenode_bytes_out_total", "Reply bytes.", nsLabels, nil)
+	descPOps    = prometheus.NewDesc("portico_cachenode_prefix_ops_total", "Commands by first key's prefix.", []string{"namespace", "prefix"}, nil)
+	descPHits   = prometheus.NewDesc("portico_cachenode_prefix_hits_total", "Hits by key prefix.", []string{"namespace", "prefix"}, nil)
+	descPMisses = prometheus.NewDesc("portico_cachenode_prefix_misses_total", "Misses by key prefix.", []string{"namespace", "prefix"}, nil)
+	descHot     = prometheus.NewDesc("portico_cachenode_hotkey_estimated_accesses", "Estimated accesses of the namespace's rank-th hottest key (key names: CACHE HOTKEYS).", []string{"namespace", "rank"}, nil)
+	descNodeMem = prometheus.NewDesc("portico_cachenode_node_memory_bytes", "Bytes accounted across namespaces.", nil, nil)
+	descNodeMax = prometheus.NewDesc("portico_cachenode_node_maxmemory_bytes", "The node's maxmemory (0 = none).", nil, nil)
+	descClients = prometheus.NewDesc("portico_cachenode_connected_clients", "Connected RESP clients.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descKeys, descMem, descQuota, descOps, descHits, descMisses, descEvict, descExpire,
+		descLimited, descOOM, descIn, descOut, descPOps, descPHits, descPMisses, descHot, descNodeMem, descNodeMax, descClients} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	g := func(d *prometheus.Desc, v int64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), l...)
+	}
+	c := func(d *prometheus.Desc, v int64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	for _, ns := range m.reg.All() {
+		n := ns.Name
+		g(descKeys, ns.DB.Len(), n)
+		g(descMem, ns.DB.Used(), n)
+		g(descQuota, ns.Settings().MaxMemory, n)
+		c(descOps, ns.Counters.Ops.Load(), n)
+		c(descHits, ns.Counters.Hits.Load(), n)
+		c(descMisses, ns.Counters.Misses.Load(), n)
+		c(descEvict, ns.DB.Evicted(), n)
+		c(descExpire, ns.DB.Expired(), n)
+		c(descLimited, ns.Counters.RateLimited.Load(), n)
+		c(descOOM, ns.Counters.OOM.Load(), n)
+		c(descIn, ns.Counters.BytesIn.Load(), n)
+		c(descOut, ns.Counters.BytesOut.Load(), n)
+		for p, pc := range ns.Prefixes() {
+			c(descPOps, pc.Ops.Load(), n, p)
+			c(descPHits, pc.Hits.Load(), n, p)
+			c(descPMisses, pc.Misses.Load(), n, p)
+		}
+		for i, k := range ns.Hot.Top() {
+			g(descHot, int64(k.Count)*int64(ns.Hot.SampleEvery()), n, strconv.Itoa(i+1))
+		}
+	}
+	g(descNodeMem, m.reg.NodeUsage().Load())
+	g(descNodeMax, m.maxmem)
+	g(descClients, int64(m.clients()))
+}
