@@ -60,6 +60,13 @@ type Config struct {
 	HotKeySink func(namespace, key string)
 	Logger     *slog.Logger
 	Registry   *prometheus.Registry
+	// Now is the clock for TTLs, rate limits and LRU/LFU (default
+	// time.Now); tests inject one.
+	Now func() time.Time
+	// OnExpireCycle and OnReload, when set, are called after each active
+	// expiry cycle and each namespaces-file check (test signals).
+	OnExpireCycle func(expire.Stats)
+	OnReload      func(applied bool, err error)
 	// Ready, when set, receives the listening addresses (a test hook).
 	Ready chan<- Addrs
 }
@@ -78,6 +85,9 @@ func (c *Config) defaults() {
 		h, _ := os.Hostname()
 		c.NodeID = fmt.Sprintf("cachenode-%s-%d", h, os.Getpid())
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -94,10 +104,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("cachenode: MaxMemory %d is negative", cfg.MaxMemory)
 	}
 	log := cfg.Logger
-	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: cfg.Shards, HotKeySink: cfg.HotKeySink})
+	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: cfg.Shards, HotKeySink: cfg.HotKeySink,
+		Now: func() int64 { return cfg.Now().UnixMilli() }})
 	var watcher *namespace.Watcher
 	if cfg.NamespacesFile != "" {
-		watcher = &namespace.Watcher{Path: cfg.NamespacesFile, Registry: reg, Interval: cfg.ReloadInterval, Logger: log}
+		watcher = &namespace.Watcher{Path: cfg.NamespacesFile, Registry: reg, Interval: cfg.ReloadInterval, Logger: log, OnCheck: cfg.OnReload}
 		if err := watcher.Load(); err != nil {
 			return fmt.Errorf("cachenode: %w", err)
 		}
@@ -128,7 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("cachenode: metrics: %w", err)
 	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
-		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe})
+		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}
@@ -143,7 +154,7 @@ func Run(ctx context.Context, cfg Config) error {
 			out[i] = n.DB
 		}
 		return out
-	}})
+	}, OnCycle: cfg.OnExpireCycle})
 
 	var serving atomic.Bool
 	checks := health.New()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 
 	"github.com/portico-io/portico/cachenode"
@@ -24,7 +23,7 @@ func main() {
 	httpAddr := envflag.String(fs, "http-addr", "PORTICO_CACHE_HTTP_ADDR", cachenode.DefaultHTTPAddr, "HTTP /metrics, /healthz, /readyz listen address")
 	nsFile := envflag.String(fs, "namespaces-file", "PORTICO_CACHE_NAMESPACES_FILE", "", "YAML namespaces file, hot-reloaded (empty = only the default namespace)")
 	maxmem := envflag.String(fs, "maxmemory", "PORTICO_CACHE_MAXMEMORY", "0", "node memory limit: bytes or 256mb-style; 0 = unlimited")
-	requireAuth := envflag.String(fs, "require-auth", "PORTICO_CACHE_REQUIRE_AUTH", "false", "refuse commands before AUTH <namespace> <secret>")
+	requireAuth := envflag.Bool(fs, "require-auth", "PORTICO_CACHE_REQUIRE_AUTH", false, "refuse commands before AUTH <namespace> <secret>")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	_ = fs.Parse(os.Args[1:])
@@ -39,13 +38,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "--maxmemory: %v\n", err)
 		os.Exit(2)
 	}
-	ra, err := strconv.ParseBool(*requireAuth)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "--require-auth=%q: not a boolean\n", *requireAuth)
-		os.Exit(2)
-	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile,
-		MaxMemory: mm, RequireAuth: ra, Logger: log}
+		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
