@@ -6,6 +6,7 @@
 package ratelimitsvc
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,12 +20,14 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
+	"github.com/portico-io/portico/ratelimitsvc/peers"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
 	"github.com/portico-io/portico/ratelimitsvc/service"
 	"github.com/portico-io/portico/ratelimitsvc/source"
@@ -42,15 +45,22 @@ const (
 type Config struct {
 	GRPCAddr string
 	HTTPAddr string
-	// RedisAddr is host:port (comma-separated for a cluster); empty uses the
-	// in-memory store.
+	// RedisAddr is host:port (comma-separated for a cluster, or the
+	// Sentinels when RedisMasterName is set); empty uses the in-memory store.
 	RedisAddr string
+	// RedisMasterName selects Sentinel (the monitored master's name).
+	RedisMasterName string
+	// RedisCluster forces Cluster mode with a single seed address.
+	RedisCluster bool
+	// RedisUsername, RedisPassword and RedisSentinelPassword authenticate.
+	RedisUsername, RedisPassword, RedisSentinelPassword string
 	// RedisTimeout bounds each Redis call (default bucket.DefaultTimeout).
 	RedisTimeout time.Duration
-	// Replicas is how many ratelimitsvc replicas share the limits (default
-	// 1): in degraded mode failMode=OPEN rules get limit/Replicas locally.
-	// The control plane's count of connected portico-ratelimit nodes could
-	// feed Service.SetReplicas later instead of this static setting.
+	// Replicas is how many ratelimitsvc replicas share the limits: in
+	// degraded mode failMode=OPEN rules get limit/Replicas locally. 0 (the
+	// default) counts them: with Redis, every replica renews a membership
+	// entry there each second (package peers) and the live count — the
+	// last one seen before an outage — is used; without Redis, 1.
 	Replicas int
 	// ConfigDir holds envoyproxy/ratelimit YAML files; empty disables them.
 	ConfigDir    string
@@ -115,9 +125,16 @@ func Run(ctx context.Context, cfg Config) error {
 	live := rules.NewLive()
 	checks := health.New()
 
+	// go-redis logs every failed dial on its own; during an outage that is
+	// a flood. Route it to debug: breaker state, metrics and the sampled
+	// warning in service say what matters.
+	redis.SetLogger(redisLog{log})
 	var backend service.Backend
+	var svc *service.Service
+	var counter *peers.Counter
 	if cfg.RedisAddr != "" {
-		client := bucket.NewRedisClient(cfg.RedisAddr)
+		client := bucket.NewClient(bucket.ClientConfig{Addr: cfg.RedisAddr, MasterName: cfg.RedisMasterName, Cluster: cfg.RedisCluster,
+			Username: cfg.RedisUsername, Password: cfg.RedisPassword, SentinelPassword: cfg.RedisSentinelPassword})
 		defer client.Close()
 		rd, err := bucket.NewRedis(bucket.RedisConfig{Client: client, Timeout: cfg.RedisTimeout})
 		if err != nil {
@@ -127,6 +144,13 @@ func Run(ctx context.Context, cfg Config) error {
 		// replica still answers correctly (fail modes), and going unready
 		// would turn a limiter outage into Envoy's failure_mode_deny.
 		backend = rd
+		if cfg.Replicas == 0 {
+			counter, err = peers.New(peers.Config{Client: client, Key: cmp.Or(cfg.KeyPrefix, service.DefaultKeyPrefix) + "{replicas}", ID: cfg.NodeID,
+				Set: func(n int) { svc.SetReplicas(n) }, Logger: log})
+			if err != nil {
+				return fmt.Errorf("ratelimitsvc: %w", err)
+			}
+		}
 	} else {
 		log.Info("no Redis configured: buckets are in memory, per process")
 		backend = bucket.NewMemory()
@@ -135,7 +159,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("ratelimitsvc: %w", err)
 	}
-	svc, err := service.New(service.Config{Rules: live, Backend: backend, KeyPrefix: cfg.KeyPrefix, Replicas: cfg.Replicas,
+	svc, err = service.New(service.Config{Rules: live, Backend: backend, KeyPrefix: cfg.KeyPrefix, Replicas: cfg.Replicas,
 		Events: events, Registerer: cfg.Registry, Logger: log})
 	if err != nil {
 		return fmt.Errorf("ratelimitsvc: %w", err)
@@ -189,6 +213,9 @@ func Run(ctx context.Context, cfg Config) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return gs.Serve(gctx, glis, 0) })
 	g.Go(func() error { return events.Run(gctx) })
+	if counter != nil {
+		g.Go(func() error { counter.Run(gctx); return nil })
+	}
 	g.Go(func() error {
 		return httpserver.Serve(gctx, hlis, httpserver.Config{Handler: mux, Gatherer: cfg.Registry, Health: checks, Logger: log})
 	})
@@ -248,4 +275,11 @@ func (s *countingSink) Update(src, version string, rs []*rules.Rule) error {
 
 func (s *countingSink) Rejected(src string, _ error) {
 	s.updates.WithLabelValues(src, "rejected").Inc()
+}
+
+// redisLog adapts go-redis's internal logging to slog at debug level.
+type redisLog struct{ l *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.l.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
 }

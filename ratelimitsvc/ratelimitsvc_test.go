@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -395,4 +396,28 @@ func TestHammerFourInstances(t *testing.T) {
 	if a := admitted.Load(); a < limit+burst || a > limit+burst+refill {
 		t.Fatalf("admitted %d, want %d (+%d refilled)", a, limit+burst, refill)
 	}
+}
+
+// Replicas sharing a Redis count each other (the default, Replicas 0), so
+// degraded mode splits limits by the live count; one leaving is seen.
+func TestReplicasCountThemselves(t *testing.T) {
+	redis := testdeps.Redis(t)
+	prefix := "portico:test:replicas:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
+	var ins []*instance
+	for i := range 3 {
+		ins = append(ins, start(t, ratelimitsvc.Config{RedisAddr: redis, KeyPrefix: prefix, NodeID: "rls-count-" + strconv.Itoa(i)}))
+	}
+	const three, two = "portico_ratelimitsvc_replicas 3\n", "portico_ratelimitsvc_replicas 2\n"
+	eventually(t, 20*time.Second, "every replica counting 3", func() bool {
+		for _, in := range ins {
+			if !strings.Contains(in.metrics(t), three) {
+				return false
+			}
+		}
+		return true
+	})
+	ins[2].stop()
+	eventually(t, 20*time.Second, "the others counting 2", func() bool {
+		return strings.Contains(ins[0].metrics(t), two) && strings.Contains(ins[1].metrics(t), two)
+	})
 }

@@ -124,13 +124,34 @@ func (r *Redis) Degraded() int {
 	return n
 }
 
-// NewRedisClient returns a client for addr whose every call is bounded by
-// the caller's context (ContextTimeoutEnabled) and never retried, commands
-// or dials: retries would multiply the timeout, and the caller already
-// fails open or closed.
-func NewRedisClient(addr string) redis.UniversalClient {
+// ClientConfig says which Redis deployment to use.
+type ClientConfig struct {
+	// Addr is host:port; comma-separated, several addresses are Cluster
+	// seeds, or Sentinels when MasterName is set.
+	Addr string
+	// MasterName selects Sentinel: the name of the monitored master.
+	MasterName string
+	// Cluster forces Cluster mode with a single seed address (a managed
+	// cluster's configuration endpoint).
+	Cluster bool
+	// Username and Password authenticate to Redis (ACL user, or
+	// requirepass when Username is empty); SentinelPassword to the
+	// Sentinels.
+	Username, Password, SentinelPassword string
+}
+
+// NewClient returns a client for cfg whose every call is bounded by the
+// caller's context (ContextTimeoutEnabled) and never retried, commands or
+// dials: retries would multiply the timeout, and the caller already fails
+// open or closed.
+func NewClient(cfg ClientConfig) redis.UniversalClient {
 	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:                 strings.Split(addr, ","),
+		Addrs:                 strings.Split(cfg.Addr, ","),
+		MasterName:            cfg.MasterName,
+		IsClusterMode:         cfg.Cluster,
+		Username:              cfg.Username,
+		Password:              cfg.Password,
+		SentinelPassword:      cfg.SentinelPassword,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		// One dial attempt per connection: go-redis would otherwise retry a
@@ -141,6 +162,9 @@ func NewRedisClient(addr string) redis.UniversalClient {
 		MinIdleConns:  4,
 	})
 }
+
+// NewRedisClient is NewClient for a single server or Cluster seeds.
+func NewRedisClient(addr string) redis.UniversalClient { return NewClient(ClientConfig{Addr: addr}) }
 
 // Check runs the script once (plus SCRIPT LOAD and one retry on NOSCRIPT),
 // unless the shard's breaker is open. Errors wrap ErrBackend (and

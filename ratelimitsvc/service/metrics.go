@@ -21,6 +21,7 @@ type metrics struct {
 	// leaseLocal counts requests decided from token leases alone.
 	leaseLocal prometheus.Counter
 	latency    prometheus.Histogram
+	replicas   prometheus.Gauge
 }
 
 // newMetrics registers the metrics; degraded, when set, reports how many
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer, degraded func() float64) (*metrics, e
 			Name: "portico_ratelimitsvc_lease_local_total",
 			Help: "Requests on highVolume rules decided from this replica's token leases (or its pre-filter) without a store call.",
 		}),
+		replicas: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "portico_ratelimitsvc_replicas",
+			Help: "Replicas this one believes share the limits; degraded-mode local buckets get limit/replicas.",
+		}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portico_ratelimitsvc_request_duration_seconds",
 			Help:    "ShouldRateLimit latency inside the service.",
@@ -60,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, degraded func() float64) (*metrics, e
 		Name: "portico_ratelimitsvc_degraded",
 		Help: "Bucket store shards whose circuit breaker is open or half-open; while above 0, requests to them are decided by fail mode.",
 	}, degraded)
-	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.breakerRejected, m.leaseLocal, gauge, m.latency} {
+	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.breakerRejected, m.leaseLocal, gauge, m.latency, m.replicas} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("service: metrics: %w", err)
 		}

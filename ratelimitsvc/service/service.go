@@ -56,7 +56,7 @@ type Config struct {
 	// Replicas is how many replicas share the limits (default 1). When the
 	// backend fails, failMode=OPEN rules fall back to a local bucket at
 	// limit/Replicas (rounded up) so the fleet stays near the global limit.
-	// SetReplicas changes it at run time (e.g. from the xDS node count).
+	// SetReplicas changes it at run time (package peers counts the replicas).
 	Replicas int
 	// Local is the fallback store for degraded mode (default a new
 	// Memory; tests inject one with a clock).
@@ -93,7 +93,11 @@ type Service struct {
 
 // SetReplicas sets the replica count the degraded-mode local buckets
 // divide limits by; n < 1 means 1. Safe to call while serving.
-func (s *Service) SetReplicas(n int) { s.replicas.Store(int64(max(1, n))) }
+func (s *Service) SetReplicas(n int) {
+	n = max(1, n)
+	s.replicas.Store(int64(n))
+	s.m.replicas.Set(float64(n))
+}
 
 // sampler lets one log line per second through, so an outage or a busy
 // shadow rule cannot flood the logs (the metrics count every event).

@@ -23,8 +23,13 @@ func main() {
 	grpcAddr := envflag.String(fs, "grpc-addr", "PORTICO_RATELIMIT_GRPC_ADDR", ratelimitsvc.DefaultGRPCAddr, "gRPC RateLimitService listen address")
 	httpAddr := envflag.String(fs, "http-addr", "PORTICO_RATELIMIT_HTTP_ADDR", ratelimitsvc.DefaultHTTPAddr, "HTTP metrics/health/config listen address")
 	redisAddr := envflag.String(fs, "redis-addr", "PORTICO_REDIS_ADDR", "", "Redis host:port (comma-separated for a cluster); empty = in-memory buckets")
+	redisMaster := envflag.String(fs, "redis-master-name", "PORTICO_REDIS_MASTER_NAME", "", "Sentinel master name (redis-addr then lists the Sentinels)")
+	redisCluster := envflag.Bool(fs, "redis-cluster", "PORTICO_REDIS_CLUSTER", false, "Redis Cluster even with a single seed address")
+	redisUser := envflag.String(fs, "redis-username", "PORTICO_REDIS_USERNAME", "", "Redis ACL user")
+	// Passwords come from the environment only: a flag would show in ps.
+	redisPassword, sentinelPassword := os.Getenv("PORTICO_REDIS_PASSWORD"), os.Getenv("PORTICO_REDIS_SENTINEL_PASSWORD")
 	redisTimeout := envflag.Duration(fs, "redis-timeout", "PORTICO_REDIS_TIMEOUT", bucket.DefaultTimeout, "hard timeout per Redis call")
-	replicas := envflag.Uint(fs, "replicas", "PORTICO_RATELIMIT_REPLICAS", 1, "replicas sharing the limits: degraded-mode local buckets get limit/replicas")
+	replicas := envflag.Uint(fs, "replicas", "PORTICO_RATELIMIT_REPLICAS", 0, "replicas sharing the limits: degraded-mode local buckets get limit/replicas; 0 = count the live replicas through Redis")
 	configDir := envflag.String(fs, "config-dir", "PORTICO_RATELIMIT_CONFIG_DIR", "", "directory of envoyproxy/ratelimit YAML rule files")
 	poll := envflag.Duration(fs, "config-poll", "PORTICO_RATELIMIT_CONFIG_POLL", source.DefaultPollInterval, "how often to look for changed rule files")
 	xdsAddr := envflag.String(fs, "xds-addr", "PORTICO_XDS_ADDR", "", "control plane xDS address; empty = file rules only")
@@ -43,6 +48,8 @@ func main() {
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.RedisAddr, cfg.RedisTimeout = *grpcAddr, *httpAddr, *redisAddr, *redisTimeout
 	cfg.ConfigDir, cfg.PollInterval, cfg.XDSAddr, cfg.XDSType, cfg.NodeID, cfg.StateDir = *configDir, *poll, *xdsAddr, *xdsType, *nodeID, *stateDir
 	cfg.Replicas = int(*replicas)
+	cfg.RedisMasterName, cfg.RedisCluster, cfg.RedisUsername = *redisMaster, *redisCluster, *redisUser
+	cfg.RedisPassword, cfg.RedisSentinelPassword = redisPassword, sentinelPassword
 	cfg.Logger = log
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
