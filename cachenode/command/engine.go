@@ -188,7 +188,7 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 	for _, a := range args {
 		reqBytes += len(a)
 	}
-	if !spec.has(flagNoAuth) {
+	if spec.limited {
 		if err := ns.Admit(reqBytes, nowMs); err != nil {
 			what := "ops"
 			if errors.Is(err, namespace.ErrRateBytes) {

@@ -33,6 +33,9 @@ type Spec struct {
 	// INSERT, DELETE).
 	KeyFlags []string
 	fn       func(*Ctx)
+	// limited: the command touches data, so namespace rate limits apply
+	// (connection setup and introspection are not charged).
+	limited bool
 }
 
 func (s *Spec) has(f flag) bool { return s.flags&f != 0 }
@@ -83,8 +86,9 @@ var (
 )
 
 func reg(name string, arity int, flags flag, first, last, step int, group, since string, ks []string, summary string, fn func(*Ctx)) {
+	limited := group != "connection" && group != "server" || name == "dbsize" || name == "flushdb" || name == "flushall"
 	table[name] = &Spec{Name: name, Arity: arity, flags: flags, First: first, Last: last, Step: step,
-		Group: group, Since: since, KeyFlags: ks, Summary: summary, fn: fn}
+		Group: group, Since: since, KeyFlags: ks, Summary: summary, fn: fn, limited: limited}
 }
 
 const (

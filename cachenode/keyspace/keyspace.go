@@ -443,33 +443,43 @@ func (db *DB) ExpireSample(i, n int) (sampled, expired int) {
 	return sampled, expired
 }
 
-// EvictOne samples up to samples candidate keys (from a random non-empty
-// shard; only keys with a TTL under volatile policies) and deletes the one
-// the policy ranks highest. It returns the bytes freed, or ok=false when
-// there is nothing the policy may evict.
+// evictProbes is how many shards one eviction samples: more shards make
+// the victim closer to the true LRU/LFU/TTL choice at the price of more
+// lock acquisitions (Redis gets the same effect from its eviction pool).
+const evictProbes = 3
+
+// EvictOne samples up to samples candidate keys in each of a few random
+// non-empty shards (only keys with a TTL under volatile policies) and
+// deletes the one the policy ranks highest. It returns the bytes freed, or
+// ok=false when there is nothing the policy may evict.
 func (db *DB) EvictOne(samples int) (freed int64, ok bool) {
 	p := db.Policy()
 	if !p.Evicts() {
 		return 0, false
 	}
 	now := db.now()
+	var (
+		victim  string
+		ve      *Entry
+		vshard  = -1
+		best    uint64
+		visited int
+	)
 	start := int(db.evictNext.Add(1)) + rand.IntN(len(db.shards))
-	for probe := 0; probe < len(db.shards); probe++ {
-		sh := &db.shards[(start+probe)&db.mask]
+	for probe := 0; probe < len(db.shards) && visited < evictProbes; probe++ {
+		i := (start + probe*7919) & db.mask // a stride co-prime with the power-of-two shard count
+		sh := &db.shards[i]
 		sh.mu.Lock()
-		var victim string
-		var ve *Entry
-		var best uint64
+		n := 0
 		consider := func(k string, e *Entry) {
 			s := evict.Score(p, e.meta, e.expireAt, now)
 			if e.expireAt != 0 && e.expireAt <= now {
 				s = ^uint64(0) // already dead: always the best victim
 			}
 			if ve == nil || s > best {
-				victim, ve, best = k, e, s
+				victim, ve, vshard, best = k, e, i, s
 			}
 		}
-		n := 0
 		if p.VolatileOnly() {
 			for k := range sh.vol {
 				consider(k, sh.m[k])
@@ -485,16 +495,24 @@ func (db *DB) EvictOne(samples int) (freed int64, ok bool) {
 				}
 			}
 		}
-		if ve != nil {
-			freed = int64(ve.size)
-			db.remove(sh, victim, ve)
-			sh.mu.Unlock()
-			db.evicted.Add(1)
-			return freed, true
-		}
 		sh.mu.Unlock()
+		if n > 0 {
+			visited++
+		}
 	}
-	return 0, false
+	if ve == nil {
+		return 0, false
+	}
+	sh := &db.shards[vshard]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m[victim] != ve { // changed since sampled: let the caller try again
+		return 0, true
+	}
+	freed = int64(ve.size)
+	db.remove(sh, victim, ve)
+	db.evicted.Add(1)
+	return freed, true
 }
 
 // Usage returns the node-wide counter this DB reports into.
