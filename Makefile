@@ -8,13 +8,16 @@ PROTOS := $(shell find proto -name '*.proto' | sort)
 TEST_TIMEOUT ?= 15m
 export PORTICO_DATABASE_URL ?= postgres://postgres@127.0.0.1:55432/portico?sslmode=disable
 export PORTICO_TEST_REDIS_ADDR ?= 127.0.0.1:56379
+# Peers measured side by side (ARCHITECTURE.md), built once into .run/bin.
+RATELIMIT_PEER := github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
+export PORTICO_RATELIMIT_PEER_BIN ?= $(CURDIR)/.run/bin/service_cmd
 
-.PHONY: run test build deps stop bench lint proto proto-check fmt-check vet
+.PHONY: run test build deps stop bench lint proto proto-check fmt-check vet peers
 
 run: deps build
 	@$(BIN)/launch
 
-test: deps proto-check fmt-check vet
+test: deps proto-check fmt-check vet peers
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 build:
@@ -27,8 +30,13 @@ deps:
 stop:
 	@bash e2e/scripts/stop.sh
 
-bench: deps
+bench: deps peers
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./... | tee .run/bench.txt
+
+# envoyproxy/ratelimit's service_cmd: ratelimitsvc's peer test and benchmark.
+peers: $(PORTICO_RATELIMIT_PEER_BIN)
+$(PORTICO_RATELIMIT_PEER_BIN):
+	GOBIN=$(dir $@) $(GO) install $(RATELIMIT_PEER)
 
 lint: fmt-check vet
 	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed: ran gofmt and go vet"; fi

@@ -1,10 +1,11 @@
 package ratelimitsvc_test
 
 // Side by side with envoyproxy/ratelimit's service_cmd (the peer): same
-// YAML, same Redis, same requests. The peer binary is not built by
-// `make test`; install it once and point PORTICO_RATELIMIT_PEER_BIN at it
-// (or put service_cmd on PATH), see README.md. Without it these tests and
-// benchmarks skip — only for the peer binary, never for Redis.
+// YAML, same Redis, same requests. `make peers` (run by make test and make
+// bench) installs the binary into .run/bin and the Makefile points
+// PORTICO_RATELIMIT_PEER_BIN at it (or put service_cmd on PATH), see
+// README.md. Without it these tests and benchmarks skip, except in CI where
+// they fail — never skip for Redis.
 
 import (
 	"context"
@@ -56,10 +57,15 @@ func exampleYAML(t testing.TB) string {
 // peerBin finds service_cmd or skips.
 func peerBin(t testing.TB) string {
 	if p := os.Getenv("PORTICO_RATELIMIT_PEER_BIN"); p != "" {
-		return p
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 	}
 	if p, err := exec.LookPath("service_cmd"); err == nil {
 		return p
+	}
+	if os.Getenv("CI") != "" { // make test installs it (make peers)
+		t.Fatal("envoyproxy/ratelimit service_cmd not found: PORTICO_RATELIMIT_PEER_BIN=" + os.Getenv("PORTICO_RATELIMIT_PEER_BIN") + "; run make peers")
 	}
 	t.Skip("envoyproxy/ratelimit service_cmd not found: set PORTICO_RATELIMIT_PEER_BIN or put it on PATH (see ratelimitsvc/README.md)")
 	return ""
