@@ -1,0 +1,27 @@
+// Package charttest checks the Helm chart charts/portico and the root
+// Dockerfile statically: no cluster and no Docker engine are needed.
+//
+// Its tests run `helm lint` (default values and testdata/all-enabled.yaml)
+// and `helm template` with default values, with every component and option
+// enabled, and with each component disabled in turn; they decode every
+// rendered document strictly into the Kubernetes API types (k8s.io/api, and
+// prometheus-operator's ServiceMonitor), rejecting unknown and duplicate
+// fields, and check the invariants the platform relies on: probes,
+// resources and the restricted securityContext on every container, a
+// writable volume under every directory a binary writes, a PDB per
+// workload, HPAs, headless Services and volumeClaimTemplates where they
+// belong, images taken from values, Service and ServiceMonitor ports that
+// exist, wiring between components (xDS, extauthz, ratelimit addresses),
+// and that disabling a component removes all its objects. The Envoy
+// bootstrap in the rendered ConfigMap is parsed strictly into the Envoy
+// Bootstrap proto, validated, and held to envoy/bootstrap.CheckGateway.
+// NOTES.txt is rendered and its curl bodies checked against the admin API
+// shapes. The Dockerfile test checks a multi-stage build, CGO_ENABLED=0,
+// -trimpath, a non-root distroless final stage, that every */cmd/* binary
+// is built into the directory the chart runs them from, and that
+// .dockerignore keeps the sources.
+//
+// helm comes from PORTICO_HELM_BIN or <repo>/.run/bin/helm (`make helm`
+// installs it). Without it the chart tests fail when CI is set and are
+// skipped with a loud message otherwise.
+package charttest

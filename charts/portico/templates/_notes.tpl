@@ -1,0 +1,61 @@
+{{/* The text of NOTES.txt; a named template so the chart test can render it. */}}
+{{- define "portico.notes" -}}
+{{- $ns := .Release.Namespace }}
+{{- $cp := include "portico.component" (list . "controlplane") }}
+{{- $gw := include "portico.component" (list . "envoy") -}}
+Portico {{ .Chart.AppVersion }} is installed: release {{ .Release.Name }}, namespace {{ $ns }}.
+{{- if and (not .Values.postgresql.existingSecret) (not .Values.postgresql.url) (not .Values.postgresql.bundled.enabled) (or .Values.controlplane.enabled .Values.scheduler.enabled) }}
+
+WARNING: no database configured. The control plane and scheduler read
+PORTICO_DATABASE_URL from the Secret {{ include "portico.databaseSecretName" . }} (key {{ .Values.postgresql.existingSecretKey }}), which
+this release did not create. Create it:
+  kubectl -n {{ $ns }} create secret generic {{ include "portico.databaseSecretName" . }} \
+    --from-literal={{ .Values.postgresql.existingSecretKey }}='postgres://USER:PASSWORD@HOST:5432/portico?sslmode=require'
+or upgrade with --set postgresql.url=... (or postgresql.bundled.enabled=true to try it out).
+{{- end }}
+{{- if and .Values.ratelimitsvc.enabled (not (include "portico.redisAddr" .)) }}
+
+NOTE: no Redis configured (redis.addr): ratelimitsvc keeps buckets in memory
+per replica, so every limit is multiplied by the number of replicas.
+{{- end }}
+
+1. Wait until everything is ready:
+  kubectl -n {{ $ns }} get pods -l app.kubernetes.io/instance={{ .Release.Name }} -w
+{{- if .Values.controlplane.enabled }}
+
+2. Reach the admin API (it is never exposed outside the cluster):
+  kubectl -n {{ $ns }} port-forward svc/{{ $cp }} 18080:18080 &
+
+3. Start a demo upstream (the echo server in the Portico image):
+  kubectl -n {{ $ns }} run echo --image={{ include "portico.image" (list . dict) }} --port 18900 \
+    --command -- /usr/local/bin/echo-upstream --addr :18900
+  kubectl -n {{ $ns }} expose pod echo --port 18900
+
+4. Push the first cluster and route (every change is a new config version
+   that the gateways ACK over xDS):
+  curl -s -X POST localhost:18080/admin/v1/clusters -H 'Idempotency-Key: c1' \
+    -d '{"name":"echo","endpoints":[{"address":"echo.{{ $ns }}.svc.{{ .Values.clusterDomain }}","port":18900}]}'
+  curl -s -X POST localhost:18080/admin/v1/routes -H 'Idempotency-Key: r1' \
+    -d '{"name":"echo","match":{"pathPrefix":"/echo"},"cluster":"echo","auth":{"mode":"none"}}'
+  curl -s localhost:18080/admin/v1/config/versions
+  curl -s localhost:18080/admin/v1/nodes      # each gateway with its ACKed version
+{{- end }}
+{{- if .Values.envoy.enabled }}
+
+5. Send traffic through Envoy:
+{{- if eq .Values.envoy.service.type "LoadBalancer" }}
+  GW=$(kubectl -n {{ $ns }} get svc {{ $gw }} -o jsonpath='{.status.loadBalancer.ingress[0].ip}{.status.loadBalancer.ingress[0].hostname}')
+  curl -i http://$GW:{{ .Values.envoy.service.port }}/echo
+{{- else if eq .Values.envoy.service.type "NodePort" }}
+  PORT=$(kubectl -n {{ $ns }} get svc {{ $gw }} -o jsonpath='{.spec.ports[0].nodePort}')
+  NODE=$(kubectl get nodes -o jsonpath='{.items[0].status.addresses[0].address}')
+  curl -i http://$NODE:$PORT/echo
+{{- end }}
+  # or, from your machine without an external address:
+  kubectl -n {{ $ns }} port-forward svc/{{ $gw }} 10000:{{ .Values.envoy.service.port }} &
+  curl -i localhost:10000/echo
+{{- end }}
+
+JWT providers, API keys, rate limits and rollouts use the same admin API:
+see "Pushing config" in the project README.
+{{- end }}
