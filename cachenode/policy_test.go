@@ -479,7 +479,11 @@ namespaces:
 	c.Set(ctx(t), "k", strings.Repeat("x", 100), 0)
 	g.Set(ctx(t), "k", "v", 0)
 	write := func(s string) error {
-		if err := os.WriteFile(n.nsFile, []byte(s), 0o600); err != nil {
+		tmp := n.nsFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, n.nsFile); err != nil {
 			t.Fatal(err)
 		}
 		select {

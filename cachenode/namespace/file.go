@@ -57,6 +57,11 @@ func Parse(data []byte) ([]Settings, error) {
 	if err := dec.Decode(&spec); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if spec.Namespaces == nil {
+		// An empty or half-written file must not read as "remove every
+		// namespace" (which drops their data).
+		return nil, fmt.Errorf("%w: no namespaces: map (an empty file is rejected)", ErrConfig)
+	}
 	var out []Settings
 	for name, ns := range spec.Namespaces {
 		s := Settings{Name: name, OpsPerSecond: ns.OpsPerSecond, PrefixDepth: ns.PrefixDepth,
@@ -116,7 +121,9 @@ func optBytes(s string) (int64, error) {
 
 // Watcher re-reads a namespaces file when its content changes and applies
 // it to a Registry. A file that fails to parse is logged and ignored: the
-// node keeps its last good configuration.
+// node keeps its last good configuration. Replace the file atomically
+// (write a temporary file and rename it, as Kubernetes does for ConfigMap
+// volumes): a half-written file that still parses would be applied.
 type Watcher struct {
 	Path     string
 	Registry *Registry
