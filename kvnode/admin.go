@@ -1,0 +1,188 @@
+package kvnode
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/portico-io/portico/kvnode/api"
+	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/record"
+	"github.com/portico-io/portico/kvnode/ring"
+	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
+)
+
+var _ api.Admin = (*Node)(nil)
+
+func recordDigest(recs []*kvv1.Record) []byte { return record.Digest(recs) }
+
+// gatedEngine holds the ring-change barrier shared for the whole of each
+// write (see Node.gate).
+type gatedEngine struct {
+	*coordinator.Coordinator
+	n *Node
+}
+
+func (n *Node) engine() api.Engine { return gatedEngine{n.coord, n} }
+
+func (g gatedEngine) Put(ctx context.Context, key, value []byte, o coordinator.WriteOptions) (coordinator.WriteResult, error) {
+	g.n.gate.RLock()
+	defer g.n.gate.RUnlock()
+	return g.Coordinator.Put(ctx, key, value, o)
+}
+
+func (g gatedEngine) Delete(ctx context.Context, key []byte, o coordinator.WriteOptions) (coordinator.WriteResult, error) {
+	g.n.gate.RLock()
+	defer g.n.gate.RUnlock()
+	return g.Coordinator.Delete(ctx, key, o)
+}
+
+// RingView is GET /v1/ring: the token map for partition-aware clients.
+type RingView struct {
+	Replication int          `json:"replication"`
+	Nodes       []RingMember `json:"nodes"`
+	Ranges      []ring.Range `json:"ranges"`
+	// Pending lists the ring after in-progress joins and leaves, when one
+	// is in progress.
+	Pending []ring.Range `json:"pending,omitempty"`
+}
+
+// RingMember is one node in RingView.
+type RingMember struct {
+	ID        string   `json:"id"`
+	Addr      string   `json:"addr"`
+	Rack      string   `json:"rack,omitempty"`
+	State     string   `json:"state"`
+	Tokens    []uint64 `json:"tokens"`
+	Ownership float64  `json:"ownership"`
+}
+
+// Ring implements api.Admin.
+func (n *Node) Ring() any {
+	cur, fut := n.mem.Rings()
+	own := cur.Ownership()
+	v := RingView{Replication: n.cfg.Replication, Ranges: cur.Ranges()}
+	for _, m := range n.mem.Snapshot() {
+		if len(m.Tokens) == 0 || m.State == kvv1.MemberState_MEMBER_STATE_LEFT {
+			continue
+		}
+		v.Nodes = append(v.Nodes, RingMember{ID: m.Id, Addr: m.Addr, Rack: m.Rack, State: stateName(m.State), Tokens: m.Tokens, Ownership: own[m.Id]})
+	}
+	if len(fut.Ranges()) != len(v.Ranges) || !sameRanges(fut.Ranges(), v.Ranges) {
+		v.Pending = fut.Ranges()
+	}
+	return v
+}
+
+func sameRanges(a, b []ring.Range) bool {
+	for i := range a {
+		if a[i].Start != b[i].Start || a[i].End != b[i].End || len(a[i].Replicas) != len(b[i].Replicas) {
+			return false
+		}
+		for j := range a[i].Replicas {
+			if a[i].Replicas[j] != b[i].Replicas[j] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func stateName(s kvv1.MemberState) string {
+	switch s {
+	case kvv1.MemberState_MEMBER_STATE_NORMAL:
+		return "NORMAL"
+	case kvv1.MemberState_MEMBER_STATE_JOINING:
+		return "JOINING"
+	case kvv1.MemberState_MEMBER_STATE_LEAVING:
+		return "LEAVING"
+	case kvv1.MemberState_MEMBER_STATE_LEFT:
+		return "LEFT"
+	case kvv1.MemberState_MEMBER_STATE_PENDING:
+		return "PENDING"
+	}
+	return "UNKNOWN"
+}
+
+// MemberView is one entry of GET /admin/v1/members.
+type MemberView struct {
+	ID         string  `json:"id"`
+	Addr       string  `json:"addr"`
+	Rack       string  `json:"rack,omitempty"`
+	State      string  `json:"state"`
+	Alive      bool    `json:"alive"`
+	Phi        float64 `json:"phi"`
+	Generation uint64  `json:"generation"`
+	Heartbeat  uint64  `json:"heartbeat"`
+	Hints      int     `json:"hintsPending"`
+}
+
+// Members implements api.Admin.
+func (n *Node) Members() any {
+	pending := n.hints.Pending()
+	var out []MemberView
+	for _, m := range n.mem.Snapshot() {
+		out = append(out, MemberView{
+			ID: m.Id, Addr: m.Addr, Rack: m.Rack, State: stateName(m.State), Alive: n.mem.Alive(m.Id),
+			Phi: n.mem.Phi(m.Id), Generation: m.Generation, Heartbeat: m.Heartbeat, Hints: pending[m.Id],
+		})
+	}
+	return map[string]any{"items": out}
+}
+
+// Repair implements api.Admin: one full anti-entropy pass now.
+func (n *Node) Repair(ctx context.Context) (any, error) {
+	return n.rep.RepairAll(ctx), nil
+}
+
+// RepairStatus implements api.Admin.
+func (n *Node) RepairStatus() any {
+	ranges, lastFull, last := n.rep.Status()
+	return map[string]any{"ranges": ranges, "lastFullRepair": lastFull, "lastPass": last}
+}
+
+func (n *Node) registerMetrics() {
+	reg := n.cfg.Registry
+	gauge := func(name, help string, fn func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "portico_kvnode_" + name, Help: help}, fn))
+	}
+	counter := func(name, help string, fn func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_kvnode_" + name, Help: help}, fn))
+	}
+	unix := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0
+		}
+		return float64(t.UnixNano()) / 1e9
+	}
+	gauge("hints_pending", "Hints stored on this node awaiting replay.", func() float64 { return float64(n.hints.PendingTotal()) })
+	counter("hints_stored_total", "Hints stored for replicas that missed a write.", func() float64 { return float64(n.hints.Stored.Load()) })
+	counter("hints_replayed_total", "Hints delivered to their replica.", func() float64 { return float64(n.hints.Replayed.Load()) })
+	counter("hints_expired_total", "Hints dropped after the hint window.", func() float64 { return float64(n.hints.Expired.Load()) })
+	counter("read_repairs_total", "Replicas fixed by blocking read repair.", func() float64 { return float64(n.coord.ReadRepairs.Load()) })
+	counter("speculative_retries_total", "Reads sent to an extra replica past the p99 threshold.", func() float64 { return float64(n.coord.SpeculativeRuns.Load()) })
+	gauge("repair_last_full_timestamp_seconds", "When the last anti-entropy pass that repaired every range of this node started.", func() float64 {
+		_, full, _ := n.rep.Status()
+		return unix(full)
+	})
+	gauge("repair_oldest_range_timestamp_seconds", "Oldest last-repair time over the ranges this node replicates (0: a range never repaired); must stay within the tombstone grace.", func() float64 {
+		return unix(n.rep.OldestRange())
+	})
+	gauge("repair_ranges", "Ranges this node replicates.", func() float64 { r, _, _ := n.rep.Status(); return float64(len(r)) })
+	gauge("ring_ownership_ratio", "Fraction of the key space this node replicates, divided by N (1/nodes when balanced).", func() float64 {
+		cur, _ := n.mem.Rings()
+		return cur.Ownership()[n.cfg.NodeID]
+	})
+	gauge("members_alive", "Members this node believes up (itself included).", func() float64 {
+		c := 0
+		for _, m := range n.mem.Snapshot() {
+			if m.State != kvv1.MemberState_MEMBER_STATE_LEFT && n.mem.Alive(m.Id) {
+				c++
+			}
+		}
+		return float64(c)
+	})
+	reg.MustRegister(collectors.NewGoCollector())
+}

@@ -1,0 +1,359 @@
+// Package api is kvnode's HTTP surface: the key-value API under /v1/kv/,
+// the token map at /v1/ring and the admin calls under /admin/v1/. Requests
+// are parsed and validated here and handed to an engine per keyspace
+// family: /v1/kv/ goes to the leaderless store, /v1/cp/ is reserved for the
+// consensus tier (501 until it exists). Errors map to HTTP only here.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/record"
+	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
+)
+
+// Limits of the API.
+const (
+	MaxKeyBytes            = 256
+	MaxValueBytes          = 1 << 20
+	MaxIdempotencyKeyBytes = 128
+	MaxTTL                 = 10 * 365 * 24 * time.Hour
+)
+
+// Engine serves one family of keyspaces.
+type Engine interface {
+	Get(ctx context.Context, key []byte, l coordinator.Level) (coordinator.ReadResult, error)
+	Put(ctx context.Context, key, value []byte, o coordinator.WriteOptions) (coordinator.WriteResult, error)
+	Delete(ctx context.Context, key []byte, o coordinator.WriteOptions) (coordinator.WriteResult, error)
+	BatchGet(ctx context.Context, keys [][]byte, l coordinator.Level) ([]coordinator.BatchResult, error)
+	VectorClocks(key []byte) bool
+}
+
+var _ Engine = (*coordinator.Coordinator)(nil)
+
+// Admin is the node's operational surface.
+type Admin interface {
+	Ring() any
+	Members() any
+	Repair(ctx context.Context) (any, error)
+	RepairStatus() any
+	Join(ctx context.Context) error
+	Decommission(ctx context.Context) error
+}
+
+// Handler returns the HTTP routes. cp may be nil (no consensus tier yet).
+func Handler(kv, cp Engine, admin Admin) http.Handler {
+	mux := http.NewServeMux()
+	mount := func(prefix string, e Engine) {
+		mux.HandleFunc("GET "+prefix+"{key...}", func(w http.ResponseWriter, r *http.Request) { get(w, r, e) })
+		mux.HandleFunc("PUT "+prefix+"{key...}", func(w http.ResponseWriter, r *http.Request) { write(w, r, e, false) })
+		mux.HandleFunc("DELETE "+prefix+"{key...}", func(w http.ResponseWriter, r *http.Request) { write(w, r, e, true) })
+	}
+	mount("/v1/kv/", kv)
+	mux.HandleFunc("POST /v1/kv:batchGet", func(w http.ResponseWriter, r *http.Request) { batchGet(w, r, kv) })
+	if cp != nil {
+		mount("/v1/cp/", cp)
+	} else {
+		mux.HandleFunc("/v1/cp/", func(w http.ResponseWriter, _ *http.Request) {
+			writeError(w, http.StatusNotImplemented, "not_implemented", "the consensus tier (/v1/cp/) is not available on this node", "")
+		})
+	}
+	mux.HandleFunc("GET /v1/ring", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Ring()) })
+	mux.HandleFunc("GET /admin/v1/members", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Members()) })
+	mux.HandleFunc("GET /admin/v1/repair", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.RepairStatus()) })
+	mux.HandleFunc("POST /admin/v1/repair", func(w http.ResponseWriter, r *http.Request) {
+		res, err := admin.Repair(r.Context())
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, "repair_failed", err.Error(), "")
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	mux.HandleFunc("POST /admin/v1/join", func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Join) })
+	mux.HandleFunc("POST /admin/v1/decommission", func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Decommission) })
+	return mux
+}
+
+func adminAction(w http.ResponseWriter, r *http.Request, fn func(context.Context) error) {
+	if err := fn(r.Context()); err != nil {
+		writeError(w, http.StatusConflict, "failed", err.Error(), "")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// BadRequest is a validation failure naming the offending field.
+type BadRequest struct {
+	Status  int
+	Code    string
+	Field   string
+	Message string
+}
+
+func (e *BadRequest) Error() string { return fmt.Sprintf("%s: %s", e.Field, e.Message) }
+
+// ParseKey validates a key taken from the path.
+func ParseKey(key string) ([]byte, error) {
+	switch {
+	case key == "":
+		return nil, &BadRequest{http.StatusBadRequest, "invalid_key", "key", "key is empty"}
+	case len(key) > MaxKeyBytes:
+		return nil, &BadRequest{http.StatusBadRequest, "invalid_key", "key", fmt.Sprintf("key is %d bytes, at most %d", len(key), MaxKeyBytes)}
+	}
+	return []byte(key), nil
+}
+
+// ParseTTL parses the ttl query parameter (whole seconds, 0 = none).
+func ParseTTL(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || time.Duration(n)*time.Second > MaxTTL {
+		return 0, &BadRequest{http.StatusBadRequest, "invalid_ttl", "ttl", fmt.Sprintf("ttl %q is not whole seconds between 0 and %d", s, int64(MaxTTL/time.Second))}
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// ParseLevel parses the consistency query parameter.
+func ParseLevel(s string) (coordinator.Level, error) {
+	l, err := coordinator.ParseLevel(s)
+	if err != nil {
+		return 0, &BadRequest{http.StatusBadRequest, "invalid_consistency", "consistency", err.Error()}
+	}
+	return l, nil
+}
+
+// WriteRequest is a parsed PUT or DELETE.
+type WriteRequest struct {
+	Key   []byte
+	Value []byte
+	Opts  coordinator.WriteOptions
+}
+
+// ParseWrite validates a PUT/DELETE: key, consistency, ttl, X-KV-Context,
+// Idempotency-Key and (for PUT) a body of at most MaxValueBytes.
+func ParseWrite(r *http.Request, del bool) (WriteRequest, error) {
+	var wr WriteRequest
+	var err error
+	if wr.Key, err = ParseKey(r.PathValue("key")); err != nil {
+		return wr, err
+	}
+	q := r.URL.Query()
+	if wr.Opts.Level, err = ParseLevel(q.Get("consistency")); err != nil {
+		return wr, err
+	}
+	if wr.Opts.TTL, err = ParseTTL(q.Get("ttl")); err != nil {
+		return wr, err
+	}
+	if wr.Opts.Context, err = record.DecodeContext(r.Header.Get("X-KV-Context")); err != nil {
+		return wr, &BadRequest{http.StatusBadRequest, "invalid_context", "X-KV-Context", err.Error()}
+	}
+	wr.Opts.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	if len(wr.Opts.IdempotencyKey) > MaxIdempotencyKeyBytes {
+		return wr, &BadRequest{http.StatusBadRequest, "invalid_idempotency_key", "Idempotency-Key", fmt.Sprintf("at most %d bytes", MaxIdempotencyKeyBytes)}
+	}
+	if del {
+		return wr, nil
+	}
+	if r.ContentLength > MaxValueBytes {
+		return wr, &BadRequest{http.StatusRequestEntityTooLarge, "value_too_large", "value", fmt.Sprintf("value is %d bytes, at most %d", r.ContentLength, MaxValueBytes)}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxValueBytes+1))
+	if err != nil {
+		return wr, &BadRequest{http.StatusBadRequest, "invalid_value", "value", "reading body: " + err.Error()}
+	}
+	if len(body) > MaxValueBytes {
+		return wr, &BadRequest{http.StatusRequestEntityTooLarge, "value_too_large", "value", fmt.Sprintf("value is over %d bytes", MaxValueBytes)}
+	}
+	wr.Value = body
+	return wr, nil
+}
+
+func write(w http.ResponseWriter, r *http.Request, e Engine, del bool) {
+	wr, err := ParseWrite(r, del)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var res coordinator.WriteResult
+	if del {
+		res, err = e.Delete(r.Context(), wr.Key, wr.Opts)
+	} else {
+		res, err = e.Put(r.Context(), wr.Key, wr.Value, wr.Opts)
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("X-KV-Acks", fmt.Sprintf("%d/%d", res.Acks, res.N))
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if del {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"acks": res.Acks, "n": res.N})
+}
+
+// Sibling is one version in a JSON response.
+type Sibling struct {
+	Value     []byte `json:"value"`
+	ExpiresAt string `json:"expiresAt,omitempty"`
+}
+
+func siblings(recs []*kvv1.Record) []Sibling {
+	out := make([]Sibling, len(recs))
+	for i, r := range recs {
+		out[i].Value = r.Value
+		if r.ExpiresAtUnixMs != 0 {
+			out[i].ExpiresAt = time.UnixMilli(r.ExpiresAtUnixMs).UTC().Format(time.RFC3339Nano)
+		}
+	}
+	return out
+}
+
+func get(w http.ResponseWriter, r *http.Request, e Engine) {
+	key, err := ParseKey(r.PathValue("key"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	l, err := ParseLevel(r.URL.Query().Get("consistency"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	res, err := e.Get(r.Context(), key, l)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("X-KV-Acks", fmt.Sprintf("%d/%d", res.Acks, res.N))
+	if e.VectorClocks(key) {
+		w.Header().Set("X-KV-Context", record.EncodeContext(res.Context))
+	}
+	switch len(res.Records) {
+	case 0:
+		writeError(w, http.StatusNotFound, "not_found", "no value for key", "key")
+	case 1:
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("X-KV-Siblings", "1")
+		_, _ = w.Write(res.Records[0].Value)
+	default:
+		// Concurrent versions: all of them, for the client to merge and
+		// write back with the context.
+		w.Header().Set("X-KV-Siblings", strconv.Itoa(len(res.Records)))
+		writeJSON(w, http.StatusMultipleChoices, map[string]any{"siblings": siblings(res.Records)})
+	}
+}
+
+// BatchGetRequest is the body of POST /v1/kv:batchGet.
+type BatchGetRequest struct {
+	Keys        []string `json:"keys"`
+	Consistency string   `json:"consistency"`
+}
+
+// BatchItem is one key of a batch-get response.
+type BatchItem struct {
+	Key      string    `json:"key"`
+	Found    bool      `json:"found"`
+	Siblings []Sibling `json:"siblings,omitempty"`
+	Context  string    `json:"context,omitempty"`
+	Error    *ErrBody  `json:"error,omitempty"`
+}
+
+func batchGet(w http.ResponseWriter, r *http.Request, e Engine) {
+	var req BatchGetRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_body", "body: "+err.Error(), "keys")
+		return
+	}
+	l, err := ParseLevel(req.Consistency)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	keys := make([][]byte, len(req.Keys))
+	for i, k := range req.Keys {
+		if keys[i], err = ParseKey(k); err != nil {
+			var br *BadRequest
+			errors.As(err, &br)
+			br.Field = fmt.Sprintf("keys[%d]", i)
+			writeErr(w, br)
+			return
+		}
+	}
+	res, err := e.BatchGet(r.Context(), keys, l)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	items := make([]BatchItem, len(res))
+	for i, br := range res {
+		items[i] = BatchItem{Key: string(br.Key), Found: br.Result.Found(), Siblings: siblings(br.Result.Records)}
+		if e.VectorClocks(br.Key) {
+			items[i].Context = record.EncodeContext(br.Result.Context)
+		}
+		if br.Err != nil {
+			_, code, msg := classify(br.Err)
+			items[i].Error = &ErrBody{Code: code, Message: msg}
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": items})
+}
+
+// ErrBody is the JSON error shape.
+type ErrBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func classify(err error) (int, string, string) {
+	var br *BadRequest
+	switch {
+	case errors.As(err, &br):
+		return br.Status, br.Code, br.Error()
+	case errors.Is(err, coordinator.ErrUnavailable):
+		return http.StatusServiceUnavailable, "unavailable", err.Error()
+	case errors.Is(err, coordinator.ErrTimeout):
+		return http.StatusGatewayTimeout, "timeout", err.Error()
+	case errors.Is(err, coordinator.ErrIdempotencyMismatch):
+		return http.StatusUnprocessableEntity, "idempotency_mismatch", err.Error()
+	case errors.Is(err, coordinator.ErrBatchTooLarge):
+		return http.StatusRequestEntityTooLarge, "batch_too_large", err.Error()
+	}
+	return http.StatusInternalServerError, "internal", err.Error()
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	status, code, msg := classify(err)
+	field := ""
+	var br *BadRequest
+	if errors.As(err, &br) {
+		field = br.Field
+	}
+	writeError(w, status, code, msg, field)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg, field string) {
+	writeJSON(w, status, map[string]any{"error": ErrBody{Code: code, Message: msg, Field: field}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

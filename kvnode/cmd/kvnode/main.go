@@ -1,0 +1,76 @@
+// Command kvnode runs one node of Portico's Dynamo-style key-value store:
+// the API on :18400, the internode protocol (replication, gossip, repair)
+// on :18500.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/portico-io/portico/internal/envflag"
+	"github.com/portico-io/portico/internal/logging"
+	"github.com/portico-io/portico/kvnode"
+	"github.com/portico-io/portico/kvnode/antientropy"
+	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/hint"
+	"github.com/portico-io/portico/kvnode/membership"
+)
+
+func main() {
+	fs := flag.NewFlagSet("kvnode", flag.ExitOnError)
+	nodeID := envflag.String(fs, "node-id", "PORTICO_NODE_ID", "", "node id, stable across restarts (default: host name)")
+	httpAddr := envflag.String(fs, "http-addr", "PORTICO_KV_HTTP_ADDR", kvnode.DefaultHTTPAddr, "HTTP API, metrics and health listen address")
+	grpcAddr := envflag.String(fs, "grpc-addr", "PORTICO_KV_GRPC_ADDR", kvnode.DefaultGRPCAddr, "internode gRPC listen address (replication, gossip, repair)")
+	advertiseAddr := envflag.String(fs, "advertise-addr", "PORTICO_KV_ADVERTISE_ADDR", "", "host:port peers dial for internode gRPC (default: grpc-addr, host name when unspecified)")
+	seeds := envflag.String(fs, "seeds", "PORTICO_KV_SEEDS", "", "comma-separated host:port internode addresses of other nodes")
+	dataDir := envflag.String(fs, "data-dir", "PORTICO_KV_DATA_DIR", "", "pebble data directory (required)")
+	replication := envflag.Uint(fs, "replication", "PORTICO_KV_REPLICATION", kvnode.DefaultReplication, "replication factor N")
+	vnodes := envflag.Uint(fs, "vnodes", "PORTICO_KV_VNODES", 16, "tokens this node takes on the ring")
+	rack := envflag.String(fs, "rack", "PORTICO_KV_RACK", "", "rack or zone; replicas spread over racks when set")
+	joinMode := envflag.String(fs, "join-mode", "PORTICO_KV_JOIN_MODE", kvnode.JoinAuto, "auto: join the seeds' ring or found one; manual: wait for POST /admin/v1/join")
+	startupWait := envflag.Duration(fs, "startup-wait", "PORTICO_KV_STARTUP_WAIT", kvnode.DefaultStartupWait, "how long a new node waits to hear its seeds before founding a ring")
+	grace := envflag.Duration(fs, "tombstone-grace", "PORTICO_KV_TOMBSTONE_GRACE", antientropy.DefaultGrace, "how long tombstones are kept; a full repair must run more often")
+	hintWindow := envflag.Duration(fs, "hint-window", "PORTICO_KV_HINT_WINDOW", hint.DefaultWindow, "how long hints are kept for a down replica")
+	repairInterval := envflag.Duration(fs, "repair-interval", "PORTICO_KV_REPAIR_INTERVAL", antientropy.DefaultInterval, "time between anti-entropy passes")
+	gossipInterval := envflag.Duration(fs, "gossip-interval", "PORTICO_KV_GOSSIP_INTERVAL", membership.DefaultInterval, "gossip and heartbeat period")
+	writeTimeout := envflag.Duration(fs, "write-timeout", "PORTICO_KV_WRITE_TIMEOUT", coordinator.DefaultTimeout, "how long a write waits for its quorum")
+	readTimeout := envflag.Duration(fs, "read-timeout", "PORTICO_KV_READ_TIMEOUT", coordinator.DefaultTimeout, "how long a read waits for its quorum")
+	vclock := envflag.String(fs, "vclock-keyspaces", "PORTICO_KV_VCLOCK_KEYSPACES", "", "comma-separated keyspaces (key prefix before ':') kept with vector clocks and siblings instead of LWW")
+	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
+	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	_ = fs.Parse(os.Args[1:])
+
+	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	cfg := kvnode.Config{
+		NodeID: *nodeID, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdvertiseAddr: *advertiseAddr,
+		Seeds: split(*seeds), DataDir: *dataDir, Replication: int(*replication), Vnodes: int(*vnodes), Rack: *rack,
+		JoinMode: *joinMode, StartupWait: *startupWait, TombstoneGrace: *grace, HintWindow: *hintWindow,
+		RepairInterval: *repairInterval, GossipInterval: *gossipInterval, WriteTimeout: *writeTimeout,
+		ReadTimeout: *readTimeout, VClockKeyspaces: split(*vclock), Logger: log,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := kvnode.Run(ctx, cfg); err != nil {
+		log.Error("kvnode: exiting", "err", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

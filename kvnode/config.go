@@ -1,0 +1,176 @@
+package kvnode
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portico-io/portico/kvnode/antientropy"
+	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/hint"
+	"github.com/portico-io/portico/kvnode/membership"
+	"github.com/portico-io/portico/kvnode/ring"
+)
+
+// Defaults for Config.
+const (
+	DefaultHTTPAddr     = ":18400"
+	DefaultGRPCAddr     = ":18500"
+	DefaultReplication  = 3
+	DefaultGossipFanout = 3
+	DefaultStartupWait  = 5 * time.Second
+)
+
+// Join modes.
+const (
+	// JoinAuto (the default): a node with no tokens that finds a ring
+	// through its seeds joins it (tokens chosen for balance, ranges streamed
+	// in); if no seed answers with a ring within StartupWait it founds one.
+	JoinAuto = "auto"
+	// JoinManual: a node with no tokens waits for POST /admin/v1/join.
+	JoinManual = "manual"
+)
+
+// Config configures a node. Zero values take the defaults.
+type Config struct {
+	NodeID string
+	// HTTPAddr serves the API, /metrics, /healthz, /readyz (default :18400).
+	HTTPAddr string
+	// GRPCAddr serves the internode protocol, gossip included (default :18500).
+	GRPCAddr string
+	// AdvertiseAddr is the host:port peers dial (default: GRPCAddr, with the
+	// host name when its host is empty or unspecified).
+	AdvertiseAddr string
+	// Seeds are host:port internode addresses of other nodes.
+	Seeds   []string
+	DataDir string
+	// Replication is N (default 3).
+	Replication int
+	// Vnodes is the number of tokens this node takes (default 16).
+	Vnodes int
+	// Rack spreads replicas when racks are configured.
+	Rack string
+	// JoinMode is JoinAuto or JoinManual.
+	JoinMode    string
+	StartupWait time.Duration
+
+	TombstoneGrace time.Duration
+	HintWindow     time.Duration
+	HintInterval   time.Duration
+	RepairInterval time.Duration
+	RepairDepth    uint
+	GossipInterval time.Duration
+	GossipFanout   int
+	PhiThreshold   float64
+	WriteTimeout   time.Duration
+	ReadTimeout    time.Duration
+	// VClockKeyspaces are keyspaces (key prefix before ':') resolved with
+	// vector clocks and siblings instead of LWW.
+	VClockKeyspaces []string
+	// NoSync acknowledges writes before fsync (tests and benchmarks only).
+	NoSync bool
+
+	Logger *slog.Logger
+	// Registry receives the node's metrics (default: a new registry).
+	Registry *prometheus.Registry
+	// Now is the clock for TTLs, hints, grace and failure detection.
+	Now func() time.Time
+	// OnHintPass and OnRepairPass are test signals fired after every
+	// background pass.
+	OnHintPass   func()
+	OnRepairPass func(antientropy.Result)
+}
+
+func (c *Config) setDefaults() error {
+	if c.NodeID == "" {
+		h, _ := os.Hostname()
+		c.NodeID = h
+	}
+	if c.NodeID == "" || strings.ContainsAny(c.NodeID, "\x00/") {
+		return fmt.Errorf("kvnode: invalid node id %q", c.NodeID)
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultGRPCAddr
+	}
+	if c.DataDir == "" {
+		return errors.New("kvnode: DataDir is required")
+	}
+	if c.Replication <= 0 {
+		c.Replication = DefaultReplication
+	}
+	if c.Vnodes <= 0 {
+		c.Vnodes = ring.DefaultVnodes
+	}
+	switch c.JoinMode {
+	case "":
+		c.JoinMode = JoinAuto
+	case JoinAuto, JoinManual:
+	default:
+		return fmt.Errorf("kvnode: join mode %q (auto or manual)", c.JoinMode)
+	}
+	if c.StartupWait <= 0 {
+		c.StartupWait = DefaultStartupWait
+	}
+	if c.TombstoneGrace <= 0 {
+		c.TombstoneGrace = antientropy.DefaultGrace
+	}
+	if c.HintWindow <= 0 {
+		c.HintWindow = hint.DefaultWindow
+	}
+	if c.RepairInterval <= 0 {
+		c.RepairInterval = antientropy.DefaultInterval
+	}
+	if c.RepairInterval >= c.TombstoneGrace {
+		return fmt.Errorf("kvnode: repair interval %s must be shorter than the tombstone grace %s", c.RepairInterval, c.TombstoneGrace)
+	}
+	if c.GossipInterval <= 0 {
+		c.GossipInterval = membership.DefaultInterval
+	}
+	if c.GossipFanout <= 0 {
+		c.GossipFanout = DefaultGossipFanout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = coordinator.DefaultTimeout
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = coordinator.DefaultTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// advertise derives the address peers dial from the bound listener.
+func advertise(configured string, bound net.Addr) string {
+	if configured != "" {
+		return configured
+	}
+	host, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return bound.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			host = h
+		} else {
+			host = "127.0.0.1"
+		}
+	}
+	return net.JoinHostPort(host, port)
+}

@@ -1,0 +1,683 @@
+// Package kvnode is one node of Portico's Dynamo-style leaderless
+// key-value store: pebble storage, a Murmur3 token ring with vnodes,
+// per-request coordination at ONE/QUORUM/ALL with hinted handoff, digest
+// reads with blocking read repair and speculative retry, gossip membership
+// with phi-accrual failure detection, Merkle-tree anti-entropy, and join and
+// decommission by range streaming with dual writes. Every node plays every
+// role; there is no master.
+package kvnode
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/portico-io/portico/internal/grpcserver"
+	"github.com/portico-io/portico/internal/health"
+	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/kvnode/antientropy"
+	"github.com/portico-io/portico/kvnode/api"
+	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/hint"
+	"github.com/portico-io/portico/kvnode/hlc"
+	"github.com/portico-io/portico/kvnode/internode"
+	"github.com/portico-io/portico/kvnode/membership"
+	"github.com/portico-io/portico/kvnode/ring"
+	"github.com/portico-io/portico/kvnode/storage"
+	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
+)
+
+// Node is one running kvnode. Create with New, then Start; Stop ends it.
+type Node struct {
+	cfg    Config
+	st     *storage.Store
+	clock  *hlc.Clock
+	mem    *membership.Membership
+	hints  *hint.Hints
+	coord  *coordinator.Coordinator
+	rep    *antientropy.Repairer
+	client *internode.Client
+	pause  internode.Pause
+
+	// gate is the ring-change barrier: writes hold it shared while they
+	// place and replicate; a ring change takes it exclusively once, so every
+	// write placed under the old ring has finished before a node acts on the
+	// new one (e.g. starts streaming a range it gains).
+	gate   sync.RWMutex
+	moveMu sync.Mutex // one join or decommission at a time
+
+	httpLis, grpcLis net.Listener
+	cancel           context.CancelFunc
+	wg               sync.WaitGroup
+	stopOnce         sync.Once
+}
+
+// New opens the node's storage and builds its parts; nothing listens yet.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	st, err := storage.Open(cfg.DataDir, storage.Options{NoSync: cfg.NoSync})
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, st: st, clock: hlc.New(cfg.Now), client: internode.NewClient()}
+	n.hints, err = hint.New(st, hint.Config{Window: cfg.HintWindow, Interval: cfg.HintInterval, Now: cfg.Now, Logger: cfg.Logger, OnPass: cfg.OnHintPass})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Start listens on the HTTP and internode addresses, starts the background
+// loops and takes (or resumes) the node's place in the ring. It returns once
+// both servers are listening.
+func (n *Node) Start(ctx context.Context) error {
+	var err error
+	if n.grpcLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("kvnode: listen internode: %w", err)
+	}
+	if n.httpLis, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
+		_ = n.grpcLis.Close()
+		return fmt.Errorf("kvnode: listen http: %w", err)
+	}
+	n.mem = membership.New(membership.Config{
+		ID: n.cfg.NodeID, Addr: advertise(n.cfg.AdvertiseAddr, n.grpcLis.Addr()), Rack: n.cfg.Rack,
+		// Failure detection runs on the real clock: Config.Now moves data time
+		// (TTL, hints, grace) in tests without making every peer look silent.
+		N: n.cfg.Replication, PhiThreshold: n.cfg.PhiThreshold, Interval: n.cfg.GossipInterval,
+	})
+	if err := n.restoreSelf(); err != nil {
+		_ = n.grpcLis.Close()
+		_ = n.httpLis.Close()
+		return err
+	}
+	ctx, n.cancel = context.WithCancel(ctx)
+	n.coord, err = coordinator.New(ctx, coordinator.Config{
+		NodeID: n.cfg.NodeID, WriteTimeout: n.cfg.WriteTimeout, ReadTimeout: n.cfg.ReadTimeout,
+		VClockKeyspaces: n.cfg.VClockKeyspaces, Clock: n.clock, Now: n.cfg.Now, Logger: n.cfg.Logger,
+		Registerer: n.cfg.Registry,
+	}, n, n, n.hints)
+	if err != nil {
+		return err
+	}
+	n.rep = antientropy.New(antientropy.Config{
+		Self: n.cfg.NodeID, Depth: n.cfg.RepairDepth, Interval: n.cfg.RepairInterval, Grace: n.cfg.TombstoneGrace,
+		Now: n.cfg.Now, Logger: n.cfg.Logger, OnPass: n.cfg.OnRepairPass,
+	}, n.st, n, n.mem)
+	n.registerMetrics()
+
+	gs := grpcserver.New(grpc.UnaryInterceptor(n.pause.Interceptor()), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	internode.Register(gs.Server, server{n})
+	checks := health.New()
+	checks.Add("ring", func(context.Context) error {
+		if self := n.mem.Self(); self.State != kvv1.MemberState_MEMBER_STATE_NORMAL {
+			return fmt.Errorf("node is %s", self.State)
+		}
+		return nil
+	})
+	handler := api.Handler(n.engine(), nil, n)
+	n.goLoop(func() {
+		if err := gs.Serve(ctx, n.grpcLis, 2*time.Second); err != nil {
+			n.cfg.Logger.Error("kvnode: internode server", "err", err)
+		}
+	})
+	n.goLoop(func() {
+		err := httpserver.Serve(ctx, n.httpLis, httpserver.Config{
+			Handler: n.pauseHTTP(handler), Gatherer: n.cfg.Registry, Health: checks, Logger: n.cfg.Logger, ShutdownTimeout: 2 * time.Second,
+		})
+		if err != nil {
+			n.cfg.Logger.Error("kvnode: http server", "err", err)
+		}
+	})
+	n.goLoop(func() { n.gossipLoop(ctx) })
+	n.goLoop(func() { n.hints.Run(ctx, n, n) })
+	n.goLoop(func() { n.rep.Run(ctx) })
+	n.goLoop(func() { n.takePlace(ctx) })
+	n.cfg.Logger.Info("kvnode: started", "node", n.cfg.NodeID, "http", n.httpLis.Addr().String(), "internode", n.mem.Self().Addr)
+	return nil
+}
+
+func (n *Node) goLoop(fn func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		fn()
+	}()
+}
+
+// Stop ends the loops and servers and closes storage. Safe to call twice.
+func (n *Node) Stop() error {
+	var err error
+	n.stopOnce.Do(func() {
+		n.pause.Set(false)
+		if n.cancel != nil {
+			n.cancel()
+		}
+		n.wg.Wait()
+		n.client.Close()
+		err = n.st.Close()
+	})
+	return err
+}
+
+// Run starts a node and serves until ctx ends.
+func Run(ctx context.Context, cfg Config) error {
+	n, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := n.Start(ctx); err != nil {
+		_ = n.Stop()
+		return err
+	}
+	<-ctx.Done()
+	return n.Stop()
+}
+
+// ID is the node id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// HTTPAddr is the bound HTTP address.
+func (n *Node) HTTPAddr() string { return n.httpLis.Addr().String() }
+
+// GRPCAddr is the bound internode address.
+func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
+
+// Pause makes the node stop responding (internode calls and HTTP requests
+// block, gossip and hint replay stop) until Pause(false): a stalled
+// process, for fault drills.
+func (n *Node) Pause(p bool) { n.pause.Set(p) }
+
+// Membership exposes the node's view of the cluster.
+func (n *Node) Membership() *membership.Membership { return n.mem }
+
+// Store exposes the local replica.
+func (n *Node) Store() *storage.Store { return n.st }
+
+// Hints exposes the hint store.
+func (n *Node) Hints() *hint.Hints { return n.hints }
+
+// Coordinator exposes the request coordinator.
+func (n *Node) Coordinator() *coordinator.Coordinator { return n.coord }
+
+// Repairer exposes anti-entropy.
+func (n *Node) Repairer() *antientropy.Repairer { return n.rep }
+
+func (n *Node) pauseHTTP(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := n.pause.Wait(r.Context()); err != nil {
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// --- placement and transport (coordinator.Topology, coordinator.Transport) ---
+
+// Placement implements coordinator.Topology.
+func (n *Node) Placement(token uint64) (current, pending []string) {
+	cur, fut := n.mem.Rings()
+	current = cur.Preference(token)
+	for _, id := range fut.Preference(token) {
+		if !slices.Contains(current, id) {
+			pending = append(pending, id)
+		}
+	}
+	return current, pending
+}
+
+// Alive implements coordinator.Topology.
+func (n *Node) Alive(id string) bool { return n.mem.Alive(id) }
+
+// Apply implements coordinator.Transport and antientropy.Peers.
+func (n *Node) Apply(ctx context.Context, node string, entries []*kvv1.Entry) error {
+	if node == n.cfg.NodeID {
+		return n.applyLocal(entries)
+	}
+	addr, ok := n.mem.Addr(node)
+	if !ok {
+		return fmt.Errorf("kvnode: unknown node %s", node)
+	}
+	_, err := n.client.Apply(ctx, addr, &kvv1.ApplyRequest{Entries: entries})
+	return err
+}
+
+// SendHints implements hint.Sender.
+func (n *Node) SendHints(ctx context.Context, target string, entries []*kvv1.Entry) error {
+	return n.Apply(ctx, target, entries)
+}
+
+// Read implements coordinator.Transport.
+func (n *Node) Read(ctx context.Context, node string, key []byte, digestOnly bool) (*kvv1.ReadResponse, error) {
+	req := &kvv1.ReadRequest{Key: key, DigestOnly: digestOnly}
+	if node == n.cfg.NodeID {
+		return n.readLocal(req)
+	}
+	addr, ok := n.mem.Addr(node)
+	if !ok {
+		return nil, fmt.Errorf("kvnode: unknown node %s", node)
+	}
+	return n.client.Read(ctx, addr, req)
+}
+
+// Tree implements antientropy.Peers.
+func (n *Node) Tree(ctx context.Context, node string, req *kvv1.TreeRequest) (*kvv1.TreeResponse, error) {
+	addr, ok := n.mem.Addr(node)
+	if !ok {
+		return nil, fmt.Errorf("kvnode: unknown node %s", node)
+	}
+	return n.client.Tree(ctx, addr, req)
+}
+
+// Scan implements antientropy.Peers.
+func (n *Node) Scan(ctx context.Context, node string, req *kvv1.ScanRequest) (*kvv1.ScanResponse, error) {
+	addr, ok := n.mem.Addr(node)
+	if !ok {
+		return nil, fmt.Errorf("kvnode: unknown node %s", node)
+	}
+	return n.client.Scan(ctx, addr, req)
+}
+
+func (n *Node) applyLocal(entries []*kvv1.Entry) error {
+	for _, e := range entries {
+		recs := e.GetSiblings().GetRecords()
+		for _, r := range recs {
+			n.clock.Observe(r.Timestamp)
+		}
+		if _, err := n.st.Apply(e.Key, recs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *Node) readLocal(req *kvv1.ReadRequest) (*kvv1.ReadResponse, error) {
+	recs, err := n.st.Get(req.Key)
+	if err != nil {
+		return nil, err
+	}
+	resp := &kvv1.ReadResponse{Found: len(recs) > 0, Digest: recordDigest(recs)}
+	if !req.DigestOnly {
+		resp.Siblings = &kvv1.Siblings{Records: recs}
+	}
+	return resp, nil
+}
+
+// --- internode server (internode.Handler) ---
+
+type server struct{ n *Node }
+
+var _ internode.Handler = server{}
+
+func (s server) Apply(_ context.Context, req *kvv1.ApplyRequest) (*kvv1.ApplyResponse, error) {
+	if err := s.n.applyLocal(req.Entries); err != nil {
+		return nil, err
+	}
+	return &kvv1.ApplyResponse{}, nil
+}
+
+func (s server) Read(_ context.Context, req *kvv1.ReadRequest) (*kvv1.ReadResponse, error) {
+	return s.n.readLocal(req)
+}
+
+func (s server) Gossip(_ context.Context, req *kvv1.GossipRequest) (*kvv1.GossipResponse, error) {
+	s.n.merge(req.Members)
+	return &kvv1.GossipResponse{Members: s.n.mem.Snapshot()}, nil
+}
+
+func (s server) Tree(_ context.Context, req *kvv1.TreeRequest) (*kvv1.TreeResponse, error) {
+	return antientropy.ServeTree(s.n.st, req)
+}
+
+func (s server) Scan(_ context.Context, req *kvv1.ScanRequest) (*kvv1.ScanResponse, error) {
+	return antientropy.ServeScan(s.n.st, req)
+}
+
+func (s server) Rebalance(ctx context.Context, _ *kvv1.RebalanceRequest) (*kvv1.RebalanceResponse, error) {
+	k, err := s.n.pullGained(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &kvv1.RebalanceResponse{Keys: uint64(k)}, nil
+}
+
+// merge folds a peer's membership in; after a ring change it waits for the
+// writes placed under the old ring (the barrier described on gate).
+func (n *Node) merge(ms []*kvv1.Member) {
+	if n.mem.Merge(ms) {
+		n.gate.Lock()
+		n.gate.Unlock() //nolint:staticcheck // barrier: wait for in-flight writes
+	}
+}
+
+// --- gossip ---
+
+func (n *Node) gossipLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.GossipInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := n.pause.Wait(ctx); err != nil {
+			return
+		}
+		n.mem.Beat()
+		var wg sync.WaitGroup
+		for _, addr := range n.gossipTargets() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n.gossipWith(ctx, addr)
+			}()
+		}
+		wg.Wait()
+	}
+}
+
+func (n *Node) gossipTargets() []string {
+	known := map[string]bool{}
+	var peers []string
+	for _, m := range n.mem.Snapshot() {
+		known[m.Addr] = true
+		if m.Id != n.cfg.NodeID && m.State != kvv1.MemberState_MEMBER_STATE_LEFT {
+			peers = append(peers, m.Addr)
+		}
+	}
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	peers = peers[:min(len(peers), n.cfg.GossipFanout)]
+	for _, s := range n.cfg.Seeds {
+		if !known[s] && s != n.mem.Self().Addr {
+			peers = append(peers, s)
+		}
+	}
+	return peers
+}
+
+func (n *Node) gossipWith(ctx context.Context, addr string) {
+	ctx, cancel := context.WithTimeout(ctx, max(n.cfg.GossipInterval, 200*time.Millisecond))
+	defer cancel()
+	resp, err := n.client.Gossip(ctx, addr, &kvv1.GossipRequest{From: n.cfg.NodeID, Members: n.mem.Snapshot()})
+	if err != nil {
+		return // the phi detector judges silence; nothing to log per round
+	}
+	n.merge(resp.Members)
+}
+
+// announce pushes the local state to every member now, so a state change
+// (and its write barrier) is in effect on every live node before the caller
+// goes on.
+func (n *Node) announce(ctx context.Context) error {
+	var errs []error
+	for _, m := range n.mem.Snapshot() {
+		if m.Id == n.cfg.NodeID || m.State == kvv1.MemberState_MEMBER_STATE_LEFT || !n.mem.Alive(m.Id) {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := n.client.Gossip(cctx, m.Addr, &kvv1.GossipRequest{From: n.cfg.NodeID, Members: n.mem.Snapshot()})
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("announce to %s: %w", m.Id, err))
+			continue
+		}
+		n.merge(resp.Members)
+	}
+	return errors.Join(errs...)
+}
+
+// --- ring place: bootstrap, join, decommission ---
+
+const (
+	metaTokens = "tokens"
+	metaState  = "state"
+)
+
+func (n *Node) restoreSelf() error {
+	tb, err := n.st.GetMeta(metaTokens)
+	if err != nil {
+		return err
+	}
+	sb, err := n.st.GetMeta(metaState)
+	if err != nil {
+		return err
+	}
+	if len(tb) == 0 || len(sb) != 1 {
+		return nil
+	}
+	tokens := make([]uint64, len(tb)/8)
+	for i := range tokens {
+		tokens[i] = binary.BigEndian.Uint64(tb[8*i:])
+	}
+	n.mem.SetSelf(kvv1.MemberState(sb[0]), tokens)
+	return nil
+}
+
+func (n *Node) persistSelf(state kvv1.MemberState, tokens []uint64) error {
+	if tokens != nil {
+		b := make([]byte, 0, 8*len(tokens))
+		for _, t := range tokens {
+			b = binary.BigEndian.AppendUint64(b, t)
+		}
+		if err := n.st.PutMeta(metaTokens, b); err != nil {
+			return err
+		}
+	}
+	if err := n.st.PutMeta(metaState, []byte{byte(state)}); err != nil {
+		return err
+	}
+	n.mem.SetSelf(state, tokens)
+	return nil
+}
+
+// takePlace runs at start: resume an interrupted join, or, for a node
+// without tokens in auto mode, join the ring its seeds know or found one.
+func (n *Node) takePlace(ctx context.Context) {
+	self := n.mem.Self()
+	switch self.State {
+	case kvv1.MemberState_MEMBER_STATE_JOINING:
+		if err := n.finishJoin(ctx); err != nil && ctx.Err() == nil {
+			n.cfg.Logger.Error("kvnode: resuming join", "err", err)
+		}
+		return
+	case kvv1.MemberState_MEMBER_STATE_PENDING:
+	default:
+		return
+	}
+	if n.cfg.JoinMode != JoinAuto {
+		return
+	}
+	deadline := time.NewTimer(n.cfg.StartupWait)
+	defer deadline.Stop()
+wait:
+	for {
+		changed := n.mem.Changed()
+		cur, _ := n.mem.Rings()
+		if !cur.Empty() {
+			if err := n.Join(ctx); err != nil && ctx.Err() == nil {
+				n.cfg.Logger.Error("kvnode: auto join", "err", err)
+			}
+			return
+		}
+		if n.allSeedsKnown() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-deadline.C:
+			break wait
+		}
+	}
+	if err := n.bootstrap(); err != nil {
+		n.cfg.Logger.Error("kvnode: bootstrap", "err", err)
+	}
+}
+
+func (n *Node) allSeedsKnown() bool {
+	known := map[string]bool{}
+	for _, m := range n.mem.Snapshot() {
+		known[m.Addr] = true
+	}
+	for _, s := range n.cfg.Seeds {
+		if !known[s] {
+			return false
+		}
+	}
+	return true
+}
+
+// bootstrap founds a ring with every founding member seen so far: members
+// sorted by id interleave their tokens evenly, so nodes that start together
+// agree on a balanced ring without coordination.
+func (n *Node) bootstrap() error {
+	n.moveMu.Lock()
+	defer n.moveMu.Unlock()
+	if n.mem.Self().State != kvv1.MemberState_MEMBER_STATE_PENDING {
+		return nil
+	}
+	var founders []string
+	for _, m := range n.mem.Snapshot() {
+		if m.State == kvv1.MemberState_MEMBER_STATE_PENDING && m.Id != "" {
+			founders = append(founders, m.Id)
+		}
+	}
+	slices.Sort(founders)
+	k, m := slices.Index(founders, n.cfg.NodeID), len(founders)
+	total := uint64(m * n.cfg.Vnodes)
+	step := ^uint64(0) / total
+	tokens := make([]uint64, n.cfg.Vnodes)
+	for j := range tokens {
+		tokens[j] = uint64(j*m+k) * step
+	}
+	n.cfg.Logger.Info("kvnode: founding ring", "founders", founders)
+	return n.persistSelf(kvv1.MemberState_MEMBER_STATE_NORMAL, tokens)
+}
+
+// Join implements api.Admin: take tokens that balance the existing ring,
+// stream the ranges they cover from their current replicas while
+// coordinators dual-write to this node, then start serving them.
+func (n *Node) Join(ctx context.Context) error {
+	n.moveMu.Lock()
+	if n.mem.Self().State != kvv1.MemberState_MEMBER_STATE_PENDING {
+		n.moveMu.Unlock()
+		return fmt.Errorf("kvnode: node is already %s", n.mem.Self().State)
+	}
+	cur, _ := n.mem.Rings()
+	if cur.Empty() {
+		n.moveMu.Unlock()
+		return errors.New("kvnode: no ring to join yet (no seed answered with members)")
+	}
+	self := n.mem.Self()
+	tokens := ring.AllocateTokens(cur.Nodes(), ring.Node{ID: self.Id, Addr: self.Addr, Rack: self.Rack}, n.cfg.Vnodes, n.cfg.Replication)
+	err := n.persistSelf(kvv1.MemberState_MEMBER_STATE_JOINING, tokens)
+	n.moveMu.Unlock()
+	if err != nil {
+		return err
+	}
+	return n.finishJoin(ctx)
+}
+
+func (n *Node) finishJoin(ctx context.Context) error {
+	n.moveMu.Lock()
+	defer n.moveMu.Unlock()
+	if err := n.announce(ctx); err != nil {
+		return err
+	}
+	keys, err := n.pullGained(ctx)
+	if err != nil {
+		return err
+	}
+	n.cfg.Logger.Info("kvnode: joined", "keys_streamed", keys)
+	if err := n.persistSelf(kvv1.MemberState_MEMBER_STATE_NORMAL, nil); err != nil {
+		return err
+	}
+	return n.announce(ctx)
+}
+
+// Decommission implements api.Admin: announce LEAVING (coordinators start
+// dual-writing to the future owners), have every other node pull the
+// ranges it gains, then leave the ring.
+func (n *Node) Decommission(ctx context.Context) error {
+	n.moveMu.Lock()
+	defer n.moveMu.Unlock()
+	switch n.mem.Self().State {
+	case kvv1.MemberState_MEMBER_STATE_NORMAL, kvv1.MemberState_MEMBER_STATE_LEAVING:
+	default:
+		return fmt.Errorf("kvnode: cannot decommission a node that is %s", n.mem.Self().State)
+	}
+	if err := n.persistSelf(kvv1.MemberState_MEMBER_STATE_LEAVING, nil); err != nil {
+		return err
+	}
+	if err := n.announce(ctx); err != nil {
+		return err
+	}
+	for _, m := range n.mem.Snapshot() {
+		if m.Id == n.cfg.NodeID || (m.State != kvv1.MemberState_MEMBER_STATE_NORMAL && m.State != kvv1.MemberState_MEMBER_STATE_JOINING) {
+			continue
+		}
+		if !n.mem.Alive(m.Id) {
+			return fmt.Errorf("kvnode: %s is down; it must be up to receive its share (retry when it is)", m.Id)
+		}
+		if _, err := n.client.Rebalance(ctx, m.Addr, &kvv1.RebalanceRequest{}); err != nil {
+			return fmt.Errorf("kvnode: rebalance on %s: %w", m.Id, err)
+		}
+	}
+	if err := n.persistSelf(kvv1.MemberState_MEMBER_STATE_LEFT, nil); err != nil {
+		return err
+	}
+	return n.announce(ctx)
+}
+
+// pullGained streams in every range this node owns in the future ring but
+// not in the current one, from all live current replicas of that range (so
+// a write acknowledged by any quorum of them is included).
+func (n *Node) pullGained(ctx context.Context) (int, error) {
+	cur, fut := n.mem.Rings()
+	if cur.Empty() {
+		return 0, nil
+	}
+	var bounds []uint64
+	for _, r := range []*ring.Ring{cur, fut} {
+		for _, rg := range r.Ranges() {
+			bounds = append(bounds, rg.End)
+		}
+	}
+	slices.Sort(bounds)
+	bounds = slices.Compact(bounds)
+	gc := n.rep.GCBefore()
+	keys := 0
+	for i, end := range bounds {
+		rg := ring.Range{Start: bounds[(i+len(bounds)-1)%len(bounds)], End: end}
+		if !slices.Contains(fut.Preference(end), n.cfg.NodeID) || slices.Contains(cur.Preference(end), n.cfg.NodeID) {
+			continue
+		}
+		for _, src := range cur.Preference(end) {
+			if !n.mem.Alive(src) {
+				continue
+			}
+			err := antientropy.Pull(ctx, n, src, rg, gc, func(e *kvv1.Entry) error {
+				keys++
+				_, err := n.st.Apply(e.Key, e.GetSiblings().GetRecords())
+				return err
+			})
+			if err != nil {
+				return keys, err
+			}
+		}
+	}
+	return keys, nil
+}
