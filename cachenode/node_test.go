@@ -1,8 +1,10 @@
 package cachenode_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -191,3 +193,5 @@ func TestMain(m *testing.M) {
 var _ = fmt.Sprint
 
 func stringsIndex(s, sub string) int { return strings.Index(s, sub) }
+
+func ioReadFull(r *bufio.Reader, buf []byte) (int, error) { return io.ReadFull(r, buf) }
