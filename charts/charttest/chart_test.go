@@ -132,7 +132,7 @@ func TestDisablingAComponentRemovesAllItsObjects(t *testing.T) {
 			if slices.Contains(bundledComponents, c) {
 				flag = c + ".bundled.enabled=false"
 			}
-			objs := mustDecode(t, render(t, chartDir(t), []string{allEnabledValues(t)}, flag))
+			objs := mustDecode(t, render(t, chartDir(t), []string{allEnabledValues(t)}, "--set", flag))
 			if len(ofComponent(full, c)) == 0 {
 				t.Fatalf("the full render has no objects of %s", c)
 			}

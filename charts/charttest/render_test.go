@@ -80,17 +80,14 @@ func runHelm(t testing.TB, args ...string) []byte {
 	return out
 }
 
-// render runs helm template on dir with the values files and --set flags.
-func render(t testing.TB, dir string, valueFiles []string, sets ...string) []byte {
+// render runs helm template on dir with the values files and more flags.
+func render(t testing.TB, dir string, valueFiles []string, flags ...string) []byte {
 	t.Helper()
 	args := []string{"template", release, dir, "--namespace", namespace, "--kube-version", kubeVersion}
 	for _, f := range valueFiles {
 		args = append(args, "--values", f)
 	}
-	for _, s := range sets {
-		args = append(args, "--set", s)
-	}
-	return runHelm(t, args...)
+	return runHelm(t, append(args, flags...)...)
 }
 
 // scheme knows every kind the chart may render; anything else is an error.
