@@ -11,13 +11,16 @@ export PORTICO_TEST_REDIS_ADDR ?= 127.0.0.1:56379
 # Peers measured side by side (ARCHITECTURE.md), built once into .run/bin.
 RATELIMIT_PEER := github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36
 export PORTICO_RATELIMIT_PEER_BIN ?= $(CURDIR)/.run/bin/service_cmd
+# helm for the chart checks (charts/charttest), built once into .run/bin.
+HELM := helm.sh/helm/v3/cmd/helm@v3.22.0
+export PORTICO_HELM_BIN ?= $(CURDIR)/.run/bin/helm
 
-.PHONY: run test build deps stop bench lint proto proto-check fmt-check vet peers
+.PHONY: run test build deps stop bench lint proto proto-check fmt-check vet peers helm
 
 run: deps build
 	@$(BIN)/launch
 
-test: deps proto-check fmt-check vet peers
+test: deps proto-check fmt-check vet peers helm
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 build:
@@ -37,6 +40,11 @@ bench: deps peers
 peers: $(PORTICO_RATELIMIT_PEER_BIN)
 $(PORTICO_RATELIMIT_PEER_BIN):
 	GOBIN=$(dir $@) $(GO) install $(RATELIMIT_PEER)
+
+# helm lint and helm template run from charts/charttest (go test).
+helm: $(PORTICO_HELM_BIN)
+$(PORTICO_HELM_BIN):
+	GOBIN=$(dir $@) $(GO) install $(HELM)
 
 lint: fmt-check vet
 	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed: ran gofmt and go vet"; fi
