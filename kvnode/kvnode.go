@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
@@ -253,6 +254,46 @@ func (n *Node) Apply(ctx context.Context, node string, entries []*kvv1.Entry) er
 	return err
 }
 
+// ApplyDotted implements coordinator.Transport.
+func (n *Node) ApplyDotted(ctx context.Context, node string, e *kvv1.Entry) (*kvv1.Entry, error) {
+	if node == n.cfg.NodeID {
+		return n.applyDottedLocal(e)
+	}
+	addr, ok := n.mem.Addr(node)
+	if !ok {
+		return nil, fmt.Errorf("kvnode: unknown node %s", node)
+	}
+	resp, err := n.client.Apply(ctx, addr, &kvv1.ApplyRequest{Entries: []*kvv1.Entry{e}, AssignDots: true})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Merged) != 1 {
+		return nil, fmt.Errorf("kvnode: %s returned %d merged entries", node, len(resp.Merged))
+	}
+	return resp.Merged[0], nil
+}
+
+// applyDottedLocal gives e's undotted records a dot of this node (the HLC
+// timestamp: unique here and above every dot this node issued before),
+// merges them and returns the resulting set. The store's per-key lock makes
+// dot issue and merge one step.
+func (n *Node) applyDottedLocal(e *kvv1.Entry) (*kvv1.Entry, error) {
+	recs := make([]*kvv1.Record, 0, len(e.GetSiblings().GetRecords()))
+	for _, r := range e.GetSiblings().GetRecords() {
+		n.clock.Observe(r.Timestamp)
+		if r.Dot == nil {
+			r = proto.Clone(r).(*kvv1.Record)
+			r.Dot = &kvv1.Dot{Node: n.cfg.NodeID, Counter: n.clock.Now()}
+		}
+		recs = append(recs, r)
+	}
+	merged, err := n.st.Apply(e.Key, recs)
+	if err != nil {
+		return nil, err
+	}
+	return &kvv1.Entry{Key: e.Key, Siblings: &kvv1.Siblings{Records: merged}}, nil
+}
+
 // SendHints implements hint.Sender.
 func (n *Node) SendHints(ctx context.Context, target string, entries []*kvv1.Entry) error {
 	return n.Apply(ctx, target, entries)
@@ -321,6 +362,17 @@ type server struct{ n *Node }
 var _ internode.Handler = server{}
 
 func (s server) Apply(_ context.Context, req *kvv1.ApplyRequest) (*kvv1.ApplyResponse, error) {
+	if req.AssignDots {
+		resp := &kvv1.ApplyResponse{}
+		for _, e := range req.Entries {
+			m, err := s.n.applyDottedLocal(e)
+			if err != nil {
+				return nil, err
+			}
+			resp.Merged = append(resp.Merged, m)
+		}
+		return resp, nil
+	}
 	if err := s.n.applyLocal(req.Entries); err != nil {
 		return nil, err
 	}

@@ -48,6 +48,9 @@ type Topology interface {
 type Transport interface {
 	Apply(ctx context.Context, node string, entries []*kvv1.Entry) error
 	Read(ctx context.Context, node string, key []byte, digestOnly bool) (*kvv1.ReadResponse, error)
+	// ApplyDotted has a replica give e's records dots of its own, merge
+	// them and return its resulting sibling set (vector-clock writes).
+	ApplyDotted(ctx context.Context, node string, e *kvv1.Entry) (*kvv1.Entry, error)
 }
 
 // HintStore keeps writes a replica missed.
@@ -226,9 +229,7 @@ func (c *Coordinator) newRecord(key, value []byte, tomb bool, o WriteOptions) *k
 		r.ExpiresAtUnixMs = c.cfg.Now().Add(o.TTL).UnixMilli()
 	}
 	if c.VectorClocks(key) {
-		// The HLC timestamp is unique per node and above every dot this node
-		// issued before, so it serves as the dot's counter.
-		r.Dot = &kvv1.Dot{Node: c.cfg.NodeID, Counter: ts}
+		// The dot is assigned by the coordinating replica (ApplyDotted).
 		r.Context = o.Context
 	}
 	return r
@@ -253,8 +254,29 @@ func (c *Coordinator) doWrite(ctx context.Context, key, value []byte, tomb bool,
 		return WriteResult{}, fmt.Errorf("%w: %d of %d replicas alive, %s needs %d", ErrUnavailable, alive, len(targets), o.Level, need)
 	}
 	entry := &kvv1.Entry{Key: key, Siblings: &kvv1.Siblings{Records: []*kvv1.Record{c.newRecord(key, value, tomb, o)}}}
+	acks, skip := 0, ""
+	if c.VectorClocks(key) {
+		// One replica issues the dot and merges; its whole sibling set is
+		// what the others receive (see kvv1.ApplyRequest.assign_dots).
+		for _, t := range cur {
+			if c.topo.Alive(t) && (skip == "" || t == c.cfg.NodeID) {
+				skip = t
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
+		merged, err := c.tr.ApplyDotted(cctx, skip, entry)
+		cancel()
+		if err != nil {
+			return WriteResult{}, fmt.Errorf("%w: coordinating replica %s: %w", ErrTimeout, skip, err)
+		}
+		entry, acks = merged, 1
+		alive--
+	}
 	results := make(chan error, len(targets))
 	for _, t := range targets {
+		if t == skip {
+			continue
+		}
 		if !c.topo.Alive(t) {
 			c.hint(t, entry)
 			continue
@@ -271,7 +293,7 @@ func (c *Coordinator) doWrite(ctx context.Context, key, value []byte, tomb bool,
 	}
 	timer := time.NewTimer(c.cfg.WriteTimeout)
 	defer timer.Stop()
-	acks, failed, outstanding := 0, 0, alive
+	failed, outstanding := 0, alive
 	for acks < need {
 		if acks+outstanding < need {
 			return WriteResult{}, fmt.Errorf("%w: %d of %d acks (%d failed)", ErrTimeout, acks, need, failed)

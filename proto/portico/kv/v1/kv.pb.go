@@ -430,8 +430,15 @@ func (x *Entry) GetSiblings() *Siblings {
 }
 
 type ApplyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Vector-clock writes: the receiving replica gives each record without a
+	// dot a dot of its own (under the key's lock, above every dot it issued
+	// before), merges, and returns the resulting sibling sets, which the
+	// coordinator then replicates whole. Replicating the coordinating
+	// replica's full set is what lets a context entry n:c stand for every dot
+	// of n up to c.
+	AssignDots    bool `protobuf:"varint,2,opt,name=assign_dots,json=assignDots,proto3" json:"assign_dots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -473,8 +480,17 @@ func (x *ApplyRequest) GetEntries() []*Entry {
 	return nil
 }
 
+func (x *ApplyRequest) GetAssignDots() bool {
+	if x != nil {
+		return x.AssignDots
+	}
+	return false
+}
+
 type ApplyResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set when assign_dots was: the merged sibling set per entry.
+	Merged        []*Entry `protobuf:"bytes,1,rep,name=merged,proto3" json:"merged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -507,6 +523,13 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
 	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ApplyResponse) GetMerged() []*Entry {
+	if x != nil {
+		return x.Merged
+	}
+	return nil
 }
 
 type ReadRequest struct {
@@ -1208,10 +1231,13 @@ const file_portico_kv_v1_kv_proto_rawDesc = "" +
 	"\arecords\x18\x01 \x03(\v2\x15.portico.kv.v1.RecordR\arecords\"N\n" +
 	"\x05Entry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x123\n" +
-	"\bsiblings\x18\x02 \x01(\v2\x17.portico.kv.v1.SiblingsR\bsiblings\">\n" +
+	"\bsiblings\x18\x02 \x01(\v2\x17.portico.kv.v1.SiblingsR\bsiblings\"_\n" +
 	"\fApplyRequest\x12.\n" +
-	"\aentries\x18\x01 \x03(\v2\x14.portico.kv.v1.EntryR\aentries\"\x0f\n" +
-	"\rApplyResponse\"@\n" +
+	"\aentries\x18\x01 \x03(\v2\x14.portico.kv.v1.EntryR\aentries\x12\x1f\n" +
+	"\vassign_dots\x18\x02 \x01(\bR\n" +
+	"assignDots\"=\n" +
+	"\rApplyResponse\x12,\n" +
+	"\x06merged\x18\x01 \x03(\v2\x14.portico.kv.v1.EntryR\x06merged\"@\n" +
 	"\vReadRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x1f\n" +
 	"\vdigest_only\x18\x02 \x01(\bR\n" +
@@ -1316,30 +1342,31 @@ var file_portico_kv_v1_kv_proto_depIdxs = []int32{
 	4,  // 3: portico.kv.v1.Siblings.records:type_name -> portico.kv.v1.Record
 	5,  // 4: portico.kv.v1.Entry.siblings:type_name -> portico.kv.v1.Siblings
 	6,  // 5: portico.kv.v1.ApplyRequest.entries:type_name -> portico.kv.v1.Entry
-	5,  // 6: portico.kv.v1.ReadResponse.siblings:type_name -> portico.kv.v1.Siblings
-	0,  // 7: portico.kv.v1.Member.state:type_name -> portico.kv.v1.MemberState
-	11, // 8: portico.kv.v1.GossipRequest.members:type_name -> portico.kv.v1.Member
-	11, // 9: portico.kv.v1.GossipResponse.members:type_name -> portico.kv.v1.Member
-	14, // 10: portico.kv.v1.TreeRequest.range:type_name -> portico.kv.v1.TokenRange
-	14, // 11: portico.kv.v1.ScanRequest.range:type_name -> portico.kv.v1.TokenRange
-	6,  // 12: portico.kv.v1.ScanResponse.entries:type_name -> portico.kv.v1.Entry
-	7,  // 13: portico.kv.v1.Internode.Apply:input_type -> portico.kv.v1.ApplyRequest
-	9,  // 14: portico.kv.v1.Internode.Read:input_type -> portico.kv.v1.ReadRequest
-	12, // 15: portico.kv.v1.Internode.Gossip:input_type -> portico.kv.v1.GossipRequest
-	15, // 16: portico.kv.v1.Internode.Tree:input_type -> portico.kv.v1.TreeRequest
-	17, // 17: portico.kv.v1.Internode.Scan:input_type -> portico.kv.v1.ScanRequest
-	19, // 18: portico.kv.v1.Internode.Rebalance:input_type -> portico.kv.v1.RebalanceRequest
-	8,  // 19: portico.kv.v1.Internode.Apply:output_type -> portico.kv.v1.ApplyResponse
-	10, // 20: portico.kv.v1.Internode.Read:output_type -> portico.kv.v1.ReadResponse
-	13, // 21: portico.kv.v1.Internode.Gossip:output_type -> portico.kv.v1.GossipResponse
-	16, // 22: portico.kv.v1.Internode.Tree:output_type -> portico.kv.v1.TreeResponse
-	18, // 23: portico.kv.v1.Internode.Scan:output_type -> portico.kv.v1.ScanResponse
-	20, // 24: portico.kv.v1.Internode.Rebalance:output_type -> portico.kv.v1.RebalanceResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 6: portico.kv.v1.ApplyResponse.merged:type_name -> portico.kv.v1.Entry
+	5,  // 7: portico.kv.v1.ReadResponse.siblings:type_name -> portico.kv.v1.Siblings
+	0,  // 8: portico.kv.v1.Member.state:type_name -> portico.kv.v1.MemberState
+	11, // 9: portico.kv.v1.GossipRequest.members:type_name -> portico.kv.v1.Member
+	11, // 10: portico.kv.v1.GossipResponse.members:type_name -> portico.kv.v1.Member
+	14, // 11: portico.kv.v1.TreeRequest.range:type_name -> portico.kv.v1.TokenRange
+	14, // 12: portico.kv.v1.ScanRequest.range:type_name -> portico.kv.v1.TokenRange
+	6,  // 13: portico.kv.v1.ScanResponse.entries:type_name -> portico.kv.v1.Entry
+	7,  // 14: portico.kv.v1.Internode.Apply:input_type -> portico.kv.v1.ApplyRequest
+	9,  // 15: portico.kv.v1.Internode.Read:input_type -> portico.kv.v1.ReadRequest
+	12, // 16: portico.kv.v1.Internode.Gossip:input_type -> portico.kv.v1.GossipRequest
+	15, // 17: portico.kv.v1.Internode.Tree:input_type -> portico.kv.v1.TreeRequest
+	17, // 18: portico.kv.v1.Internode.Scan:input_type -> portico.kv.v1.ScanRequest
+	19, // 19: portico.kv.v1.Internode.Rebalance:input_type -> portico.kv.v1.RebalanceRequest
+	8,  // 20: portico.kv.v1.Internode.Apply:output_type -> portico.kv.v1.ApplyResponse
+	10, // 21: portico.kv.v1.Internode.Read:output_type -> portico.kv.v1.ReadResponse
+	13, // 22: portico.kv.v1.Internode.Gossip:output_type -> portico.kv.v1.GossipResponse
+	16, // 23: portico.kv.v1.Internode.Tree:output_type -> portico.kv.v1.TreeResponse
+	18, // 24: portico.kv.v1.Internode.Scan:output_type -> portico.kv.v1.ScanResponse
+	20, // 25: portico.kv.v1.Internode.Rebalance:output_type -> portico.kv.v1.RebalanceResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_portico_kv_v1_kv_proto_init() }
