@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
@@ -26,6 +27,8 @@ import (
 	"github.com/portico-io/portico/scheduler/reaper"
 	"github.com/portico-io/portico/scheduler/runner"
 	"github.com/portico-io/portico/scheduler/store"
+	"github.com/portico-io/portico/scheduler/target"
+	"github.com/portico-io/portico/scheduler/target/httptarget"
 	"github.com/portico-io/portico/scheduler/worker"
 )
 
@@ -57,6 +60,9 @@ type Config struct {
 	Logger          *slog.Logger
 	// Listener, when set, is used instead of listening on HTTPAddr.
 	Listener net.Listener
+	// Targets adds executors for target kinds besides HTTP (QUEUE,
+	// CONTAINER …), keyed by target.type; the API accepts those kinds.
+	Targets target.Registry
 }
 
 // Run runs the enabled roles until ctx is done or one fails.
@@ -95,9 +101,20 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("scheduler: listen: %w", err)
 		}
 	}
+	httpTarget, err := httptarget.New(httptarget.Config{Guard: guard, OnBreakerState: func(host string, s circuitbreaker.State) {
+		m.BreakerTransitions.WithLabelValues(s.String()).Inc()
+		log.Warn("scheduler: target circuit changed", "host", host, "state", s.String())
+	}})
+	if err != nil {
+		return err
+	}
+	targets := target.Registry{jobspec.TargetHTTP: httpTarget}
+	for kind, t := range cfg.Targets {
+		targets[kind] = t
+	}
 	var handler http.Handler
 	if cfg.Roles.API {
-		a, err := api.New(api.Config{Store: st, Guard: guard, Logger: log})
+		a, err := api.New(api.Config{Store: st, Guard: guard, TargetKinds: targets.Kinds(), Logger: log})
 		if err != nil {
 			return err
 		}
@@ -115,7 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 		g.Go(func() error { return r.Run(gctx) })
 	}
 	if cfg.Roles.Worker {
-		w, err := worker.New(worker.Config{Store: st, Guard: guard, ID: cfg.WorkerID, Lease: cfg.Lease, Poll: cfg.WorkerPoll,
+		w, err := worker.New(worker.Config{Store: st, Targets: targets, ID: cfg.WorkerID, Lease: cfg.Lease, Poll: cfg.WorkerPoll,
 			Concurrency: cfg.Concurrency, Metrics: m, Logger: log})
 		if err != nil {
 			return err

@@ -25,6 +25,7 @@ import (
 	"github.com/portico-io/portico/scheduler/reaper"
 	"github.com/portico-io/portico/scheduler/runner"
 	"github.com/portico-io/portico/scheduler/store"
+	"github.com/portico-io/portico/scheduler/target"
 	"github.com/portico-io/portico/scheduler/worker"
 )
 
@@ -97,6 +98,8 @@ type roles struct {
 	lease        time.Duration
 	beforeRecord func(store.Lease)
 	notifier     bool
+	targets      target.Registry // nil: HTTP through the env's guard
+	concurrency  int
 }
 
 // start runs a runner, a worker and a reaper with test-speed intervals.
@@ -109,7 +112,8 @@ func (e *env) start(t *testing.T, r roles) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wk, err := worker.New(worker.Config{Store: e.st, Guard: e.guard, ID: "w-test", Lease: r.lease, Poll: 20 * time.Millisecond, BeforeRecord: r.beforeRecord})
+	wk, err := worker.New(worker.Config{Store: e.st, Guard: e.guard, Targets: r.targets, ID: "w-test", Lease: r.lease,
+		Concurrency: r.concurrency, ReservedHigh: -1, Poll: 20 * time.Millisecond, BeforeRecord: r.beforeRecord})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +166,14 @@ func (e *env) runs(t *testing.T, jobID string) []map[string]any {
 
 // target is an HTTP target recording Idempotency-Keys; fail decides the
 // status of the nth (0-based) request.
-type target struct {
+type recTarget struct {
 	mu   sync.Mutex
 	keys []string
 	srv  *httptest.Server
 }
 
-func newTarget(t *testing.T, status func(n int) int) *target {
-	tg := &target{}
+func newTarget(t *testing.T, status func(n int) int) *recTarget {
+	tg := &recTarget{}
 	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tg.mu.Lock()
 		n := len(tg.keys)
@@ -181,7 +185,7 @@ func newTarget(t *testing.T, status func(n int) int) *target {
 	return tg
 }
 
-func (tg *target) seen() []string {
+func (tg *recTarget) seen() []string {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	return append([]string(nil), tg.keys...)

@@ -54,8 +54,11 @@ var _ Store = (*store.Store)(nil)
 type Config struct {
 	Store Store // required
 	// Guard validates HTTP targets (required).
-	Guard  *jobspec.Guard
-	Logger *slog.Logger
+	Guard *jobspec.Guard
+	// TargetKinds are the non-HTTP target kinds accepted, with their
+	// validators (target.Registry.Kinds); nil means HTTP only.
+	TargetKinds map[string]jobspec.KindValidator
+	Logger      *slog.Logger
 }
 
 // API serves /v1; safe for concurrent use.
@@ -177,7 +180,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := spec.Normalize(a.cfg.Guard); err != nil {
+	if err := spec.NormalizeKinds(a.cfg.Guard, a.cfg.TargetKinds); err != nil {
 		return err
 	}
 	canonical, err := json.Marshal(spec)
@@ -332,7 +335,7 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := spec.Normalize(a.cfg.Guard); err != nil {
+	if err := spec.NormalizeKinds(a.cfg.Guard, a.cfg.TargetKinds); err != nil {
 		return err
 	}
 	j, err := a.cfg.Store.ReplaceSpec(r.Context(), id, version, spec)

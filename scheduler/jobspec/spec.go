@@ -28,7 +28,9 @@ const (
 	TypeOneOff    = "ONE_OFF"
 	TypeFixedRate = "FIXED_RATE"
 
-	TargetHTTP = "HTTP"
+	TargetHTTP      = "HTTP"
+	TargetQueue     = "QUEUE"
+	TargetContainer = "CONTAINER"
 
 	ConcurrencyAllow   = "ALLOW"
 	ConcurrencyForbid  = "FORBID"
@@ -94,12 +96,20 @@ type Schedule struct {
 	Anchor     *time.Time `json:"anchor,omitempty"`
 }
 
-// Target says what a run triggers.
+// Target says what a run triggers. HTTP is validated here; the
+// configuration of other kinds (queue, container) is opaque to the core
+// and checked by the KindValidator of the executor registered for it.
 type Target struct {
-	Type    string          `json:"type"`
-	HTTP    *HTTPTarget     `json:"http,omitempty"`
-	Payload json.RawMessage `json:"payload,omitempty"`
+	Type      string          `json:"type"`
+	HTTP      *HTTPTarget     `json:"http,omitempty"`
+	Queue     json.RawMessage `json:"queue,omitempty"`
+	Container json.RawMessage `json:"container,omitempty"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
 }
+
+// KindValidator validates a target of a non-HTTP kind (returning a
+// *FieldError for bad input).
+type KindValidator func(t *Target) error
 
 // HTTPTarget is an HTTP callback. Body (a string) and Target.Payload (JSON)
 // are alternatives; both are templated.
@@ -199,8 +209,13 @@ var methods = map[string]bool{http.MethodGet: true, http.MethodPost: true, http.
 var headerName = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`)
 
 // Normalize fills defaults and validates s in place. guard checks HTTP
-// targets; nil skips the network check (tests of pure shape only).
-func (s *Spec) Normalize(g *Guard) error {
+// targets; nil skips the network check (tests of pure shape only). Only
+// HTTP targets are accepted; see NormalizeKinds.
+func (s *Spec) Normalize(g *Guard) error { return s.NormalizeKinds(g, nil) }
+
+// NormalizeKinds is Normalize accepting, besides HTTP, the target kinds
+// in kinds (type → validator), for schedulers with those executors.
+func (s *Spec) NormalizeKinds(g *Guard, kinds map[string]KindValidator) error {
 	if s.Tenant == "" {
 		return fieldErr("tenant", "required")
 	}
@@ -219,7 +234,7 @@ func (s *Spec) Normalize(g *Guard) error {
 			*t = t.UTC()
 		}
 	}
-	if err := s.Target.normalize(g); err != nil {
+	if err := s.Target.normalize(g, kinds); err != nil {
 		return err
 	}
 	if err := s.Notifications.normalize(g); err != nil {
@@ -303,9 +318,22 @@ func (sc *Schedule) normalize() error {
 	return nil
 }
 
-func (t *Target) normalize(g *Guard) error {
+func (t *Target) normalize(g *Guard, kinds map[string]KindValidator) error {
+	if len(t.Payload) > MaxPayloadBytes {
+		return fieldErr("target.payload", "larger than %d bytes; pass a reference instead", MaxPayloadBytes)
+	}
 	if t.Type != TargetHTTP {
-		return fieldErr("target.type", "want HTTP")
+		v, ok := kinds[t.Type]
+		if !ok {
+			return fieldErr("target.type", "target type %q is not enabled on this scheduler", t.Type)
+		}
+		if t.HTTP != nil {
+			return fieldErr("target.http", "only for HTTP targets")
+		}
+		return v(t)
+	}
+	if t.Queue != nil || t.Container != nil {
+		return fieldErr("target.type", "HTTP targets take http and payload only")
 	}
 	h := t.HTTP
 	if h == nil {

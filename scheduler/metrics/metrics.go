@@ -22,6 +22,11 @@ type Metrics struct {
 	Notifications *prometheus.CounterVec
 	// Replaced counts runs cancelled by concurrencyPolicy REPLACE.
 	Replaced prometheus.Counter
+	// Deferred counts attempts put back without using an attempt because
+	// the target's circuit breaker was open.
+	Deferred prometheus.Counter
+	// BreakerTransitions counts per-host circuit transitions by new state.
+	BreakerTransitions *prometheus.CounterVec
 }
 
 // New registers the collectors on reg (nil: a throwaway registry).
@@ -47,7 +52,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Failure and dead-letter webhook deliveries by result (sent, retry, failed)."}, []string{"result"}),
 		Replaced: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_replaced_runs_total",
 			Help: "Runs cancelled because a newer slot fired under concurrencyPolicy REPLACE."}),
+		Deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_deferred_attempts_total",
+			Help: "Attempts deferred without using an attempt because the target host's circuit was open."}),
+		BreakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_scheduler_target_breaker_transitions_total",
+			Help: "Per-host circuit breaker transitions of HTTP targets, by new state."}, []string{"state"}),
 	}
-	reg.MustRegister(m.Lag, m.Transitions, m.Retries, m.DeadLetters, m.LeaseExpirations, m.LeasesLost, m.Notifications, m.Replaced)
+	reg.MustRegister(m.Lag, m.Transitions, m.Retries, m.DeadLetters, m.LeaseExpirations, m.LeasesLost, m.Notifications, m.Replaced,
+		m.Deferred, m.BreakerTransitions)
 	return m
 }

@@ -322,3 +322,14 @@ func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
 	}
 	return r, nil
 }
+
+// Defer puts a run back to RETRY_WAIT for delay without using an attempt
+// (the target refused to try: its circuit is open) and without
+// notifications; ErrLeaseLost/ErrCancelled as for the other writes.
+func (s *Store) Defer(ctx context.Context, runID, token int64, delay time.Duration, msg string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
+		SET status = 'RETRY_WAIT', next_attempt_at = now() + $3 * interval '1 millisecond',
+			lease_expires_at = NULL, last_error = $4, updated_at = now()
+		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, delay.Milliseconds(), msg)
+	return s.fenced(ctx, runID, "defer", tag.RowsAffected(), err)
+}

@@ -1,6 +1,6 @@
 // Package worker executes queued runs: it leases them (store.Claim bumps
-// a fencing token), calls the HTTP target with the run's idempotency key
-// and a per-attempt timeout, heartbeats every lease/3 and records the
+// a fencing token), hands each attempt to the target registered for the
+// job's target.type (HTTP by default) with a per-attempt timeout, heartbeats every lease/3 and records the
 // outcome with writes conditioned on the token. A worker that lost its
 // lease (reaped while paused) stops its attempt and writes nothing.
 //
@@ -9,11 +9,8 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -26,6 +23,8 @@ import (
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/metrics"
 	"github.com/portico-io/portico/scheduler/store"
+	"github.com/portico-io/portico/scheduler/target"
+	"github.com/portico-io/portico/scheduler/target/httptarget"
 )
 
 // Defaults for zero Config fields.
@@ -42,6 +41,7 @@ type Store interface {
 	Succeed(ctx context.Context, runID, token int64) error
 	RetryLater(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
 	Dead(ctx context.Context, runID, token int64, msg string) error
+	Defer(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -49,7 +49,11 @@ var _ Store = (*store.Store)(nil)
 // Config configures a Worker.
 type Config struct {
 	Store Store // required
-	// Guard checks every address the worker dials (required unless Client is set).
+	// Targets executes deliveries by target.type. When nil, the worker
+	// serves HTTP only, built from Guard (or Client).
+	Targets target.Registry
+	// Guard checks every address the HTTP target dials (required unless
+	// Targets or Client is set).
 	Guard *jobspec.Guard
 	// ID names the worker in run rows (default host-pid).
 	ID          string
@@ -80,16 +84,15 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("worker: Store is required")
 	}
-	if cfg.Client == nil {
-		if cfg.Guard == nil {
-			return nil, errors.New("worker: Guard is required")
+	if cfg.Targets == nil {
+		if cfg.Guard == nil && cfg.Client == nil {
+			return nil, errors.New("worker: Targets, Guard or Client is required")
 		}
-		cfg.Client = &http.Client{
-			Transport: &http.Transport{DialContext: cfg.Guard.DialContext, MaxIdleConnsPerHost: 16,
-				IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second},
-			// Redirects are not followed: a 3xx is a failed delivery.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		h, err := httptarget.New(httptarget.Config{Guard: cfg.Guard, Client: cfg.Client})
+		if err != nil {
+			return nil, err
 		}
+		cfg.Targets = target.Registry{jobspec.TargetHTTP: h}
 	}
 	if cfg.ID == "" {
 		h, _ := os.Hostname()
@@ -200,15 +203,6 @@ func (w *Worker) claim(ctx context.Context, free, allowance int) []store.Lease {
 	return leases
 }
 
-// outcome classifies one attempt.
-type outcome int
-
-const (
-	succeeded outcome = iota
-	retryable
-	fatal
-)
-
 // Execute runs one leased attempt and records its outcome (exported so
 // tests can drive a claimed lease directly).
 func (w *Worker) Execute(ctx context.Context, l store.Lease) {
@@ -244,7 +238,9 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 			}
 		}
 	}()
-	res, msg := w.call(actx, l)
+	res := w.cfg.Targets.Deliver(actx, target.Delivery{RunID: l.RunID, JobID: l.ScheduleID, ScheduledAt: l.ScheduledAt,
+		Attempt: l.Attempt, Spec: l.Spec})
+	msg := res.Message
 	cancel()
 	<-hbDone
 	select {
@@ -271,9 +267,11 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 		to  string
 	)
 	switch {
-	case res == succeeded:
+	case res.Outcome == target.Succeeded:
 		to, err = store.StatusSucceeded, w.cfg.Store.Succeed(wctx, l.RunID, l.Token)
-	case res == retryable && l.Attempt < exec.Retry.MaxAttempts:
+	case res.Outcome == target.Deferred:
+		to, err = "deferred", w.cfg.Store.Defer(wctx, l.RunID, l.Token, res.RetryAfter, msg)
+	case res.Outcome == target.Retryable && l.Attempt < exec.Retry.MaxAttempts:
 		to, err = store.StatusRetryWait, w.cfg.Store.RetryLater(wctx, l.RunID, l.Token, Backoff(exec.Retry, l.Attempt, rand.Float64()), msg)
 	default:
 		to, err = store.StatusDead, w.cfg.Store.Dead(wctx, l.RunID, l.Token, msg)
@@ -288,6 +286,11 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 		return
 	case err != nil:
 		w.cfg.Logger.Error("worker: record outcome", "run", l.RunID, "err", err)
+		return
+	}
+	if to == "deferred" {
+		w.cfg.Metrics.Deferred.Inc()
+		w.cfg.Metrics.Transitions.WithLabelValues(store.StatusRetryWait).Inc()
 		return
 	}
 	w.cfg.Metrics.Transitions.WithLabelValues(to).Inc()
@@ -308,44 +311,4 @@ func Backoff(r jobspec.Retry, attempt int, u float64) time.Duration {
 		ceiling = exp
 	}
 	return time.Duration(u * ceiling * float64(time.Millisecond))
-}
-
-func (w *Worker) call(ctx context.Context, l store.Lease) (outcome, string) {
-	h := l.Spec.Target.HTTP
-	if h == nil {
-		return fatal, "no HTTP target"
-	}
-	body := l.Spec.Render(jobspec.RunValues{JobID: l.ScheduleID, ScheduledAt: l.ScheduledAt})
-	req, err := http.NewRequestWithContext(ctx, h.Method, h.URL, bytes.NewReader(body))
-	if err != nil {
-		return fatal, err.Error()
-	}
-	for k, v := range h.Headers {
-		req.Header.Set(k, v)
-	}
-	if len(l.Spec.Target.Payload) > 0 && req.Header.Get("Content-Type") == "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Idempotency-Key", jobspec.IdempotencyKey(l.ScheduleID, l.ScheduledAt))
-	req.Header.Set("X-Portico-Job-Id", strconv.FormatInt(l.ScheduleID, 10))
-	req.Header.Set("X-Portico-Attempt", strconv.Itoa(l.Attempt))
-	resp, err := w.cfg.Client.Do(req)
-	if err != nil {
-		if errors.Is(err, jobspec.ErrForbiddenTarget) {
-			return fatal, err.Error()
-		}
-		return retryable, err.Error()
-	}
-	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	msg := fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(snippet))
-	switch c := resp.StatusCode; {
-	case c >= 200 && c < 300:
-		return succeeded, ""
-	case c == http.StatusTooManyRequests || c == http.StatusRequestTimeout || c >= 500:
-		return retryable, msg
-	default:
-		return fatal, msg
-	}
 }

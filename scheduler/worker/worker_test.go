@@ -58,6 +58,9 @@ func (c *claimRecorder) RetryLater(context.Context, int64, int64, time.Duration,
 	return nil
 }
 func (c *claimRecorder) Dead(context.Context, int64, int64, string) error { return nil }
+func (c *claimRecorder) Defer(context.Context, int64, int64, time.Duration, string) error {
+	return nil
+}
 
 // TestReservedHighCapacity: with 4 slots and 1 reserved, NORMAL runs may
 // take 3; once they do, the last slot is offered to HIGH runs only.

@@ -1,0 +1,205 @@
+// Package httptarget is the HTTP executor: it calls a job's URL with the
+// templated payload and Idempotency-Key {jobId}:{scheduledAt}, dialling
+// only addresses the SSRF guard allows, and keeps one circuit breaker per
+// target host (scheme://host:port) in this process.
+//
+// Breaker policy: BreakerFailures consecutive retryable failures
+// (transport errors, timeouts, 429, 5xx) open a host's circuit; 2xx and
+// non-retryable 4xx count as the host being healthy. While open, attempts
+// are Deferred — the run goes back to RETRY_WAIT for the remaining open
+// delay plus up to 50% jitter, without using an attempt, so a dead host
+// cannot exhaust every job's retries. After BreakerDelay the circuit
+// half-opens and lets BreakerSuccesses trial calls through; that many
+// successes close it, one failure re-opens it.
+package httptarget
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+
+	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/target"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultBreakerFailures  = 5
+	DefaultBreakerDelay     = 30 * time.Second
+	DefaultBreakerSuccesses = 2
+)
+
+// Config configures the HTTP target.
+type Config struct {
+	// Guard checks every dialled address (required unless Client is set).
+	Guard *jobspec.Guard
+	// Client overrides the HTTP client (it must enforce the allowlist).
+	Client           *http.Client
+	BreakerFailures  uint
+	BreakerDelay     time.Duration
+	BreakerSuccesses uint
+	// OnBreakerState, when set, is told of every host circuit transition
+	// (metrics, tests). It must not block.
+	OnBreakerState func(host string, state circuitbreaker.State)
+}
+
+// Target is the HTTP executor; safe for concurrent use.
+type Target struct {
+	cfg      Config
+	mu       sync.Mutex
+	breakers map[string]circuitbreaker.CircuitBreaker[any]
+}
+
+var (
+	_ target.Target    = (*Target)(nil)
+	_ target.Validator = (*Target)(nil)
+)
+
+// New validates cfg and fills defaults.
+func New(cfg Config) (*Target, error) {
+	if cfg.Client == nil {
+		if cfg.Guard == nil {
+			return nil, errors.New("httptarget: Guard is required")
+		}
+		cfg.Client = &http.Client{
+			Transport: &http.Transport{DialContext: cfg.Guard.DialContext, MaxIdleConnsPerHost: 16,
+				IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second},
+			// Redirects are not followed: a 3xx is a failed delivery.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if cfg.BreakerFailures == 0 {
+		cfg.BreakerFailures = DefaultBreakerFailures
+	}
+	if cfg.BreakerDelay <= 0 {
+		cfg.BreakerDelay = DefaultBreakerDelay
+	}
+	if cfg.BreakerSuccesses == 0 {
+		cfg.BreakerSuccesses = DefaultBreakerSuccesses
+	}
+	return &Target{cfg: cfg, breakers: map[string]circuitbreaker.CircuitBreaker[any]{}}, nil
+}
+
+// Validate accepts HTTP targets (jobspec validates their fields).
+func (t *Target) Validate(tg *jobspec.Target) error { return nil }
+
+// hostKey is the breaker key of a URL: scheme://host:port.
+func hostKey(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return u.Scheme + "://" + u.Hostname() + ":" + port
+}
+
+func (t *Target) breaker(host string) circuitbreaker.CircuitBreaker[any] {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cb, ok := t.breakers[host]; ok {
+		return cb
+	}
+	b := circuitbreaker.NewBuilder[any]().
+		WithFailureThreshold(t.cfg.BreakerFailures).
+		WithDelay(t.cfg.BreakerDelay).
+		WithSuccessThreshold(t.cfg.BreakerSuccesses)
+	if f := t.cfg.OnBreakerState; f != nil {
+		b = b.OnStateChanged(func(e circuitbreaker.StateChangedEvent) { f(host, e.NewState) })
+	}
+	cb := b.Build()
+	t.breakers[host] = cb
+	return cb
+}
+
+// State reports the circuit state of the host serving url (closed when
+// never called).
+func (t *Target) State(rawURL string) circuitbreaker.State {
+	t.mu.Lock()
+	cb, ok := t.breakers[hostKey(rawURL)]
+	t.mu.Unlock()
+	if !ok {
+		return circuitbreaker.ClosedState
+	}
+	return cb.State()
+}
+
+// Deliver makes one HTTP call under the host's circuit breaker.
+func (t *Target) Deliver(ctx context.Context, d target.Delivery) target.Result {
+	h := d.Spec.Target.HTTP
+	if h == nil {
+		return target.Result{Outcome: target.Fatal, Message: "no HTTP target"}
+	}
+	host := hostKey(h.URL)
+	cb := t.breaker(host)
+	if !cb.TryAcquirePermit() {
+		wait := cb.RemainingDelay()
+		if wait <= 0 { // half-open with every trial permit taken
+			wait = t.cfg.BreakerDelay / 10
+		}
+		wait += time.Duration(rand.Int64N(int64(wait)/2 + 1))
+		return target.Result{Outcome: target.Deferred, RetryAfter: wait,
+			Message: fmt.Sprintf("circuit open for %s; deferred %s without using an attempt", host, wait.Round(time.Millisecond))}
+	}
+	res := t.call(ctx, d, h)
+	switch {
+	case res.Outcome == target.Retryable && ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded):
+		// Our own cancellation (lost lease, cancelled run, shutdown) says
+		// nothing about the host, but a permit must be given back.
+		if cb.IsHalfOpen() {
+			cb.RecordFailure()
+		}
+	case res.Outcome == target.Retryable:
+		cb.RecordFailure()
+	default:
+		cb.RecordSuccess()
+	}
+	return res
+}
+
+func (t *Target) call(ctx context.Context, d target.Delivery, h *jobspec.HTTPTarget) target.Result {
+	req, err := http.NewRequestWithContext(ctx, h.Method, h.URL, bytes.NewReader(d.Payload()))
+	if err != nil {
+		return target.Result{Outcome: target.Fatal, Message: err.Error()}
+	}
+	for k, v := range h.Headers {
+		req.Header.Set(k, v)
+	}
+	if len(d.Spec.Target.Payload) > 0 && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Idempotency-Key", d.IdempotencyKey())
+	req.Header.Set("X-Portico-Job-Id", strconv.FormatInt(d.JobID, 10))
+	req.Header.Set("X-Portico-Attempt", strconv.Itoa(d.Attempt))
+	resp, err := t.cfg.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, jobspec.ErrForbiddenTarget) {
+			return target.Result{Outcome: target.Fatal, Message: err.Error()}
+		}
+		return target.Result{Outcome: target.Retryable, Message: err.Error()}
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	msg := fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(snippet))
+	switch c := resp.StatusCode; {
+	case c >= 200 && c < 300:
+		return target.Result{Outcome: target.Succeeded}
+	case c == http.StatusTooManyRequests || c == http.StatusRequestTimeout || c >= 500:
+		return target.Result{Outcome: target.Retryable, Message: msg}
+	default:
+		return target.Result{Outcome: target.Fatal, Message: msg}
+	}
+}

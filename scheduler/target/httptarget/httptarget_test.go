@@ -1,0 +1,136 @@
+package httptarget
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+
+	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/target"
+)
+
+func delivery(t *testing.T, url string) target.Delivery {
+	t.Helper()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &jobspec.Spec{Tenant: "t", Schedule: jobspec.Schedule{Type: jobspec.TypeOneOff, At: &at},
+		Target: jobspec.Target{Type: jobspec.TargetHTTP, HTTP: &jobspec.HTTPTarget{URL: url}, Payload: []byte(`{"at":"{{scheduledAt}}"}`)}}
+	if err := s.Normalize(nil); err != nil {
+		t.Fatal(err)
+	}
+	return target.Delivery{RunID: 1, JobID: 7, ScheduledAt: at, Attempt: 1, Spec: s}
+}
+
+type server struct {
+	calls  atomic.Int32
+	status atomic.Int32
+	srv    *httptest.Server
+}
+
+func newServer(t *testing.T, status int) *server {
+	s := &server{}
+	s.status.Store(int32(status))
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.calls.Add(1)
+		if r.Header.Get("Idempotency-Key") != "7:2026-01-01T00:00:00Z" {
+			w.WriteHeader(400)
+			return
+		}
+		w.WriteHeader(int(s.status.Load()))
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// TestBreakerPerHost: three 503s open the host's circuit; further attempts
+// are Deferred without a call while another host is unaffected; after the
+// delay trial calls succeed and close it.
+func TestBreakerPerHost(t *testing.T) {
+	bad, good := newServer(t, 503), newServer(t, 200)
+	states := make(chan circuitbreaker.State, 16)
+	tg, err := New(Config{Client: http.DefaultClient, BreakerFailures: 3, BreakerDelay: 200 * time.Millisecond, BreakerSuccesses: 2,
+		OnBreakerState: func(_ string, s circuitbreaker.State) { states <- s }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if r := tg.Deliver(ctx, delivery(t, bad.srv.URL)); r.Outcome != target.Retryable {
+			t.Fatalf("call %d: %+v", i, r)
+		}
+	}
+	if s := <-states; s != circuitbreaker.OpenState {
+		t.Fatalf("state after 3 failures: %v", s)
+	}
+	r := tg.Deliver(ctx, delivery(t, bad.srv.URL))
+	if r.Outcome != target.Deferred || r.RetryAfter <= 0 || r.RetryAfter > 300*time.Millisecond || bad.calls.Load() != 3 {
+		t.Fatalf("open circuit: %+v after %d calls", r, bad.calls.Load())
+	}
+	if r := tg.Deliver(ctx, delivery(t, good.srv.URL)); r.Outcome != target.Succeeded {
+		t.Fatalf("other host: %+v", r)
+	}
+	bad.status.Store(200)
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for tg.Deliver(ctx, delivery(t, bad.srv.URL)).Outcome == target.Deferred {
+		select {
+		case <-deadline:
+			t.Fatal("circuit never half-opened")
+		case <-tick.C:
+		}
+	}
+	if s := <-states; s != circuitbreaker.HalfOpenState {
+		t.Fatalf("want half-open, got %v", s)
+	}
+	if r := tg.Deliver(ctx, delivery(t, bad.srv.URL)); r.Outcome != target.Succeeded {
+		t.Fatalf("second trial: %+v", r)
+	}
+	if s := <-states; s != circuitbreaker.ClosedState || tg.State(bad.srv.URL) != circuitbreaker.ClosedState {
+		t.Fatalf("want closed after 2 successes, got %v", s)
+	}
+}
+
+// TestBreakerIgnoresClientErrorsAndOwnCancellation: 4xx answers and our
+// own cancellations never open the circuit; timeouts do.
+func TestBreakerIgnoresClientErrorsAndOwnCancellation(t *testing.T) {
+	notFound := newServer(t, 404)
+	tg, _ := New(Config{Client: http.DefaultClient, BreakerFailures: 2, BreakerDelay: time.Hour})
+	ctx := context.Background()
+	for range 5 {
+		if r := tg.Deliver(ctx, delivery(t, notFound.srv.URL)); r.Outcome != target.Fatal {
+			t.Fatalf("404: %+v", r)
+		}
+	}
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client hanging up
+		<-r.Context().Done()
+	}))
+	t.Cleanup(hang.Close)
+	for range 3 {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if r := tg.Deliver(cctx, delivery(t, hang.URL)); r.Outcome != target.Retryable {
+			t.Fatalf("cancelled call: %+v", r)
+		}
+	}
+	if s := tg.State(notFound.srv.URL); s != circuitbreaker.ClosedState {
+		t.Fatalf("4xx host circuit %v", s)
+	}
+	if s := tg.State(hang.URL); s != circuitbreaker.ClosedState {
+		t.Fatalf("circuit %v after our own cancellations", s)
+	}
+	for range 2 {
+		tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		tg.Deliver(tctx, delivery(t, hang.URL))
+		cancel()
+	}
+	if s := tg.State(hang.URL); s != circuitbreaker.OpenState {
+		t.Fatalf("circuit %v after two timeouts, want open", s)
+	}
+}
