@@ -1,0 +1,414 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/portico-io/portico/controlplane/compile"
+)
+
+// gatewayView is what an Envoy gateway runs with at one config version, as
+// fetched over ADS: the ingress route configuration, the domain of the
+// listener's ratelimit filter, and where the extauthz and ratelimit
+// clusters point.
+//
+// It is not a proxy: it only reads the compiled resources and derives from
+// them the gRPC requests Envoy's ext_authz and ratelimit filters would make
+// for a given HTTP request. Anything in the resources this reading does not
+// understand fails the test, so a change in what the compiler emits is
+// noticed here instead of being silently misread.
+type gatewayView struct {
+	routes        *routev3.RouteConfiguration
+	domain        string
+	extauthzAddr  string
+	ratelimitAddr string
+}
+
+func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayView {
+	t.Helper()
+	res := gatewayFetch(t, xdsAddr, nodeID, v, map[string][]string{
+		resource.ListenerType: nil,
+		resource.ClusterType:  nil,
+		resource.RouteType:    {compile.RouteConfigName},
+	})
+	g := &gatewayView{}
+	rc, ok := res[resource.RouteType][compile.RouteConfigName].(*routev3.RouteConfiguration)
+	if !ok {
+		t.Fatalf("no route configuration %s at version %d", compile.RouteConfigName, v)
+	}
+	g.routes = rc
+
+	l, ok := res[resource.ListenerType][compile.ListenerName].(*listenerv3.Listener)
+	if !ok || len(l.GetFilterChains()) == 0 || len(l.GetFilterChains()[0].GetFilters()) == 0 {
+		t.Fatalf("no listener %s with a filter chain at version %d", compile.ListenerName, v)
+	}
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
+		t.Fatalf("%s: %v", compile.ListenerName, err)
+	}
+	if got := hcm.GetRds().GetRouteConfigName(); got != compile.RouteConfigName {
+		t.Fatalf("%s routes with %q, want %s", compile.ListenerName, got, compile.RouteConfigName)
+	}
+	// Envoy runs HTTP filters in order; this view assumes ext_authz runs
+	// before ratelimit (so the identity headers it adds are what the
+	// rate-limit actions read) and that neither is disabled by default.
+	var order []string
+	for _, f := range hcm.GetHttpFilters() {
+		switch f.GetName() {
+		case compile.FilterExtAuthz:
+			ea := &extauthzv3.ExtAuthz{}
+			if err := f.GetTypedConfig().UnmarshalTo(ea); err != nil {
+				t.Fatal(err)
+			}
+			if c := ea.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != compile.ExtAuthzCluster || f.GetDisabled() || ea.GetFailureModeAllow() {
+				t.Fatalf("ext_authz filter: cluster %q, disabled %v, failure_mode_allow %v", c, f.GetDisabled(), ea.GetFailureModeAllow())
+			}
+		case compile.FilterRateLimit:
+			rl := &ratelimitv3.RateLimit{}
+			if err := f.GetTypedConfig().UnmarshalTo(rl); err != nil {
+				t.Fatal(err)
+			}
+			if c := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != compile.RateLimitCluster || f.GetDisabled() || rl.GetStage() != 0 {
+				t.Fatalf("ratelimit filter: cluster %q, disabled %v, stage %d", c, f.GetDisabled(), rl.GetStage())
+			}
+			g.domain = rl.GetDomain()
+		default:
+			continue
+		}
+		order = append(order, f.GetName())
+	}
+	if !slices.Equal(order, []string{compile.FilterExtAuthz, compile.FilterRateLimit}) {
+		t.Fatalf("HTTP filters %v, want ext_authz then ratelimit", order)
+	}
+
+	for name, addr := range map[string]*string{compile.ExtAuthzCluster: &g.extauthzAddr, compile.RateLimitCluster: &g.ratelimitAddr} {
+		c, ok := res[resource.ClusterType][name].(*clusterv3.Cluster)
+		if !ok {
+			t.Fatalf("no cluster %s at version %d", name, v)
+		}
+		eps := c.GetLoadAssignment().GetEndpoints()
+		if len(eps) != 1 || len(eps[0].GetLbEndpoints()) != 1 {
+			t.Fatalf("cluster %s: want one inline endpoint, got %v", name, c.GetLoadAssignment())
+		}
+		sa := eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+		*addr = net.JoinHostPort(sa.GetAddress(), fmt.Sprint(sa.GetPortValue()))
+	}
+	return g
+}
+
+// httpRequest is a request as Envoy's filters see it after the listener's
+// header_mutation filter: header names lowercased, pseudo-headers included.
+type httpRequest struct {
+	headers map[string]string
+	remote  string // the trusted client address
+}
+
+func newRequest(method, rawURL string, hdr ...string) *httpRequest {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(err)
+	}
+	h := map[string]string{":method": method, ":authority": u.Host, ":path": u.RequestURI(), ":scheme": u.Scheme,
+		"user-agent": "e2e/1", "x-forwarded-proto": u.Scheme, "x-request-id": "e2e-1"}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		h[strings.ToLower(hdr[i])] = hdr[i+1]
+	}
+	return &httpRequest{headers: h, remote: "127.0.0.1"}
+}
+
+// route returns the route Envoy would select for r, or nil (a 404).
+func (g *gatewayView) route(t *testing.T, r *httpRequest) *routev3.Route {
+	t.Helper()
+	host := strings.ToLower(r.headers[":authority"])
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	vh := selectVirtualHost(g.routes.GetVirtualHosts(), host)
+	if vh == nil {
+		return nil
+	}
+	for _, rt := range vh.GetRoutes() {
+		if routeMatches(t, rt.GetMatch(), r.headers) {
+			return rt
+		}
+	}
+	return nil
+}
+
+// selectVirtualHost picks by Envoy's precedence: exact domain, then the
+// longest "*.suffix" wildcard, then "*".
+func selectVirtualHost(vhs []*routev3.VirtualHost, host string) *routev3.VirtualHost {
+	var best *routev3.VirtualHost
+	bestRank, bestLen := 3, -1
+	for _, vh := range vhs {
+		for _, d := range vh.GetDomains() {
+			rank, n := 3, 0
+			switch {
+			case d == host:
+				rank = 0
+			case strings.HasPrefix(d, "*.") && strings.HasSuffix(host, d[1:]):
+				rank, n = 1, len(d)
+			case d == "*":
+				rank = 2
+			}
+			if rank < bestRank || (rank == bestRank && n > bestLen) {
+				best, bestRank, bestLen = vh, rank, n
+			}
+		}
+	}
+	if bestRank == 3 {
+		return nil
+	}
+	return best
+}
+
+func routeMatches(t *testing.T, m *routev3.RouteMatch, h map[string]string) bool {
+	t.Helper()
+	if len(m.GetQueryParameters()) > 0 || m.GetRuntimeFraction() != nil || m.GetGrpc() != nil || m.GetTlsContext() != nil ||
+		len(m.GetDynamicMetadata()) > 0 || (m.GetCaseSensitive() != nil && !m.GetCaseSensitive().GetValue()) {
+		t.Fatalf("route match uses what this view does not read: %v", m)
+	}
+	path, _, _ := strings.Cut(h[":path"], "?")
+	switch ps := m.GetPathSpecifier().(type) {
+	case *routev3.RouteMatch_Prefix:
+		if !strings.HasPrefix(path, ps.Prefix) {
+			return false
+		}
+	case *routev3.RouteMatch_Path:
+		if path != ps.Path {
+			return false
+		}
+	case *routev3.RouteMatch_SafeRegex:
+		if !fullMatch(t, ps.SafeRegex.GetRegex(), path) {
+			return false
+		}
+	default:
+		t.Fatalf("route path matcher %T not understood", ps)
+	}
+	for _, hm := range m.GetHeaders() {
+		if !headerMatches(t, hm, h) {
+			return false
+		}
+	}
+	return true
+}
+
+// headerMatches follows Envoy's HeaderUtility::matchHeaders, including how
+// an absent header meets invert_match.
+func headerMatches(t *testing.T, hm *routev3.HeaderMatcher, h map[string]string) bool {
+	t.Helper()
+	v, present := h[hm.GetName()]
+	if !present {
+		if hm.GetInvertMatch() {
+			return hm.GetPresentMatch()
+		}
+		_, isPresent := hm.GetHeaderMatchSpecifier().(*routev3.HeaderMatcher_PresentMatch)
+		return isPresent && !hm.GetPresentMatch()
+	}
+	var ok bool
+	switch s := hm.GetHeaderMatchSpecifier().(type) {
+	case *routev3.HeaderMatcher_PresentMatch:
+		ok = s.PresentMatch
+	case *routev3.HeaderMatcher_StringMatch:
+		ok = stringMatches(t, s.StringMatch, v)
+	default:
+		t.Fatalf("header matcher %T not understood", s)
+	}
+	return ok != hm.GetInvertMatch()
+}
+
+func stringMatches(t *testing.T, sm *matcherv3.StringMatcher, v string) bool {
+	t.Helper()
+	if sm.GetIgnoreCase() {
+		t.Fatalf("ignore_case string matchers are not read by this view: %v", sm)
+	}
+	switch p := sm.GetMatchPattern().(type) {
+	case *matcherv3.StringMatcher_Exact:
+		return v == p.Exact
+	case *matcherv3.StringMatcher_Prefix:
+		return strings.HasPrefix(v, p.Prefix)
+	case *matcherv3.StringMatcher_Suffix:
+		return strings.HasSuffix(v, p.Suffix)
+	case *matcherv3.StringMatcher_Contains:
+		return strings.Contains(v, p.Contains)
+	case *matcherv3.StringMatcher_SafeRegex:
+		return fullMatch(t, p.SafeRegex.GetRegex(), v)
+	}
+	t.Fatalf("string matcher %T not understood", sm.GetMatchPattern())
+	return false
+}
+
+// fullMatch is RE2 matching of the whole value, as Envoy's safe_regex does.
+func fullMatch(t *testing.T, re, v string) bool {
+	t.Helper()
+	rx, err := regexp.Compile(`^(?:` + re + `)$`)
+	if err != nil {
+		t.Fatalf("regex %q: %v", re, err)
+	}
+	return rx.MatchString(v)
+}
+
+// checkRequest is the CheckRequest Envoy's ext_authz filter sends for r on
+// route rt, or nil when the route disables ext_authz.
+func checkRequest(t *testing.T, rt *routev3.Route, r *httpRequest) *authv3.CheckRequest {
+	t.Helper()
+	a, ok := rt.GetTypedPerFilterConfig()[compile.FilterExtAuthz]
+	if !ok {
+		t.Fatalf("route %s has no ext_authz per-route config (the filter would run without context extensions)", rt.GetName())
+	}
+	per := &extauthzv3.ExtAuthzPerRoute{}
+	unwrapPerFilter(t, a, per)
+	if per.GetDisabled() {
+		return nil
+	}
+	ext := per.GetCheckSettings().GetContextExtensions()
+	if len(ext) == 0 {
+		t.Fatalf("route %s: ext_authz enabled without context extensions", rt.GetName())
+	}
+	hdr := make(map[string]string, len(r.headers))
+	for k, v := range r.headers {
+		hdr[k] = v
+	}
+	path := r.headers[":path"]
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+			SocketAddress: &corev3.SocketAddress{Address: r.remote, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 40000}}}}},
+		Destination: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+			SocketAddress: &corev3.SocketAddress{Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: compile.DefaultListenerPort}}}}},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Id: r.headers["x-request-id"], Method: r.headers[":method"], Headers: hdr, Path: path,
+			Host: r.headers[":authority"], Scheme: r.headers[":scheme"], Protocol: "HTTP/1.1",
+		}},
+		ContextExtensions: ext,
+	}}
+}
+
+// unwrapPerFilter decodes a typed_per_filter_config entry, which may be
+// wrapped in envoy.config.route.v3.FilterConfig.
+func unwrapPerFilter(t *testing.T, a *anypb.Any, into proto.Message) {
+	t.Helper()
+	fc := &routev3.FilterConfig{}
+	if a.MessageIs(fc) {
+		if err := a.UnmarshalTo(fc); err != nil {
+			t.Fatal(err)
+		}
+		a = fc.GetConfig()
+	}
+	if err := a.UnmarshalTo(into); err != nil {
+		t.Fatalf("per-filter config %s: %v", a.GetTypeUrl(), err)
+	}
+}
+
+// applyAllowed changes r the way Envoy does on an OK check: the response's
+// headers are set (or appended) and its headers_to_remove removed. What
+// the upstream then receives is r.headers.
+func applyAllowed(t *testing.T, r *httpRequest, ok *authv3.OkHttpResponse) {
+	t.Helper()
+	for _, h := range ok.GetHeaders() {
+		k := strings.ToLower(h.GetHeader().GetKey())
+		switch h.GetAppendAction() {
+		case corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD:
+			r.headers[k] = h.GetHeader().GetValue()
+		case corev3.HeaderValueOption_ADD_IF_ABSENT:
+			if _, ok := r.headers[k]; !ok {
+				r.headers[k] = h.GetHeader().GetValue()
+			}
+		default:
+			t.Fatalf("ext_authz header %s with append action %v: this view does not merge values", k, h.GetAppendAction())
+		}
+	}
+	for _, k := range ok.GetHeadersToRemove() {
+		delete(r.headers, strings.ToLower(k))
+	}
+}
+
+// rateLimitRequest is the RateLimitRequest Envoy's ratelimit filter sends
+// for r on route rt (after ext_authz), or nil when no descriptor applies.
+func (g *gatewayView) rateLimitRequest(t *testing.T, rt *routev3.Route, r *httpRequest) *rlsv3.RateLimitRequest {
+	t.Helper()
+	action := rt.GetRoute()
+	if action == nil {
+		t.Fatalf("route %s is not a route action", rt.GetName())
+	}
+	if action.GetIncludeVhRateLimits() != nil && action.GetIncludeVhRateLimits().GetValue() {
+		t.Fatalf("route %s includes virtual-host rate limits; this view does not read them", rt.GetName())
+	}
+	req := &rlsv3.RateLimitRequest{Domain: g.domain}
+	for _, rl := range action.GetRateLimits() {
+		if rl.GetStage().GetValue() != 0 || rl.GetDisableKey() != "" || rl.GetLimit() != nil || rl.GetHitsAddend() != nil || rl.GetApplyOnStreamDone() {
+			t.Fatalf("route %s: rate limit %v uses what this view does not read", rt.GetName(), rl)
+		}
+		if d := descriptor(t, rt, rl.GetActions(), r); d != nil {
+			req.Descriptors = append(req.Descriptors, d)
+		}
+	}
+	if len(req.Descriptors) == 0 {
+		return nil
+	}
+	return req
+}
+
+// descriptor evaluates one rate limit's actions in order, as Envoy's
+// router_ratelimit does: an action that cannot produce its entry drops the
+// whole descriptor, except a missing header with skip_if_absent, which
+// only drops its own entry.
+func descriptor(t *testing.T, rt *routev3.Route, actions []*routev3.RateLimit_Action, r *httpRequest) *ratelimitcommonv3.RateLimitDescriptor {
+	t.Helper()
+	d := &ratelimitcommonv3.RateLimitDescriptor{}
+	add := func(k, v string) {
+		d.Entries = append(d.Entries, &ratelimitcommonv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	for _, a := range actions {
+		switch s := a.GetActionSpecifier().(type) {
+		case *routev3.RateLimit_Action_RequestHeaders_:
+			v, ok := r.headers[strings.ToLower(s.RequestHeaders.GetHeaderName())]
+			switch {
+			case ok && v != "":
+				add(s.RequestHeaders.GetDescriptorKey(), v)
+			case s.RequestHeaders.GetSkipIfAbsent():
+			default:
+				return nil
+			}
+		case *routev3.RateLimit_Action_GenericKey_:
+			k := s.GenericKey.GetDescriptorKey()
+			if k == "" {
+				k = "generic_key"
+			}
+			add(k, s.GenericKey.GetDescriptorValue())
+		case *routev3.RateLimit_Action_RemoteAddress_:
+			add("remote_address", r.remote)
+		case *routev3.RateLimit_Action_DestinationCluster_:
+			c := rt.GetRoute().GetCluster()
+			if c == "" {
+				t.Fatalf("route %s: destination_cluster action on a weighted route is not read by this view", rt.GetName())
+			}
+			add("destination_cluster", c)
+		default:
+			t.Fatalf("route %s: rate-limit action %T not understood", rt.GetName(), s)
+		}
+	}
+	if len(d.Entries) == 0 {
+		return nil
+	}
+	return d
+}
