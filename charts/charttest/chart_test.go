@@ -387,8 +387,8 @@ func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secre
 	if psc == nil {
 		t.Fatal("no pod securityContext")
 	}
-	if pod.AutomountServiceAccountToken != nil && *pod.AutomountServiceAccountToken {
-		t.Error("automountServiceAccountToken: no component talks to the Kubernetes API")
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("automountServiceAccountToken must be false: no component talks to the Kubernetes API")
 	}
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Volumes {
