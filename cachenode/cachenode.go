@@ -85,9 +85,6 @@ func (c *Config) defaults() {
 		h, _ := os.Hostname()
 		c.NodeID = fmt.Sprintf("cachenode-%s-%d", h, os.Getpid())
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -104,8 +101,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("cachenode: MaxMemory %d is negative", cfg.MaxMemory)
 	}
 	log := cfg.Logger
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
 	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: cfg.Shards, HotKeySink: cfg.HotKeySink,
-		Now: func() int64 { return cfg.Now().UnixMilli() }})
+		Now: func() int64 { return now().UnixMilli() }})
 	var watcher *namespace.Watcher
 	if cfg.NamespacesFile != "" {
 		watcher = &namespace.Watcher{Path: cfg.NamespacesFile, Registry: reg, Interval: cfg.ReloadInterval, Logger: log, OnCheck: cfg.OnReload}

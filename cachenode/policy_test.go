@@ -169,25 +169,27 @@ func TestEvictionLFUKeepsHotSet(t *testing.T) {
 	hot := func(policy string) int {
 		c := n.client(t, authed(policy, "s"))
 		fill(t, n, c, "hot", 100, nil, 0)
+		pipe := c.Pipeline()
 		for range 100 { // enough reads to lift the logarithmic counter clear of one-hit keys
-			pipe := c.Pipeline()
 			for i := range 100 {
 				pipe.Get(ctx(t), fmt.Sprintf("hot:%d", i))
 			}
-			if _, err := pipe.Exec(ctx(t)); err != nil {
-				t.Fatal(err)
-			}
+		}
+		if _, err := pipe.Exec(ctx(t)); err != nil {
+			t.Fatal(err)
 		}
 		n.clock.Advance(2 * time.Second)
 		// The scan: each cold key is missed, filled and read once.
-		for i := range 3000 {
-			k := fmt.Sprintf("cold:%d", i)
-			c.Get(ctx(t), k)
-			c.Set(ctx(t), k, val100, 0)
-			c.Get(ctx(t), k)
-			if i%100 == 99 {
-				n.clock.Advance(time.Second)
+		for batch := range 30 {
+			pipe := c.Pipeline()
+			for i := batch * 100; i < (batch+1)*100; i++ {
+				k := fmt.Sprintf("cold:%d", i)
+				pipe.Get(ctx(t), k)
+				pipe.Set(ctx(t), k, val100, 0)
+				pipe.Get(ctx(t), k)
 			}
+			pipe.Exec(ctx(t)) // the first GETs answer nil
+			n.clock.Advance(time.Second)
 		}
 		return surviving(t, c, "hot", 0, 100)
 	}
@@ -407,13 +409,15 @@ func TestCASRace(t *testing.T) {
 	n := startNode(t)
 	c := n.client(t, func(o *redis.Options) { o.PoolSize = 100 })
 	c.Set(ctx(t), "ctr", "0", 0)
-	const workers, each = 100, 20
+	const workers, each = 100, 3
 	var wg sync.WaitGroup
 	var retries sync.Map
+	start := make(chan struct{})
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			for range each {
 				for {
 					cur, err := c.Get(ctx(t), "ctr").Int()
@@ -434,6 +438,7 @@ func TestCASRace(t *testing.T) {
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
 	if v, _ := c.Get(ctx(t), "ctr").Int(); v != workers*each {
 		t.Fatalf("counter = %d after %d CAS increments", v, workers*each)

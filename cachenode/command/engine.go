@@ -48,17 +48,19 @@ type Config struct {
 	Clients func() int
 	// Observe, when set, is called after every command (metrics).
 	Observe func(ns *namespace.Namespace, cmd string, d time.Duration, err bool)
-	// Now is the wall clock (default time.Now), used for TIME and INFO.
+	// Now is the wall clock (default time.Now). When set, it is also what
+	// TTLs and rate limits see (it must then match the Registry's clock).
 	Now func() time.Time
 }
 
 // Engine runs commands. It is safe for concurrent use; each Session is not.
 type Engine struct {
-	cfg      Config
-	started  time.Time
-	nextID   atomic.Int64
-	commands atomic.Int64
-	conns    atomic.Int64
+	cfg       Config
+	fakeClock bool // cfg.Now was injected: read it instead of the command's start time
+	started   time.Time
+	nextID    atomic.Int64
+	commands  atomic.Int64
+	conns     atomic.Int64
 }
 
 // New returns an Engine.
@@ -72,13 +74,14 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.EvictionSamples <= 0 {
 		cfg.EvictionSamples = DefaultEvictionSamples
 	}
+	fake := cfg.Now != nil
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Clients == nil {
 		cfg.Clients = func() int { return 0 }
 	}
-	return &Engine{cfg: cfg, started: cfg.Now()}, nil
+	return &Engine{cfg: cfg, started: cfg.Now(), fakeClock: fake}, nil
 }
 
 // Session is one connection's state. Create it with NewSession.
@@ -93,6 +96,11 @@ type Session struct {
 	Authed  bool
 	// Quit is set by QUIT: the server closes the connection after the reply.
 	Quit bool
+
+	// Reused per command so Exec does not allocate them.
+	ctx  Ctx
+	tx   keyspace.Txn
+	keys [8][]byte
 }
 
 // NewSession returns the state of a new connection, bound to the default
@@ -182,7 +190,10 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 		return
 	}
 	start := time.Now()
-	nowMs := ns.DB.Now()
+	nowMs := start.UnixMilli()
+	if e.fakeClock {
+		nowMs = e.cfg.Now().UnixMilli()
+	}
 	e.commands.Add(1)
 	reqBytes := 0
 	for _, a := range args {
@@ -206,8 +217,7 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 		return
 	}
 	ns.Counters.Ops.Add(1)
-	var keysBuf [8][]byte
-	keys := spec.keys(args, keysBuf[:0])
+	keys := spec.keys(args, s.keys[:0])
 	for _, k := range keys {
 		ns.Hot.Observe(k)
 	}
@@ -217,12 +227,11 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 		}
 	}
 	before := len(w.Buf)
-	c := Ctx{e: e, Args: args, W: w, S: s, NS: ns, spec: spec}
-	var tx keyspace.Txn
-	ns.DB.Begin(&tx, keys)
-	c.Tx = &tx
-	spec.fn(&c)
-	tx.End()
+	c := &s.ctx
+	*c = Ctx{e: e, Args: args, W: w, S: s, NS: ns, spec: spec, Tx: &s.tx}
+	ns.DB.BeginAt(c.Tx, keys, nowMs)
+	spec.fn(c)
+	c.Tx.End()
 	if c.NS != ns { // AUTH/HELLO switched namespaces
 		ns = c.NS
 	}

@@ -181,7 +181,10 @@ type Txn struct {
 // Begin locks the shards of keys (in index order, so concurrent multi-key
 // commands cannot deadlock). A command with no keys gets a Txn holding no
 // locks, usable only for Now.
-func (db *DB) Begin(tx *Txn, keys [][]byte) {
+func (db *DB) Begin(tx *Txn, keys [][]byte) { db.BeginAt(tx, keys, db.now()) }
+
+// BeginAt is Begin with the clock reading (unix ms) the caller already took.
+func (db *DB) BeginAt(tx *Txn, keys [][]byte, nowMs int64) {
 	tx.db = db
 	tx.held = tx.small[:0]
 	if len(keys) > len(db.shards)/2 {
@@ -209,7 +212,7 @@ func (db *DB) Begin(tx *Txn, keys [][]byte) {
 	for _, s := range tx.held {
 		db.shards[s].mu.Lock()
 	}
-	tx.now = db.now()
+	tx.now = nowMs
 }
 
 // End releases the locks.

@@ -1,6 +1,9 @@
 package namespace
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // bucket is a token bucket with a one-second burst. Requests are admitted
 // while the balance is positive and then charged in full, so one large
@@ -8,7 +11,8 @@ import "sync"
 // is what makes a bandwidth limit hold for values of any size.
 type bucket struct {
 	mu     sync.Mutex
-	rate   float64 // tokens per second; 0 = unlimited
+	on     atomic.Bool // rate > 0: lets unlimited namespaces skip the mutex
+	rate   float64     // tokens per second; 0 = unlimited
 	tokens float64
 	last   int64 // unix ms
 }
@@ -18,6 +22,7 @@ func (b *bucket) setRate(r float64) {
 	if b.rate != r {
 		b.rate, b.tokens = r, r
 	}
+	b.on.Store(r > 0)
 	b.mu.Unlock()
 }
 
@@ -34,6 +39,9 @@ func (b *bucket) refill(now int64) {
 
 // take admits a request of n tokens at now (unix ms) if the balance is positive.
 func (b *bucket) take(n float64, now int64) bool {
+	if !b.on.Load() {
+		return true
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.rate == 0 {
@@ -49,6 +57,9 @@ func (b *bucket) take(n float64, now int64) bool {
 
 // charge spends n tokens unconditionally (reply bytes, known only after).
 func (b *bucket) charge(n float64, now int64) {
+	if !b.on.Load() {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.rate == 0 {
