@@ -18,6 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	schedulerv1 "github.com/portico-io/portico/proto/portico/scheduler/v1"
+
+	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
 	"github.com/portico-io/portico/scheduler/api"
@@ -30,12 +33,16 @@ import (
 	"github.com/portico-io/portico/scheduler/target"
 	"github.com/portico-io/portico/scheduler/target/httptarget"
 	"github.com/portico-io/portico/scheduler/worker"
+	"github.com/portico-io/portico/scheduler/workerapi"
 )
 
 // Defaults for zero Config fields.
 const (
-	DefaultHTTPAddr    = "127.0.0.1:18300"
-	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:55432/portico?sslmode=disable"
+	DefaultHTTPAddr = "127.0.0.1:18300"
+	// DefaultWorkerGRPCAddr is the command's default for the worker API
+	// (Config.WorkerGRPCAddr empty means not served).
+	DefaultWorkerGRPCAddr = "127.0.0.1:18301"
+	DefaultDatabaseURL    = "postgres://postgres@127.0.0.1:55432/portico?sslmode=disable"
 )
 
 // Roles selects what a process does.
@@ -60,6 +67,10 @@ type Config struct {
 	Logger          *slog.Logger
 	// Listener, when set, is used instead of listening on HTTPAddr.
 	Listener net.Listener
+	// WorkerGRPCAddr serves the gRPC worker API for remote workers
+	// (empty: not served unless WorkerGRPCListener is set).
+	WorkerGRPCAddr     string
+	WorkerGRPCListener net.Listener
 	// Targets adds executors for target kinds besides HTTP (QUEUE,
 	// CONTAINER …), keyed by target.type; the API accepts those kinds.
 	Targets target.Registry
@@ -145,6 +156,21 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		g.Go(func() error { return r.Run(gctx) })
+	}
+	if glis := cfg.WorkerGRPCListener; glis != nil || cfg.WorkerGRPCAddr != "" {
+		if glis == nil {
+			if glis, err = net.Listen("tcp", cfg.WorkerGRPCAddr); err != nil {
+				return fmt.Errorf("scheduler: listen worker API: %w", err)
+			}
+		}
+		svc, err := workerapi.New(workerapi.Config{Store: st, Metrics: m, Logger: log})
+		if err != nil {
+			return err
+		}
+		gs := grpcserver.New()
+		schedulerv1.RegisterWorkerServiceServer(gs, svc)
+		g.Go(func() error { return gs.Serve(gctx, glis, 0) })
+		log.Info("scheduler: worker API serving", "addr", glis.Addr().String())
 	}
 	if cfg.Roles.Notifier {
 		n, err := notify.New(notify.Config{Store: st, Guard: guard, Sent: m.Notifications, Logger: log})

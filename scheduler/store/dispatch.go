@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -332,4 +333,29 @@ func (s *Store) Defer(ctx context.Context, runID, token int64, delay time.Durati
 			lease_expires_at = NULL, last_error = $4, updated_at = now()
 		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, delay.Milliseconds(), msg)
 	return s.fenced(ctx, runID, "defer", tag.RowsAffected(), err)
+}
+
+// Leased returns the lease a worker holds on a RUNNING run, or
+// ErrCancelled / ErrLeaseLost when token is no longer current (for
+// workers that report over the network and keep only run id and token).
+func (s *Store) Leased(ctx context.Context, runID, token int64) (Lease, error) {
+	var (
+		l   Lease
+		raw []byte
+	)
+	err := s.pool.QueryRow(ctx, `SELECT e.id, e.schedule_id, e.scheduled_at, e.attempt, e.lease_token, d.spec
+		FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
+		WHERE e.id = $1 AND e.lease_token = $2 AND e.status = 'RUNNING'`, runID, token).
+		Scan(&l.RunID, &l.ScheduleID, &l.ScheduledAt, &l.Attempt, &l.Token, &raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, s.fenced(ctx, runID, "leased", 0, nil)
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("store: leased: %w", err)
+	}
+	l.Spec = new(jobspec.Spec)
+	if err := json.Unmarshal(raw, l.Spec); err != nil {
+		return Lease{}, fmt.Errorf("store: leased: job %d: %w", l.ScheduleID, err)
+	}
+	return l, nil
 }

@@ -262,20 +262,7 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer wcancel()
-	var (
-		err error
-		to  string
-	)
-	switch {
-	case res.Outcome == target.Succeeded:
-		to, err = store.StatusSucceeded, w.cfg.Store.Succeed(wctx, l.RunID, l.Token)
-	case res.Outcome == target.Deferred:
-		to, err = "deferred", w.cfg.Store.Defer(wctx, l.RunID, l.Token, res.RetryAfter, msg)
-	case res.Outcome == target.Retryable && l.Attempt < exec.Retry.MaxAttempts:
-		to, err = store.StatusRetryWait, w.cfg.Store.RetryLater(wctx, l.RunID, l.Token, Backoff(exec.Retry, l.Attempt, rand.Float64()), msg)
-	default:
-		to, err = store.StatusDead, w.cfg.Store.Dead(wctx, l.RunID, l.Token, msg)
-	}
+	to, err := Record(wctx, w.cfg.Store, l, res, rand.Float64())
 	switch {
 	case errors.Is(err, store.ErrCancelled):
 		w.cfg.Logger.Info("worker: run cancelled; outcome not recorded", "run", l.RunID, "token", l.Token)
@@ -288,18 +275,49 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 		w.cfg.Logger.Error("worker: record outcome", "run", l.RunID, "err", err)
 		return
 	}
-	if to == "deferred" {
-		w.cfg.Metrics.Deferred.Inc()
-		w.cfg.Metrics.Transitions.WithLabelValues(store.StatusRetryWait).Inc()
-		return
-	}
-	w.cfg.Metrics.Transitions.WithLabelValues(to).Inc()
-	switch to {
-	case store.StatusRetryWait:
-		w.cfg.Metrics.Retries.Inc()
-	case store.StatusDead:
-		w.cfg.Metrics.DeadLetters.Inc()
+	Observe(w.cfg.Metrics, res, to)
+	if to == store.StatusDead {
 		w.cfg.Logger.Warn("worker: run dead-lettered", "run", l.RunID, "job", l.ScheduleID, "attempt", l.Attempt, "err", msg)
+	}
+}
+
+// Recorder is the store's fenced outcome writes.
+type Recorder interface {
+	Succeed(ctx context.Context, runID, token int64) error
+	RetryLater(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
+	Dead(ctx context.Context, runID, token int64, msg string) error
+	Defer(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
+}
+
+// Record applies the job's retry policy to an attempt's result and writes
+// the run's new status (SUCCEEDED, RETRY_WAIT or DEAD), every write
+// conditioned on l.Token. u in [0, 1) draws the full-jitter backoff. A
+// Deferred result returns RETRY_WAIT without using an attempt. Local
+// workers and the gRPC worker API both record through it.
+func Record(ctx context.Context, st Recorder, l store.Lease, res target.Result, u float64) (string, error) {
+	exec := l.Spec.Execution
+	switch {
+	case res.Outcome == target.Succeeded:
+		return store.StatusSucceeded, st.Succeed(ctx, l.RunID, l.Token)
+	case res.Outcome == target.Deferred:
+		return store.StatusRetryWait, st.Defer(ctx, l.RunID, l.Token, res.RetryAfter, res.Message)
+	case res.Outcome == target.Retryable && l.Attempt < exec.Retry.MaxAttempts:
+		return store.StatusRetryWait, st.RetryLater(ctx, l.RunID, l.Token, Backoff(exec.Retry, l.Attempt, u), res.Message)
+	default:
+		return store.StatusDead, st.Dead(ctx, l.RunID, l.Token, res.Message)
+	}
+}
+
+// Observe counts a recorded outcome in m.
+func Observe(m *metrics.Metrics, res target.Result, to string) {
+	m.Transitions.WithLabelValues(to).Inc()
+	switch {
+	case res.Outcome == target.Deferred:
+		m.Deferred.Inc()
+	case to == store.StatusRetryWait:
+		m.Retries.Inc()
+	case to == store.StatusDead:
+		m.DeadLetters.Inc()
 	}
 }
 

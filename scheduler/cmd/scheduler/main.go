@@ -19,6 +19,7 @@ import (
 func main() {
 	fs := flag.NewFlagSet("scheduler", flag.ExitOnError)
 	addr := envflag.String(fs, "http-addr", "PORTICO_SCHEDULER_HTTP_ADDR", scheduler.DefaultHTTPAddr, "REST API, /metrics and health listen address")
+	grpcAddr := envflag.String(fs, "worker-grpc-addr", "PORTICO_SCHEDULER_WORKER_GRPC_ADDR", scheduler.DefaultWorkerGRPCAddr, "gRPC worker API listen address for remote workers (empty: off)")
 	db := envflag.String(fs, "database-url", "PORTICO_DATABASE_URL", scheduler.DefaultDatabaseURL, "PostgreSQL URL")
 	allow := envflag.String(fs, "target-allowlist", "PORTICO_SCHEDULER_TARGET_ALLOWLIST", "", "comma-separated host:port, host or CIDR HTTP targets may use; empty = public addresses only")
 	roleAPI := fs.Bool("api", true, "serve the REST API")
@@ -40,7 +41,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := scheduler.Config{
-		HTTPAddr: *addr, DatabaseURL: *db, TargetAllowlist: *allow, WorkerID: *workerID,
+		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, WorkerID: *workerID,
 		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
 		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), Logger: log,
 	}
