@@ -1004,3 +1004,24 @@ func redisBytes(s string) (int64, error) {
 	}
 	return n * mult, nil
 }
+
+// TestValuesSchemaRejectsMistakes: values.schema.json turns typos and
+// impossible settings into install-time errors instead of silent defaults.
+func TestValuesSchemaRejectsMistakes(t *testing.T) {
+	t.Parallel()
+	for _, set := range []string{
+		"controlplane.replica=3",           // typo: would silently keep the default
+		"envoy.service.type=Ingress",       // not a Service type
+		"kvnode.enabled=maybe",             // not a boolean
+		"log.format=yaml",                  // the binaries know json and text
+		"ratelimitsvc.image.digest=latest", // not a digest
+		"cachenode.maxmemory=lots",         // not a size
+		"extauthz.pdb.minAvailable=1",      // with the default maxUnavailable: both set
+		"postgresql.bundled.enabled=true,postgresql.existingSecret=mine", // bundled builds its own URL
+	} {
+		out := renderFails(t, "--set", set)
+		if !strings.Contains(out, "Error") {
+			t.Errorf("--set %s: %s", set, out)
+		}
+	}
+}

@@ -209,3 +209,16 @@ func TestStrictDecoderRejectsWhatKubernetesWould(t *testing.T) {
 		}
 	}
 }
+
+// renderFails runs helm template expecting an error and returns its output.
+func renderFails(t testing.TB, flags ...string) string {
+	t.Helper()
+	args := append([]string{"template", release, chartDir(t), "--namespace", namespace, "--kube-version", kubeVersion}, flags...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, helmBin(t), args...).CombinedOutput()
+	if err == nil {
+		t.Errorf("helm %s rendered; want an error", strings.Join(args, " "))
+	}
+	return string(out)
+}
