@@ -66,10 +66,14 @@ func (c *compiler) clusters() (clusters, endpoints []Resource, err error) {
 		}
 		clusters = append(clusters, cl)
 	}
-	for _, svc := range []struct{ name, addr string }{
+	services := []struct{ name, addr string }{
 		{ExtAuthzCluster, c.opts.ExtAuthzAddress},
 		{RateLimitCluster, c.opts.RateLimitAddress},
-	} {
+	}
+	if c.opts.TracingCollector != "" {
+		services = append(services, struct{ name, addr string }{TracingCluster, c.opts.TracingCollector})
+	}
+	for _, svc := range services { // spec validation reserves these names
 		cl, err := serviceCluster(svc.name, svc.addr)
 		if err != nil {
 			return nil, nil, err
@@ -104,37 +108,8 @@ func (c *compiler) cluster(sc *spec.Cluster) (*clusterv3.Cluster, error) {
 		ConnectTimeout: durationpb.New(timeout),
 		LbPolicy:       lb,
 	}
-	if cb := sc.CircuitBreakers; cb != nil {
-		t := &clusterv3.CircuitBreakers_Thresholds{
-			Priority:           corev3.RoutingPriority_DEFAULT,
-			MaxConnections:     u32(cb.MaxConnections),
-			MaxPendingRequests: u32(cb.MaxPendingRequests),
-			MaxRequests:        u32(cb.MaxRequests),
-			MaxRetries:         u32(cb.MaxRetries),
-		}
-		if rb := cb.RetryBudget; rb != nil {
-			t.RetryBudget = &clusterv3.CircuitBreakers_Thresholds_RetryBudget{
-				BudgetPercent:       &typev3.Percent{Value: rb.BudgetPercent},
-				MinRetryConcurrency: u32(rb.MinRetryConcurrency),
-			}
-		}
-		cl.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{t}}
-	}
-	if od := sc.OutlierDetection; od != nil {
-		o := &clusterv3.OutlierDetection{
-			Consecutive_5Xx:    u32(od.Consecutive5xx),
-			Interval:           dur(od.Interval.D()),
-			BaseEjectionTime:   dur(od.BaseEjectionTime.D()),
-			MaxEjectionPercent: u32(od.MaxEjectionPercent),
-		}
-		if od.ConsecutiveGatewayErrors > 0 {
-			// Envoy detects gateway errors but enforces 0% of ejections by
-			// default; asking for the detector means asking for ejection.
-			o.ConsecutiveGatewayFailure = u32(od.ConsecutiveGatewayErrors)
-			o.EnforcingConsecutiveGatewayFailure = wrapperspb.UInt32(100)
-		}
-		cl.OutlierDetection = o
-	}
+	cl.CircuitBreakers = circuitBreakers(sc.CircuitBreakers)
+	cl.OutlierDetection = outlierDetection(sc.OutlierDetection)
 	if hc := sc.HealthCheck; hc != nil {
 		cl.HealthChecks = []*corev3.HealthCheck{healthCheck(hc, sc.HTTP2)}
 	}
@@ -153,6 +128,64 @@ func (c *compiler) cluster(sc *spec.Cluster) (*clusterv3.Cluster, error) {
 		cl.TransportSocket = ts
 	}
 	return cl, nil
+}
+
+// circuitBreakers caps concurrency towards the cluster. Unset fields keep
+// Envoy's defaults (1024); retries are capped by a budget of
+// DefaultRetryBudgetPercent of active requests unless the cluster sets its
+// own budget or a static maxRetries.
+func circuitBreakers(cb *spec.CircuitBreakers) *clusterv3.CircuitBreakers {
+	if cb == nil {
+		cb = &spec.CircuitBreakers{}
+	}
+	t := &clusterv3.CircuitBreakers_Thresholds{
+		Priority:           corev3.RoutingPriority_DEFAULT,
+		MaxConnections:     u32(cb.MaxConnections),
+		MaxPendingRequests: u32(cb.MaxPendingRequests),
+		MaxRequests:        u32(cb.MaxRequests),
+		MaxRetries:         u32(cb.MaxRetries),
+	}
+	rb := cb.RetryBudget
+	if rb == nil && cb.MaxRetries == 0 {
+		rb = &spec.RetryBudget{BudgetPercent: DefaultRetryBudgetPercent, MinRetryConcurrency: DefaultMinRetryConcurrency}
+	}
+	if rb != nil {
+		t.RetryBudget = &clusterv3.CircuitBreakers_Thresholds_RetryBudget{
+			BudgetPercent:       &typev3.Percent{Value: rb.BudgetPercent},
+			MinRetryConcurrency: u32(rb.MinRetryConcurrency),
+		}
+	}
+	return &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{t}}
+}
+
+// outlierDetection is the cluster's own detection, or the default one
+// (consecutive 5xx and gateway errors) when it sets none; nil when disabled.
+func outlierDetection(od *spec.OutlierDetection) *clusterv3.OutlierDetection {
+	switch {
+	case od == nil:
+		od = &spec.OutlierDetection{
+			Consecutive5xx:           DefaultConsecutive5xx,
+			ConsecutiveGatewayErrors: DefaultConsecutive5xx,
+			Interval:                 spec.Duration(DefaultOutlierInterval),
+			BaseEjectionTime:         spec.Duration(DefaultBaseEjectionTime),
+			MaxEjectionPercent:       DefaultMaxEjectionPercent,
+		}
+	case od.Disabled:
+		return nil
+	}
+	o := &clusterv3.OutlierDetection{
+		Consecutive_5Xx:    u32(od.Consecutive5xx),
+		Interval:           dur(od.Interval.D()),
+		BaseEjectionTime:   dur(od.BaseEjectionTime.D()),
+		MaxEjectionPercent: u32(od.MaxEjectionPercent),
+	}
+	if od.ConsecutiveGatewayErrors > 0 {
+		// Envoy detects gateway errors but enforces 0% of ejections by
+		// default; asking for the detector means asking for ejection.
+		o.ConsecutiveGatewayFailure = u32(od.ConsecutiveGatewayErrors)
+		o.EnforcingConsecutiveGatewayFailure = wrapperspb.UInt32(100)
+	}
+	return o
 }
 
 func healthCheck(hc *spec.HealthCheck, http2 bool) *corev3.HealthCheck {
@@ -323,6 +356,17 @@ func serviceCluster(name, addr string) (*clusterv3.Cluster, error) {
 			}},
 		},
 		TypedExtensionProtocolOptions: opts,
+		// Envoy's filters call these services on every request: cap what a
+		// slow service can pile up (the filters' own timeouts and fail
+		// modes decide the request). No outlier detection: ejecting the
+		// only endpoint would turn a blip into a fail-mode outage.
+		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+			Priority:           corev3.RoutingPriority_DEFAULT,
+			MaxConnections:     wrapperspb.UInt32(ServiceMaxConnections),
+			MaxPendingRequests: wrapperspb.UInt32(ServiceMaxPendingRequests),
+			MaxRequests:        wrapperspb.UInt32(ServiceMaxRequests),
+			MaxRetries:         wrapperspb.UInt32(0),
+		}}},
 	}, nil
 }
 

@@ -58,6 +58,33 @@ const (
 	DefaultMaxRequestHeadersKB = 60
 	DefaultUpstreamCAFile      = "/etc/ssl/certs/ca-certificates.crt"
 	DefaultConnectTimeout      = time.Second
+	// DefaultTracingSamplePercent of requests are traced when tracing is on.
+	DefaultTracingSamplePercent = 1.0
+)
+
+// Resilience defaults for every cluster and route that does not set its
+// own (see seeds/003: bounded retries, ejection of bad endpoints, caps).
+const (
+	// DefaultRetryBudgetPercent caps active retries at this share of the
+	// cluster's active requests, so retries cannot amplify an overload.
+	DefaultRetryBudgetPercent  = 20
+	DefaultMinRetryConcurrency = 3
+	// Outlier detection: eject an endpoint after this many consecutive
+	// 5xx (or gateway errors), for BaseEjectionTime × ejections, at most
+	// MaxEjectionPercent of the cluster at once.
+	DefaultConsecutive5xx     = 5
+	DefaultOutlierInterval    = 10 * time.Second
+	DefaultBaseEjectionTime   = 30 * time.Second
+	DefaultMaxEjectionPercent = 50
+	// DefaultRetryOn is what routes without a retry policy retry, on
+	// idempotent methods only: failures where the upstream most likely
+	// did no work.
+	DefaultRetryOn = "connect-failure,refused-stream,reset"
+	DefaultRetries = 1
+	// Circuit breakers of the extauthz and ratelimit service clusters.
+	ServiceMaxConnections     = 64
+	ServiceMaxPendingRequests = 256
+	ServiceMaxRequests        = 1024
 )
 
 // Envoy-facing names fixed by ARCHITECTURE.md.
@@ -67,6 +94,7 @@ const (
 	ExtAuthzCluster   = "extauthz"
 	RateLimitCluster  = "ratelimit"
 	RevocationsName   = "revocations"
+	TracingCluster    = "opentelemetry_collector"
 	APIKeyShardPrefix = "apikeys-"
 )
 
@@ -93,6 +121,14 @@ type Options struct {
 	// UpstreamCAFile is the CA bundle Envoy verifies upstream TLS against
 	// for clusters without a caSecret.
 	UpstreamCAFile string
+	// TracingCollector is host:port of an OpenTelemetry collector (OTLP
+	// gRPC); set, the gateway traces requests (W3C traceparent) and exports
+	// spans there through the cluster "opentelemetry_collector". Empty: no
+	// tracing.
+	TracingCollector string
+	// TracingSamplePercent is the share of requests without an incoming
+	// sampling decision that are traced (default DefaultTracingSamplePercent).
+	TracingSamplePercent float64
 	// Unseal opens the sealed private key of an inline tls secret (package
 	// seal). Nil: a config whose listeners or clusters use such a secret
 	// fails to compile with ErrUnseal. It must be safe for concurrent use.
@@ -121,6 +157,9 @@ func (o Options) withDefaults() Options {
 	if o.UpstreamCAFile == "" {
 		o.UpstreamCAFile = DefaultUpstreamCAFile
 	}
+	if o.TracingCollector != "" && o.TracingSamplePercent == 0 {
+		o.TracingSamplePercent = DefaultTracingSamplePercent
+	}
 	return o
 }
 
@@ -138,6 +177,14 @@ func (o Options) validate() error {
 		if _, _, err := splitHostPort(a); err != nil {
 			return fmt.Errorf("%w: %v", ErrOptions, err)
 		}
+	}
+	if o.TracingCollector != "" {
+		if _, _, err := splitHostPort(o.TracingCollector); err != nil {
+			return fmt.Errorf("%w: tracing collector: %v", ErrOptions, err)
+		}
+	}
+	if o.TracingSamplePercent < 0 || o.TracingSamplePercent > 100 {
+		return fmt.Errorf("%w: tracing sample percent must be 0-100", ErrOptions)
 	}
 	return nil
 }

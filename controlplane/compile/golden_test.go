@@ -51,11 +51,13 @@ type testInput struct {
 }
 
 type testOptions struct {
-	ListenerPort           uint32 `json:"listenerPort"`
-	ExtAuthzAddress        string `json:"extAuthzAddress"`
-	RateLimitAddress       string `json:"rateLimitAddress"`
-	XFFNumTrustedHops      uint32 `json:"xffNumTrustedHops"`
-	DefaultMaxRequestBytes uint32 `json:"defaultMaxRequestBytes"`
+	ListenerPort           uint32  `json:"listenerPort"`
+	ExtAuthzAddress        string  `json:"extAuthzAddress"`
+	RateLimitAddress       string  `json:"rateLimitAddress"`
+	XFFNumTrustedHops      uint32  `json:"xffNumTrustedHops"`
+	DefaultMaxRequestBytes uint32  `json:"defaultMaxRequestBytes"`
+	TracingCollector       string  `json:"tracingCollector"`
+	TracingSamplePercent   float64 `json:"tracingSamplePercent"`
 }
 
 // loadCase reads testdata/in/<name>.yaml strictly: unknown fields and
@@ -109,6 +111,8 @@ func loadCase(t testing.TB, path string) (*spec.Config, Options) {
 		RateLimitAddress:       o.RateLimitAddress,
 		XFFNumTrustedHops:      o.XFFNumTrustedHops,
 		DefaultMaxRequestBytes: o.DefaultMaxRequestBytes,
+		TracingCollector:       o.TracingCollector,
+		TracingSamplePercent:   o.TracingSamplePercent,
 		Unseal:                 fakeUnseal,
 	}
 }

@@ -11,7 +11,10 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	ratelimitconfv3 "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
+	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
 	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	adaptiveconcurrencyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/adaptive_concurrency/v3"
+	admissioncontrolv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/admission_control/v3"
 	bufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/buffer/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
@@ -19,6 +22,7 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -33,7 +37,11 @@ const (
 	FilterExtAuthz       = "envoy.filters.http.ext_authz"
 	FilterRateLimit      = "envoy.filters.http.ratelimit"
 	FilterBuffer         = "envoy.filters.http.buffer"
-	FilterRouter         = "envoy.filters.http.router"
+	// FilterAdmissionControl and FilterAdaptiveConcurrency are in the chain
+	// only when a route turns them on, disabled by default.
+	FilterAdmissionControl    = "envoy.filters.http.admission_control"
+	FilterAdaptiveConcurrency = "envoy.filters.http.adaptive_concurrency"
+	FilterRouter              = "envoy.filters.http.router"
 
 	hcmFilterName    = "envoy.filters.network.http_connection_manager"
 	stdoutLogger     = "envoy.access_loggers.stdout"
@@ -45,9 +53,27 @@ const (
 // gateway strips client-supplied ones before any filter runs.
 const PorticoHeaderPrefix = "x-portico-"
 
-// strippedHeaders are client-supplied forwarding headers removed on entry:
-// upstreams would otherwise trust a host/port/prefix the client made up.
-var strippedHeaders = []string{"x-forwarded-host", "x-forwarded-port", "x-forwarded-prefix"}
+// strippedHeaders are removed from every request on entry: forwarding
+// headers (upstreams would otherwise trust a host/port/prefix the client
+// made up), and Envoy's retry and timeout control headers, so a client
+// cannot ask Envoy for more retries or longer timeouts than the route
+// allows. Envoy's own sanitizing of these applies only to requests it deems
+// external, and behind a load balancer on a private network every client
+// looks internal.
+var strippedHeaders = []string{
+	"x-envoy-hedge-on-per-try-timeout",
+	"x-envoy-max-retries",
+	"x-envoy-retriable-header-names",
+	"x-envoy-retriable-status-codes",
+	"x-envoy-retry-grpc-on",
+	"x-envoy-retry-on",
+	"x-envoy-upstream-rq-per-try-timeout-ms",
+	"x-envoy-upstream-rq-timeout-alt-response",
+	"x-envoy-upstream-rq-timeout-ms",
+	"x-forwarded-host",
+	"x-forwarded-port",
+	"x-forwarded-prefix",
+}
 
 func anyOf(m proto.Message) (*anypb.Any, error) {
 	// anypb.New marshals non-deterministically (map order), which would
@@ -180,6 +206,13 @@ func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnec
 			EnableXRatelimitHeaders: ratelimitv3.RateLimit_DRAFT_VERSION_03,
 		}, false},
 	}
+	ov := c.usesOverload()
+	if ov.AdmissionControl {
+		filters = append(filters, filter{FilterAdmissionControl, admissionControl(), true})
+	}
+	if ov.AdaptiveConcurrency {
+		filters = append(filters, filter{FilterAdaptiveConcurrency, adaptiveConcurrency(), true})
+	}
 	if c.needsBuffer() {
 		// With no listener-wide limit the filter is disabled by default and
 		// only routes with their own limit turn it on (per-route config).
@@ -236,6 +269,13 @@ func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnec
 			Enabled:     wrapperspb.Bool(false),
 		}},
 	}
+	if c.opts.TracingCollector != "" && !api {
+		t, err := tracing(c.opts.TracingSamplePercent)
+		if err != nil {
+			return nil, err
+		}
+		h.Tracing = t
+	}
 	if api {
 		h.XffNumTrustedHops = 0
 	}
@@ -252,4 +292,68 @@ func headerMutation() *headermutationv3.HeaderMutation {
 		muts = append(muts, &mutationv3.HeaderMutation{Action: &mutationv3.HeaderMutation_Remove{Remove: h}})
 	}
 	return &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{RequestMutations: muts}}
+}
+
+// admissionControl throttles on the gateway side in proportion to the
+// upstream's recent failure rate over a 30s window (Envoy's defaults for
+// the rest: 95% success threshold, at most 80% rejected). 4xx answers are
+// the client's doing and count as successes.
+func admissionControl() *admissioncontrolv3.AdmissionControl {
+	return &admissioncontrolv3.AdmissionControl{
+		SamplingWindow: durationpb.New(30 * time.Second),
+		EvaluationCriteria: &admissioncontrolv3.AdmissionControl_SuccessCriteria_{SuccessCriteria: &admissioncontrolv3.AdmissionControl_SuccessCriteria{
+			HttpCriteria: &admissioncontrolv3.AdmissionControl_SuccessCriteria_HttpCriteria{
+				HttpSuccessStatus: []*typev3.Int32Range{{Start: 100, End: 500}},
+			},
+			GrpcCriteria: &admissioncontrolv3.AdmissionControl_SuccessCriteria_GrpcCriteria{},
+		}},
+	}
+}
+
+// adaptiveConcurrency limits concurrency towards a route's upstream by the
+// gradient of its latency against a periodically measured minimum RTT:
+// queueing shows up as latency, and the limit shrinks before the upstream
+// falls over (then 503s with x-envoy-overloaded).
+func adaptiveConcurrency() *adaptiveconcurrencyv3.AdaptiveConcurrency {
+	return &adaptiveconcurrencyv3.AdaptiveConcurrency{
+		ConcurrencyControllerConfig: &adaptiveconcurrencyv3.AdaptiveConcurrency_GradientControllerConfig{
+			GradientControllerConfig: &adaptiveconcurrencyv3.GradientControllerConfig{
+				SampleAggregatePercentile: &typev3.Percent{Value: 90},
+				ConcurrencyLimitParams: &adaptiveconcurrencyv3.GradientControllerConfig_ConcurrencyLimitCalculationParams{
+					ConcurrencyUpdateInterval: durationpb.New(100 * time.Millisecond),
+					MaxConcurrencyLimit:       wrapperspb.UInt32(1000),
+				},
+				MinRttCalcParams: &adaptiveconcurrencyv3.GradientControllerConfig_MinimumRTTCalculationParams{
+					Interval:       durationpb.New(60 * time.Second),
+					RequestCount:   wrapperspb.UInt32(50),
+					Jitter:         &typev3.Percent{Value: 10},
+					MinConcurrency: wrapperspb.UInt32(3),
+					Buffer:         &typev3.Percent{Value: 25},
+				},
+			},
+		},
+	}
+}
+
+// tracing exports spans to the OpenTelemetry collector cluster. Envoy's
+// OpenTelemetry tracer propagates W3C traceparent/tracestate, so a trace
+// started by a client or continued to the upstream stays one trace.
+func tracing(samplePercent float64) (*hcmv3.HttpConnectionManager_Tracing, error) {
+	cfg, err := anyOf(&tracev3.OpenTelemetryConfig{
+		GrpcService: &corev3.GrpcService{
+			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: TracingCluster}},
+			Timeout:         durationpb.New(time.Second),
+		},
+		ServiceName: "portico-gateway",
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &hcmv3.HttpConnectionManager_Tracing{
+		RandomSampling: &typev3.Percent{Value: samplePercent},
+		Provider: &tracev3.Tracing_Http{
+			Name:       "envoy.tracers.opentelemetry",
+			ConfigType: &tracev3.Tracing_Http_TypedConfig{TypedConfig: cfg},
+		},
+	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -184,9 +185,10 @@ func variants(r *spec.Route) []variant {
 		retry   bool
 	}
 	var splits []split
+	p := effectiveRetries(r)
 	switch {
-	case r.Retries == nil || r.Retries.AllowNonIdempotent:
-		splits = []split{{"", r.Match.Methods, r.Retries != nil}}
+	case p == nil || p.AllowNonIdempotent:
+		splits = []split{{"", r.Match.Methods, p != nil}}
 	case len(r.Match.Methods) == 0:
 		splits = []split{{"/retry", idempotentMethods, true}, {"", nil, false}}
 	default:
@@ -338,7 +340,7 @@ func routeAction(r *spec.Route, v variant) *routev3.RouteAction {
 		a.Timeout = durationpb.New(0)
 	}
 	if v.retry {
-		a.RetryPolicy = retryPolicy(r.Retries)
+		a.RetryPolicy = retryPolicy(effectiveRetries(r), r.Timeout.D())
 	}
 	if r.WebSocket {
 		a.UpgradeConfigs = []*routev3.RouteAction_UpgradeConfig{{
@@ -377,8 +379,23 @@ func rateLimitAction(d spec.RateLimitDescriptorEntry) *routev3.RateLimit_Action 
 	}
 }
 
-// retryPolicy sets num_retries only when positive: grpc-go NACKs 0.
-func retryPolicy(p *spec.RetryPolicy) *routev3.RetryPolicy {
+// effectiveRetries is the route's retry policy: its own, the default one
+// (DefaultRetryOn, DefaultRetries) when it has none, or nil when disabled.
+func effectiveRetries(r *spec.Route) *spec.RetryPolicy {
+	switch {
+	case r.Retries == nil:
+		return &spec.RetryPolicy{RetryOn: strings.Split(DefaultRetryOn, ","), NumRetries: DefaultRetries}
+	case r.Retries.Disabled:
+		return nil
+	}
+	return r.Retries
+}
+
+// retryPolicy sets num_retries only when positive: grpc-go NACKs 0. Without
+// a per-try timeout, a route with a timeout gives each try an equal share
+// of it, so a hung first try cannot use up the time its retries need.
+// Envoy caps the retries themselves with the cluster's retry budget.
+func retryPolicy(p *spec.RetryPolicy, routeTimeout time.Duration) *routev3.RetryPolicy {
 	on := slices.Clone(p.RetryOn)
 	slices.Sort(on)
 	on = slices.Compact(on)
@@ -390,8 +407,12 @@ func retryPolicy(p *spec.RetryPolicy) *routev3.RetryPolicy {
 	if p.NumRetries > 0 {
 		rp.NumRetries = wrapperspb.UInt32(p.NumRetries)
 	}
-	if p.PerTryTimeout > 0 {
+	switch {
+	case p.PerTryTimeout > 0:
 		rp.PerTryTimeout = durationpb.New(p.PerTryTimeout.D())
+	case routeTimeout > 0:
+		tries := int64(max(p.NumRetries, 1)) + 1 // Envoy's default is one retry
+		rp.PerTryTimeout = durationpb.New(routeTimeout / time.Duration(tries))
 	}
 	return rp
 }
@@ -437,6 +458,22 @@ func (c *compiler) perFilterConfig(r *spec.Route) (map[string]*anypb.Any, error)
 	if err := add(FilterExtAuthz, extAuthzPerRoute(r)); err != nil {
 		return nil, err
 	}
+	// The overload filters are disabled in the chain; an empty FilterConfig
+	// turns one on for this route.
+	ov := c.overload(r)
+	for _, f := range []struct {
+		name string
+		on   bool
+	}{{FilterAdmissionControl, ov.AdmissionControl}, {FilterAdaptiveConcurrency, ov.AdaptiveConcurrency}} {
+		if !f.on {
+			continue
+		}
+		a, err := anyOf(&routev3.FilterConfig{IsOptional: true})
+		if err != nil {
+			return nil, err
+		}
+		out[f.name] = a
+	}
 	if c.needsBuffer() {
 		var b *bufferv3.BufferPerRoute
 		switch {
@@ -475,4 +512,46 @@ func extAuthzPerRoute(r *spec.Route) *extauthzv3.ExtAuthzPerRoute {
 	return &extauthzv3.ExtAuthzPerRoute{Override: &extauthzv3.ExtAuthzPerRoute_CheckSettings{
 		CheckSettings: &extauthzv3.CheckSettings{ContextExtensions: ext},
 	}}
+}
+
+// overload is the route's overload protection: its own setting, else what
+// any of its clusters asks for.
+func (c *compiler) overload(r *spec.Route) spec.Overload {
+	if r.Overload != nil {
+		return *r.Overload
+	}
+	var ov spec.Overload
+	for _, name := range routeClusters(r) {
+		if cl := c.cfg.Clusters[name]; cl != nil && cl.Overload != nil {
+			ov.AdaptiveConcurrency = ov.AdaptiveConcurrency || cl.Overload.AdaptiveConcurrency
+			ov.AdmissionControl = ov.AdmissionControl || cl.Overload.AdmissionControl
+		}
+	}
+	return ov
+}
+
+// routeClusters lists every cluster a route can send to.
+func routeClusters(r *spec.Route) []string {
+	var out []string
+	if r.Cluster != "" {
+		out = append(out, r.Cluster)
+	}
+	for _, w := range r.WeightedClusters {
+		out = append(out, w.Cluster)
+	}
+	if r.Canary != nil {
+		out = append(out, r.Canary.Cluster)
+	}
+	return out
+}
+
+// usesOverload reports which overload filters any route turns on; a filter
+// no route uses stays out of the chain.
+func (c *compiler) usesOverload() (ov spec.Overload) {
+	for _, r := range c.cfg.Routes {
+		o := c.overload(r)
+		ov.AdaptiveConcurrency = ov.AdaptiveConcurrency || o.AdaptiveConcurrency
+		ov.AdmissionControl = ov.AdmissionControl || o.AdmissionControl
+	}
+	return ov
 }

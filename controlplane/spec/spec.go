@@ -78,8 +78,11 @@ type RetryBudget struct {
 	MinRetryConcurrency uint32  `json:"minRetryConcurrency,omitempty"`
 }
 
-// OutlierDetection ejects misbehaving endpoints.
+// OutlierDetection ejects misbehaving endpoints. A cluster without one gets
+// the control plane's default (consecutive 5xx and gateway errors); Disabled
+// turns detection off.
 type OutlierDetection struct {
+	Disabled                 bool     `json:"disabled,omitempty"`
 	Consecutive5xx           uint32   `json:"consecutive5xx,omitempty"`
 	ConsecutiveGatewayErrors uint32   `json:"consecutiveGatewayErrors,omitempty"`
 	Interval                 Duration `json:"interval,omitempty"`
@@ -118,6 +121,19 @@ type Cluster struct {
 	HealthCheck      *HealthCheck      `json:"healthCheck,omitempty"`
 	HTTP2            bool              `json:"http2,omitempty"`
 	TLS              *UpstreamTLS      `json:"tls,omitempty"`
+	// Overload switches on overload protection for every route to this
+	// cluster (a route's own Overload wins).
+	Overload *Overload `json:"overload,omitempty"`
+}
+
+// Overload selects Envoy's overload protection filters for a route: the
+// adaptive_concurrency filter (a concurrency limit that follows the
+// upstream's measured latency) and the admission_control filter
+// (client-side adaptive throttling: reject locally in proportion to the
+// recent upstream failure rate).
+type Overload struct {
+	AdaptiveConcurrency bool `json:"adaptiveConcurrency,omitempty"`
+	AdmissionControl    bool `json:"admissionControl,omitempty"`
 }
 
 // HeaderMatch matches one request header. Exactly one of Exact, Prefix,
@@ -158,6 +174,9 @@ type HeaderCanary struct {
 // RetryPolicy configures Envoy retries for a route. By default only
 // idempotent methods are retried.
 type RetryPolicy struct {
+	// Disabled turns off the default retries (connection failures on
+	// idempotent methods) for this route.
+	Disabled           bool     `json:"disabled,omitempty"`
 	RetryOn            []string `json:"retryOn,omitempty"`
 	NumRetries         uint32   `json:"numRetries,omitempty"`
 	PerTryTimeout      Duration `json:"perTryTimeout,omitempty"`
@@ -222,6 +241,8 @@ type Route struct {
 	WebSocket        bool              `json:"websocket,omitempty"`
 	// MaxRequestBytes caps the request body for this route (0 = listener default).
 	MaxRequestBytes uint32 `json:"maxRequestBytes,omitempty"`
+	// Overload overrides the clusters' overload protection for this route.
+	Overload *Overload `json:"overload,omitempty"`
 }
 
 // JWTProvider is a trusted token issuer.

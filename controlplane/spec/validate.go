@@ -115,7 +115,7 @@ func checkName(name string) error {
 }
 
 // reserved names are compiled by the control plane itself.
-var reservedClusters = []string{"extauthz", "ratelimit", "xds_cluster"}
+var reservedClusters = []string{"extauthz", "opentelemetry_collector", "ratelimit", "xds_cluster"}
 
 func (c *Cluster) Validate() error {
 	if err := checkName(c.Name); err != nil {
@@ -162,6 +162,9 @@ func (c *Cluster) Validate() error {
 		}
 	}
 	if od := c.OutlierDetection; od != nil {
+		if od.Disabled && *od != (OutlierDetection{Disabled: true}) {
+			return fieldErr("outlierDetection.disabled", CodeInvalid, "takes no other outlierDetection fields")
+		}
 		if od.MaxEjectionPercent > 100 {
 			return fieldErr("outlierDetection.maxEjectionPercent", CodeInvalid, "must be 0-100")
 		}
@@ -314,6 +317,9 @@ func (r *Route) Validate() error {
 		return fieldErr("timeout", CodeInvalid, "must not be negative")
 	}
 	if p := r.Retries; p != nil {
+		if p.Disabled && (len(p.RetryOn) > 0 || p.NumRetries > 0 || p.PerTryTimeout != 0 || p.AllowNonIdempotent) {
+			return fieldErr("retries.disabled", CodeInvalid, "takes no other retries fields")
+		}
 		if p.NumRetries > 10 {
 			return fieldErr("retries.numRetries", CodeInvalid, "must be 0-10")
 		}

@@ -26,6 +26,8 @@ func main() {
 	ratelimit := envflag.String(fs, "ratelimit-addr", "PORTICO_RATELIMIT_ADDR", "127.0.0.1:18200", "ratelimitsvc gRPC address Envoy calls")
 	listenerPort := envflag.Uint(fs, "envoy-listener-port", "PORTICO_ENVOY_LISTENER_PORT", 10000, "port of Envoy's ingress_http listener")
 	xff := envflag.Uint(fs, "xff-trusted-hops", "PORTICO_XFF_TRUSTED_HOPS", 0, "X-Forwarded-For hops in front of Envoy that are trusted")
+	tracing := envflag.String(fs, "tracing-collector", "PORTICO_TRACING_COLLECTOR", "", "OpenTelemetry collector host:port (OTLP gRPC) the gateways export traces to; empty = no tracing")
+	sample := envflag.Uint(fs, "tracing-sample-percent", "PORTICO_TRACING_SAMPLE_PERCENT", 1, "percent of requests without a sampling decision that are traced")
 	deployMode := envflag.String(fs, "deploy-mode", "PORTICO_DEPLOY_MODE", "auto", "auto: every new config version goes to every node; manual: only rollouts move nodes")
 	keyFile := envflag.String(fs, "secret-key-file", "PORTICO_SECRET_KEY_FILE", "", "file holding the base64 32-byte key that seals TLS private keys at rest (or set PORTICO_SECRET_KEY)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
@@ -41,6 +43,7 @@ func main() {
 	cfg.DeployMode = *deployMode
 	cfg.Compile.ExtAuthzAddress, cfg.Compile.RateLimitAddress = *extauthz, *ratelimit
 	cfg.Compile.ListenerPort, cfg.Compile.XFFNumTrustedHops = uint32(*listenerPort), uint32(*xff)
+	cfg.Compile.TracingCollector, cfg.Compile.TracingSamplePercent = *tracing, float64(*sample)
 
 	if cfg.SecretKey, err = secretKey(*keyFile); err != nil {
 		log.Error("controlplane: secret key", "err", err)
