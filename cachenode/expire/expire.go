@@ -55,6 +55,7 @@ type Stats struct {
 type Cycler struct {
 	cfg    Config
 	cursor map[Target]int
+	first  int // target the next cycle starts with, rotated so none starves
 }
 
 // New returns a Cycler.
@@ -83,7 +84,9 @@ func (c *Cycler) Cycle() Stats {
 	start := c.cfg.Now()
 	targets := c.cfg.Targets()
 	live := make(map[Target]int, len(targets))
-	for _, t := range targets {
+	c.first++
+	for k := range targets {
+		t := targets[(c.first+k)%len(targets)]
 		pos := c.cursor[t]
 		n := t.NumShards()
 		for step := 0; step < n; step++ {

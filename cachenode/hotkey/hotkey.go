@@ -3,12 +3,13 @@
 // among the K largest are kept in a small top-K table. Estimates are in
 // sampled accesses; multiply by N for an approximate access count.
 //
-// A Tracker is safe for concurrent use. Unsampled accesses cost one atomic
-// add; sampled ones take a mutex.
+// A Tracker is safe for concurrent use. Unsampled accesses cost one cheap
+// random number; sampled ones take a mutex.
 package hotkey
 
 import (
 	"hash/maphash"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -44,7 +45,6 @@ type Key struct {
 // Tracker is a sampled count-min sketch with a top-K table.
 type Tracker struct {
 	cfg   Config
-	tick  atomic.Uint64
 	total atomic.Uint64
 
 	mu    sync.Mutex
@@ -77,7 +77,9 @@ func New(cfg Config) *Tracker {
 
 // Observe counts one access to key (sampled 1 in SampleEvery).
 func (t *Tracker) Observe(key []byte) {
-	if t.tick.Add(1)%uint64(t.cfg.SampleEvery) != 0 {
+	// Random, not every N-th: a counter aliases with periodic access
+	// patterns (a client cycling over N keys would only ever sample one).
+	if t.cfg.SampleEvery > 1 && rand.IntN(t.cfg.SampleEvery) != 0 {
 		return
 	}
 	t.mu.Lock()
