@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/portico-io/portico/cachenode"
@@ -37,6 +38,11 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "--maxmemory: %v\n", err)
 		os.Exit(2)
+	}
+	if _, set := os.LookupEnv("GOMEMLIMIT"); mm > 0 && !set {
+		// Let the GC work harder as the heap nears maxmemory instead of
+		// letting it grow to twice the live data (GOGC=100) before collecting.
+		debug.SetMemoryLimit(mm + mm/2 + 64<<20)
 	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile,
 		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
