@@ -380,6 +380,19 @@ func TestFullConfigPath(t *testing.T) {
 	aliceTok = idp.token("alice", "echo:read", "t-1")
 	deniedWith(t, "the revoked jti after the NACK", alice(), http.StatusUnauthorized, "token_revoked")
 
+	// While the provider type stays NACKed (every version carries the bad
+	// provider until it is removed), a revocation still gets through: it
+	// is another resource type, and a stuck provider must not keep a
+	// stolen token alive.
+	v = api.create("revocations", map[string]any{"jti": "t-3", "expiresAt": time.Now().Add(2 * time.Hour).UTC().Format(time.RFC3339)}, nil)
+	api.waitAcked(extauthzNode, "portico-extauthz", v, compile.RevocationListType)
+	xdstest.Eventually(t, convergeTimeout, "the NACK of the providers still carrying the bad one", func() bool {
+		nk := api.nodes()[extauthzNode].Types[compile.JwtProviderType].Nack
+		return nk != nil && nk.Version == strconv.FormatInt(v, 10)
+	})
+	aliceTok = idp.token("alice", "echo:read", "t-3")
+	deniedWith(t, "a token revoked while the providers are NACKed", alice(), http.StatusUnauthorized, "token_revoked")
+
 	// Removing the bad provider gives a version extauthz takes again.
 	fixed := api.remove("jwt-providers/broken")
 	if fixed <= bad || bad <= good {
