@@ -363,6 +363,9 @@ func checkRender(t *testing.T, objs []object, e expect) {
 			if !selects(t, w.Selector, w.Template.Labels) {
 				t.Errorf("selector %v does not select its own pods %v", w.Selector, w.Template.Labels)
 			}
+			if e.optional && !slices.ContainsFunc(w.Template.Spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == "regcred" }) {
+				t.Errorf("imagePullSecrets from values not applied: %v", w.Template.Spec.ImagePullSecrets)
+			}
 			if want, ok := e.images[w.Component]; ok {
 				if got := w.Template.Spec.Containers[0].Image; got != want {
 					t.Errorf("image = %q, want %q (from values)", got, want)
