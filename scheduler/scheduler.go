@@ -64,7 +64,9 @@ type Config struct {
 	WorkerPoll      time.Duration
 	ReapInterval    time.Duration
 	Concurrency     int
-	Logger          *slog.Logger
+	// TenantMaxRunning caps each tenant's running runs (0: no cap).
+	TenantMaxRunning int
+	Logger           *slog.Logger
 	// Listener, when set, is used instead of listening on HTTPAddr.
 	Listener net.Listener
 	// WorkerGRPCAddr serves the gRPC worker API for remote workers
@@ -93,7 +95,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := store.Open(octx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: 20, Logger: log})
+	st, err := store.Open(octx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: 20, TenantMaxRunning: cfg.TenantMaxRunning, Logger: log})
 	cancel()
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -163,24 +164,89 @@ type Lease struct {
 	Spec        *jobspec.Spec
 }
 
-// Claim leases up to n runs that are ready — QUEUED or RETRY_WAIT with
-// coalesce(next_attempt_at, scheduled_at) passed by the database clock
-// (next_attempt_at carries retry backoff and start jitter) — to workerID
-// for ttl, incrementing each lease token. Runs are taken by priority
-// (HIGH first), then by how long they have been ready; maxRank limits the
-// priorities taken (0: HIGH only, 2: all).
+// MaxClaimTenants bounds how many tenants with ready work one claim
+// considers (in tenant order); beyond it fairness is per claim window.
+const MaxClaimTenants = 256
+
+// tenantLockSpace is the first key of the two-key advisory locks that
+// serialize claims per tenant when a concurrency cap is set.
+const tenantLockSpace int32 = 0x7363_6801
+
+// claimSQL leases ready runs fairly across tenants. Each tenant with ready
+// work ($6: only these, when not NULL) contributes up to min($3, room)
+// of its own ready runs, HIGH priority first, locked as read with SKIP
+// LOCKED (so concurrent claimers take different rows); room is $5 minus
+// the tenant's RUNNING runs when $5 > 0 (the per-tenant concurrency cap),
+// else unlimited. The n runs leased are ordered by priority, then by their
+// rank within their tenant — tenants take turns, so no tenant's backlog
+// starves the others — then by how long they have been ready.
+var claimSQL = `WITH RECURSIVE tenants AS (
+		(SELECT tenant, 1 AS k FROM scheduler.scheduled_execution WHERE status IN ('QUEUED', 'RETRY_WAIT') AND tenant IS NOT NULL
+			ORDER BY tenant LIMIT 1)
+		UNION ALL
+		SELECT (SELECT tenant FROM scheduler.scheduled_execution WHERE status IN ('QUEUED', 'RETRY_WAIT') AND tenant > t.tenant
+			ORDER BY tenant LIMIT 1), t.k + 1
+		FROM tenants t WHERE t.tenant IS NOT NULL AND t.k < ` + strconv.Itoa(MaxClaimTenants) + `),
+	room AS (
+		SELECT t.tenant, CASE WHEN $5 > 0 THEN $5 - (SELECT count(*) FROM scheduler.scheduled_execution r
+			WHERE r.tenant = t.tenant AND r.status = 'RUNNING') ELSE $3 END AS room
+		FROM tenants t WHERE t.tenant IS NOT NULL AND ($6::text[] IS NULL OR t.tenant = ANY ($6::text[]))),
+	cand AS (
+		SELECT c.id, c.priority, c.ready, row_number() OVER (PARTITION BY r.tenant ORDER BY c.priority, c.ready) AS rn
+		FROM room r CROSS JOIN LATERAL (
+			SELECT id, priority, coalesce(next_attempt_at, scheduled_at) AS ready FROM scheduler.scheduled_execution
+			WHERE tenant = r.tenant AND status IN ('QUEUED', 'RETRY_WAIT') AND coalesce(next_attempt_at, scheduled_at) <= now()
+				AND priority <= $4
+			ORDER BY priority, coalesce(next_attempt_at, scheduled_at) LIMIT least($3, greatest(r.room, 0))
+			FOR UPDATE SKIP LOCKED) c),
+	pick AS (SELECT id FROM cand ORDER BY priority, rn, ready LIMIT $3)
+	UPDATE scheduler.scheduled_execution e
+	SET status = 'RUNNING', worker_id = $1, lease_token = e.lease_token + 1,
+		lease_expires_at = now() + $2 * interval '1 millisecond', dispatched_at = coalesce(e.dispatched_at, now()),
+		updated_at = now()
+	FROM scheduler.schedule_details d
+	WHERE d.id = e.schedule_id AND e.id IN (SELECT id FROM pick)
+	RETURNING e.id, e.schedule_id, e.scheduled_at, e.attempt, e.lease_token, d.spec`
+
+// Claim leases up to n ready runs to workerID for ttl, incrementing each
+// lease token. A run is ready when QUEUED or RETRY_WAIT and
+// coalesce(next_attempt_at, scheduled_at) has passed by the database
+// clock (next_attempt_at carries retry backoff and start jitter). maxRank
+// limits the priorities taken (0: HIGH only, 2: all). Runs are taken by
+// priority, then round-robin across tenants (claimSQL). With
+// Config.TenantMaxRunning set, a tenant at its cap gets nothing (its runs
+// wait, never dropped) and claims of one tenant are serialized by a
+// per-tenant advisory lock — a claimer that finds a tenant's lock held
+// skips that tenant — so the cap is exact across processes.
 func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int) ([]Lease, error) {
-	rows, err := s.pool.Query(ctx, `UPDATE scheduler.scheduled_execution e
-		SET status = 'RUNNING', worker_id = $1, lease_token = e.lease_token + 1,
-			lease_expires_at = now() + $2 * interval '1 millisecond', dispatched_at = coalesce(e.dispatched_at, now()),
-			updated_at = now()
-		FROM scheduler.schedule_details d
-		WHERE d.id = e.schedule_id AND e.id IN (
-			SELECT id FROM scheduler.scheduled_execution
-			WHERE status IN ('QUEUED', 'RETRY_WAIT') AND coalesce(next_attempt_at, scheduled_at) <= now() AND priority <= $4
-			ORDER BY priority, coalesce(next_attempt_at, scheduled_at) LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING e.id, e.schedule_id, e.scheduled_at, e.attempt, e.lease_token, d.spec`,
-		workerID, ttl.Milliseconds(), n, maxRank)
+	if s.tenantCap <= 0 {
+		return collectLeases(s.pool.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, 0, nil))
+	}
+	var out []Lease
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, `WITH RECURSIVE tenants AS (
+				(SELECT tenant, 1 AS k FROM scheduler.scheduled_execution WHERE status IN ('QUEUED', 'RETRY_WAIT') AND tenant IS NOT NULL
+					ORDER BY tenant LIMIT 1)
+				UNION ALL
+				SELECT (SELECT tenant FROM scheduler.scheduled_execution WHERE status IN ('QUEUED', 'RETRY_WAIT') AND tenant > t.tenant
+					ORDER BY tenant LIMIT 1), t.k + 1
+				FROM tenants t WHERE t.tenant IS NOT NULL AND t.k < $2)
+			SELECT tenant FROM tenants WHERE tenant IS NOT NULL AND pg_try_advisory_xact_lock($1, hashtext(tenant))`,
+			tenantLockSpace, MaxClaimTenants)
+		locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("store: claim: %w", err)
+		}
+		if len(locked) == 0 {
+			return nil
+		}
+		out, err = collectLeases(tx.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, s.tenantCap, locked))
+		return err
+	})
+	return out, err
+}
+
+func collectLeases(rows pgx.Rows, err error) ([]Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: claim: %w", err)
 	}

@@ -49,13 +49,17 @@ const migrateLockKey int64 = 0x706f7274_69636f06
 type Config struct {
 	DatabaseURL string // required
 	MaxConns    int32
-	Logger      *slog.Logger
+	// TenantMaxRunning caps each tenant's RUNNING runs at claim time (0:
+	// no cap). Every process sharing the database should use one value.
+	TenantMaxRunning int
+	Logger           *slog.Logger
 }
 
 // Store is the Postgres-backed scheduler store.
 type Store struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	pool      *pgxpool.Pool
+	log       *slog.Logger
+	tenantCap int
 }
 
 //go:embed migrations/*.sql
@@ -85,7 +89,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &Store{pool: pool, log: cfg.Logger}, nil
+	if cfg.TenantMaxRunning < 0 {
+		pool.Close()
+		return nil, errors.New("store: TenantMaxRunning must not be negative")
+	}
+	return &Store{pool: pool, log: cfg.Logger, tenantCap: cfg.TenantMaxRunning}, nil
 }
 
 // Close releases the pool.

@@ -31,6 +31,7 @@ func main() {
 	lease := envflag.Duration(fs, "lease", "PORTICO_SCHEDULER_LEASE", 0, "worker lease (default 30s)")
 	tick := envflag.Duration(fs, "tick", "PORTICO_SCHEDULER_TICK", 0, "runner tick (default 1s)")
 	concurrency := envflag.Uint(fs, "worker-concurrency", "PORTICO_SCHEDULER_WORKER_CONCURRENCY", 0, "runs one worker executes at once (default 16)")
+	tenantCap := envflag.Uint(fs, "tenant-max-running", "PORTICO_SCHEDULER_TENANT_MAX_RUNNING", 0, "cap on each tenant's concurrently running runs across all processes (0: none)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	_ = fs.Parse(os.Args[1:])
@@ -43,7 +44,7 @@ func main() {
 	cfg := scheduler.Config{
 		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, WorkerID: *workerID,
 		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
-		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), Logger: log,
+		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), TenantMaxRunning: int(*tenantCap), Logger: log,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
