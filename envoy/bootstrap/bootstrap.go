@@ -18,6 +18,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
+	"github.com/portico-io/portico/controlplane/compile"
+
 	// Extension types a gateway bootstrap references through Any; protojson
 	// resolves them from the global registry.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -32,9 +34,9 @@ const (
 	NodeCluster      = "portico-gateway"
 	GroupKey         = "portico.group"
 	XDSCluster       = "xds_cluster"
-	ExtAuthzCluster  = "extauthz"
-	RateLimitCluster = "ratelimit"
-	IngressListener  = "ingress_http"
+	ExtAuthzCluster  = compile.ExtAuthzCluster
+	RateLimitCluster = compile.RateLimitCluster
+	IngressListener  = compile.ListenerName
 	AdminAddress     = "127.0.0.1"
 	AdminPort        = 9901
 	PrometheusPath   = "/stats/prometheus"
