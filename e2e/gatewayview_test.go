@@ -38,10 +38,13 @@ import (
 // understand fails the test, so a change in what the compiler emits is
 // noticed here instead of being silently misread.
 type gatewayView struct {
-	routes        *routev3.RouteConfiguration
-	domain        string
-	extauthzAddr  string
-	ratelimitAddr string
+	routes *routev3.RouteConfiguration
+	domain string
+	// xRateLimitHeaders: the ratelimit filter adds its own x-ratelimit-*
+	// headers (DRAFT_VERSION_03) computed from the descriptor statuses.
+	xRateLimitHeaders bool
+	extauthzAddr      string
+	ratelimitAddr     string
 }
 
 func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayView {
@@ -92,6 +95,7 @@ func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayVie
 				t.Fatalf("ratelimit filter: cluster %q, disabled %v, stage %d", c, f.GetDisabled(), rl.GetStage())
 			}
 			g.domain = rl.GetDomain()
+			g.xRateLimitHeaders = rl.GetEnableXRatelimitHeaders() == ratelimitv3.RateLimit_DRAFT_VERSION_03
 		default:
 			continue
 		}
@@ -411,4 +415,26 @@ func descriptor(t *testing.T, rt *routev3.Route, actions []*routev3.RateLimit_Ac
 		return nil
 	}
 	return d
+}
+
+// clientRateLimitHeaders lists the names (lowercased, in order, repeats
+// kept) of the headers Envoy's ratelimit filter adds to the response the
+// client gets: those ratelimitsvc asked for, then — with DRAFT_VERSION_03
+// and a status carrying a current limit — x-ratelimit-limit, -remaining
+// and -reset, which Envoy computes itself and appends (HeaderMap copyFrom
+// adds, it does not replace).
+func (g *gatewayView) clientRateLimitHeaders(resp *rlsv3.RateLimitResponse) []string {
+	var out []string
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		out = append(out, strings.ToLower(h.GetKey()))
+	}
+	if !g.xRateLimitHeaders {
+		return out
+	}
+	for _, st := range resp.GetStatuses() {
+		if st.GetCurrentLimit() != nil {
+			return append(out, "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
+		}
+	}
+	return out
 }
