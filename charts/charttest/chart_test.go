@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/portico-io/portico/envoy/bootstrap"
@@ -1025,6 +1026,57 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 		out := renderFails(t, "--set", set)
 		if !strings.Contains(out, "Error") {
 			t.Errorf("--set %s: %s", set, out)
+		}
+	}
+}
+
+// TestNamesStayValidWithTheLongestReleaseName renders with a 53-character
+// release name (helm's maximum) and checks what strict decoding cannot:
+// names, port names and label values the API server would refuse, and
+// StatefulSet names short enough for their pods' controller-revision-hash
+// label.
+func TestNamesStayValidWithTheLongestReleaseName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("r", 53)
+	args := []string{"template", long, chartDir(t), "--namespace", namespace, "--kube-version", kubeVersion, "--values", allEnabledValues(t)}
+	objs := mustDecode(t, runHelm(t, args...))
+	for _, o := range objs {
+		m := o.meta()
+		var errs []string
+		switch o.Kind {
+		case "Service":
+			errs = validation.IsDNS1035Label(o.Name)
+			for _, p := range o.Obj.(*corev1.Service).Spec.Ports {
+				errs = append(errs, validation.IsValidPortName(p.Name)...)
+			}
+		case "StatefulSet":
+			errs = validation.IsDNS1123Label(o.Name)
+			if len(o.Name) > 52 {
+				errs = append(errs, "longer than 52 characters: its pods' controller-revision-hash label would pass 63")
+			}
+		default:
+			errs = validation.IsDNS1123Subdomain(o.Name)
+		}
+		for k, v := range m.GetLabels() {
+			errs = append(errs, validation.IsQualifiedName(k)...)
+			errs = append(errs, validation.IsValidLabelValue(v)...)
+		}
+		var pod *corev1.PodTemplateSpec
+		switch w := o.Obj.(type) {
+		case *appsv1.Deployment:
+			pod = &w.Spec.Template
+		case *appsv1.StatefulSet:
+			pod = &w.Spec.Template
+		}
+		if pod != nil {
+			for _, c := range pod.Spec.Containers {
+				for _, p := range c.Ports {
+					errs = append(errs, validation.IsValidPortName(p.Name)...)
+				}
+			}
+		}
+		for _, e := range errs {
+			t.Errorf("%s/%s: %s", o.Kind, o.Name, e)
 		}
 	}
 }

@@ -14,9 +14,12 @@
 // exist, wiring between components (xDS, extauthz, ratelimit addresses),
 // and that disabling a component removes all its objects. The Envoy
 // bootstrap in the rendered ConfigMap is parsed strictly into the Envoy
-// Bootstrap proto, validated, and held to envoy/bootstrap.CheckGateway.
-// NOTES.txt is rendered and its curl bodies checked against the admin API
-// shapes. The Dockerfile test checks a multi-stage build, CGO_ENABLED=0,
+// Bootstrap proto, validated, and held to envoy/bootstrap.CheckGateway;
+// Envoy's preStop hook is run with bash against a loopback listener to see
+// the drain request it sends. Names, port names and labels are validated as
+// the API server would with the longest release name; values.schema.json
+// must reject typos. NOTES.txt is rendered and its curl bodies decoded and
+// validated by the admin API's own spec package. The Dockerfile test checks a multi-stage build, CGO_ENABLED=0,
 // -trimpath, a non-root distroless final stage, that every */cmd/* binary
 // is built into the directory the chart runs them from, and that
 // .dockerignore keeps the sources.
