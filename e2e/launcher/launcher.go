@@ -49,7 +49,7 @@ type Process struct {
 // added here as they land.
 func Processes(root string) []Process {
 	bin := func(n string) string { return filepath.Join(root, "bin", n) }
-	return []Process{
+	ps := []Process{
 		{Name: "controlplane", Args: []string{bin("controlplane"), "--log-format=text",
 			"--secret-key-file=" + SecretKeyFile(root)}, Ready: "http://127.0.0.1:18080/readyz"},
 		{Name: "extauthz", Args: []string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
@@ -59,7 +59,25 @@ func Processes(root string) []Process {
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
 		{Name: "scheduler", Args: []string{bin("scheduler"), "--log-format=text"},
 			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "http://127.0.0.1:18300/readyz"},
+		{Name: "cachenode", Args: []string{bin("cachenode"), "--log-format=text", "--node-id=cache-0",
+			"--resp-addr=127.0.0.1:7000", "--http-addr=127.0.0.1:18700", "--maxmemory=256mb"}, Ready: "http://127.0.0.1:18700/readyz"},
 	}
+	// Three kvnodes on 18400-18402 (HTTP) and 18500-18502 (internode), each
+	// seeded with the others; the first founds the ring, the rest join it.
+	for i := range 3 {
+		var seeds []string
+		for j := range 3 {
+			if j != i {
+				seeds = append(seeds, fmt.Sprintf("127.0.0.1:%d", 18500+j))
+			}
+		}
+		ps = append(ps, Process{Name: fmt.Sprintf("kvnode-%d", i), Args: []string{bin("kvnode"), "--log-format=text",
+			fmt.Sprintf("--node-id=kv-%d", i),
+			fmt.Sprintf("--http-addr=127.0.0.1:%d", 18400+i), fmt.Sprintf("--grpc-addr=127.0.0.1:%d", 18500+i),
+			"--data-dir=" + filepath.Join(root, ".run", fmt.Sprintf("kvnode-%d", i)), "--seeds=" + strings.Join(seeds, ","),
+			"--startup-wait=2s"}, Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18400+i)})
+	}
+	return ps
 }
 
 // SecretKeyFile is the control plane's key sealing TLS private keys in a
@@ -198,6 +216,10 @@ Portico is running. Next:
        -d '{"name":"more","endpoints":[{"address":"127.0.0.1","port":18901}]}'
   curl -s localhost:10000/echo                            # through Envoy, when it runs
   curl -s --cacert .run/demo-tls/ca.crt https://localhost:10443/public   # HTTPS, certificate by SDS
+  curl -s -X POST localhost:18300/v1/jobs -H 'Idempotency-Key: j1' -d @job.json   # scheduler (see scheduler/README.md)
+  curl -s -X PUT localhost:18400/v1/kv/hello?consistency=QUORUM -d world    # kvnode ring (18400-18402)
+  curl -s localhost:18401/v1/kv/hello?consistency=QUORUM
+  redis-cli -p 7000 SET greeting hi EX 60 && redis-cli -p 7000 GET greeting  # cachenode
 Ctrl-C stops everything (or 'make stop' from another shell).
 `
 
