@@ -30,6 +30,20 @@ const DefaultEvictionSamples = 5
 // it the write is refused with OOM instead of stalling the connection.
 const maxEvictionsPerCommand = 4096
 
+// Keyspace is the store commands run against: a namespace's *keyspace.DB,
+// or a wrapper around it (Config.Keyspace), e.g. a cluster node that tracks
+// keys per slot.
+type Keyspace interface {
+	// BeginAt locks the shards of keys into tx; tx.End releases them.
+	BeginAt(tx *keyspace.Txn, keys [][]byte, nowMs int64)
+	Scan(cursor uint64, count int, fn func(key string, e *keyspace.Entry)) uint64
+	NumShards() int
+	Len() int64
+	Flush()
+}
+
+var _ Keyspace = (*keyspace.DB)(nil)
+
 // Config configures an Engine. Registry is required.
 type Config struct {
 	Registry *namespace.Registry
@@ -48,6 +62,13 @@ type Config struct {
 	Clients func() int
 	// Observe, when set, is called after every command (metrics).
 	Observe func(ns *namespace.Namespace, cmd string, d time.Duration, err bool)
+	// Keyspace, when set, returns the store a namespace's commands run
+	// against (default: the namespace's own DB).
+	Keyspace func(ns *namespace.Namespace) Keyspace
+	// Route, when set, sees the keys of every keyed command before it runs;
+	// a non-empty answer is sent as the error reply instead (a slot-owning
+	// node answers "MOVED <slot> <addr>" or "CROSSSLOT ..." here).
+	Route func(keys [][]byte) string
 	// Now is the wall clock (default time.Now). When set, it is also what
 	// TTLs and rate limits see (it must then match the Registry's clock).
 	Now func() time.Time
@@ -122,7 +143,14 @@ type Ctx struct {
 	spec *Spec
 }
 
-func (c *Ctx) db() *keyspace.DB { return c.NS.DB }
+func (c *Ctx) db() Keyspace { return c.e.keyspace(c.NS) }
+
+func (e *Engine) keyspace(ns *namespace.Namespace) Keyspace {
+	if e.cfg.Keyspace != nil {
+		return e.cfg.Keyspace(ns)
+	}
+	return ns.DB
+}
 
 // read returns the live entry at key, counting a hit or a miss.
 func (c *Ctx) read(key []byte) *keyspace.Entry {
@@ -189,6 +217,13 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 		w.Error("ERR namespace '" + ns.Name + "' no longer exists; AUTH into another one")
 		return
 	}
+	keys := spec.keys(args, s.keys[:0])
+	if e.cfg.Route != nil && len(keys) > 0 {
+		if redirect := e.cfg.Route(keys); redirect != "" {
+			w.Error(redirect)
+			return
+		}
+	}
 	start := time.Now()
 	nowMs := start.UnixMilli()
 	if e.fakeClock {
@@ -217,7 +252,6 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 		return
 	}
 	ns.Counters.Ops.Add(1)
-	keys := spec.keys(args, s.keys[:0])
 	for _, k := range keys {
 		ns.Hot.Observe(k)
 	}
@@ -229,7 +263,7 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 	before := len(w.Buf)
 	c := &s.ctx
 	*c = Ctx{e: e, Args: args, W: w, S: s, NS: ns, spec: spec, Tx: &s.tx}
-	ns.DB.BeginAt(c.Tx, keys, nowMs)
+	e.keyspace(ns).BeginAt(c.Tx, keys, nowMs)
 	spec.fn(c)
 	c.Tx.End()
 	if c.NS != ns { // AUTH/HELLO switched namespaces

@@ -7,8 +7,8 @@
 // Commands reach keys through a Txn, which holds the locks of the shards of
 // every key the command declared, so a multi-key command (MSET, RENAME,
 // SINTER) is atomic with respect to other commands. A Txn must only touch
-// the keys it was opened with; Store is the interface a slot-owning cluster
-// node wraps to check ownership before opening one.
+// the keys it was opened with. The command layer consumes a DB through its
+// command.Keyspace interface, which a slot-owning cluster node can wrap.
 package keyspace
 
 import (
@@ -20,22 +20,6 @@ import (
 
 	"github.com/portico-io/portico/cachenode/evict"
 )
-
-// Store is what the command layer runs against. *DB implements it; a
-// cluster node can wrap it to redirect keys whose slot it does not own.
-type Store interface {
-	// Begin locks the shards of keys into tx; tx.End releases them.
-	Begin(tx *Txn, keys [][]byte)
-	// Scan visits live keys from cursor on, at least count of them unless
-	// the end is reached, and returns the next cursor (0 = done).
-	Scan(cursor uint64, count int, fn func(key string, e *Entry)) uint64
-	// Len is the number of keys (expired ones not yet reclaimed included).
-	Len() int64
-	// Flush deletes every key.
-	Flush()
-}
-
-var _ Store = (*DB)(nil)
 
 // Entry is one key's value and metadata. Str holds a string value; Obj a
 // list, set or hash. Entries are owned by the DB: read or change them only
@@ -379,7 +363,8 @@ func (tx *Txn) Rename(src, dst []byte, e *Entry) {
 	e.meta = meta
 }
 
-// Scan implements Store: the cursor is a shard index; each call returns
+// Scan visits live keys from cursor on, at least count of them unless the
+// end is reached, and returns the next cursor (0 = done). The cursor is a shard index; each call returns
 // whole shards, so a key present for the whole scan is returned at least
 // once (and COUNT is a hint, as in Redis).
 func (db *DB) Scan(cursor uint64, count int, fn func(key string, e *Entry)) uint64 {
@@ -406,7 +391,7 @@ func (db *DB) Scan(cursor uint64, count int, fn func(key string, e *Entry)) uint
 	return uint64(i)
 }
 
-// Flush implements Store.
+// Flush deletes every key.
 func (db *DB) Flush() {
 	for i := range db.shards {
 		sh := &db.shards[i]
