@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -826,8 +827,10 @@ func checkWiring(t *testing.T, objs []object, by map[string]workload, e expect) 
 		s, ok := find[corev1.Secret](objs, "Secret", fullName("database"))
 		if !ok {
 			t.Error("bundled Postgres without the database Secret")
-		} else if url := string(s.Data["database-url"]); !strings.Contains(url, "@"+fullName("postgresql")+":5432/") {
-			t.Errorf("database-url does not point at the bundled Postgres Service")
+		} else if u, err := url.Parse(string(s.Data["database-url"])); err != nil || u.Host != fullName("postgresql")+":5432" {
+			t.Errorf("database-url (%v) does not point at the bundled Postgres Service", err)
+		} else if pw, _ := u.User.Password(); pw == "" || pw != string(s.Data["postgres-password"]) {
+			t.Errorf("database-url password does not match the bundled Postgres password")
 		}
 	}
 	if rl, ok := main("ratelimitsvc"); ok && e.optional && e.disabled != "redis" {
