@@ -39,6 +39,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "--maxmemory: %v\n", err)
 		os.Exit(2)
 	}
+	if _, set := os.LookupEnv("GOGC"); !set {
+		// Memory, not CPU, bounds a cache node: collect at 1.5x the live heap
+		// rather than 2x (measured: ~340 instead of ~430 RSS bytes per
+		// 100-byte key). GOGC overrides.
+		debug.SetGCPercent(50)
+	}
 	if _, set := os.LookupEnv("GOMEMLIMIT"); mm > 0 && !set {
 		// Let the GC work harder as the heap nears maxmemory instead of
 		// letting it grow to twice the live data (GOGC=100) before collecting.
