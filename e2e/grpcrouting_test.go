@@ -181,7 +181,9 @@ func TestOutlierEjection(t *testing.T) {
 	xdstest.Eventually(t, 40*time.Second, "the failing backend to be ejected", func() bool {
 		batches++
 		before := bad.calls.Load()
+		bs := time.Now()
 		last = spread(t, c, 250)
+		t.Logf("batch %d: %.0f RPCs/s %v", batches, 250/time.Since(bs).Seconds(), last)
 		return last["error"] == 0 && bad.calls.Load() == before
 	})
 	t.Logf("ejected after %v (%d batches of 250 RPCs): first batch %v, last %v", time.Since(start).Round(time.Millisecond), batches, first, last)
