@@ -46,6 +46,9 @@ const (
 	monitorConnections = "envoy.resource_monitors.global_downstream_max_connections"
 )
 
+// cdsClusters are the fixed-name clusters the control plane compiles.
+var cdsClusters = []string{ExtAuthzCluster, RateLimitCluster, compile.TracingCluster}
+
 // Parse decodes a YAML bootstrap strictly — unknown fields and unknown Any
 // types are errors — and runs the proto validation rules (ValidateAll).
 func Parse(doc []byte) (*bootstrapv3.Bootstrap, error) {
@@ -109,8 +112,7 @@ func CheckGateway(b *bootstrapv3.Bootstrap) (Limits, error) {
 	clusters := map[string]*clusterv3.Cluster{}
 	for _, c := range b.GetStaticResources().GetClusters() {
 		clusters[c.GetName()] = c
-		switch c.GetName() {
-		case ExtAuthzCluster, RateLimitCluster:
+		if slices.Contains(cdsClusters, c.GetName()) {
 			fail("static cluster %q: the control plane delivers it over CDS, and Envoy ignores CDS updates of a static cluster", c.GetName())
 		}
 	}
