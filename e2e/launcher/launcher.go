@@ -279,6 +279,8 @@ var demo = []struct{ path, body string }{
 		"auth":{"mode":"jwt","provider":"idp","requiredScopes":["echo:read"]},
 		"rateLimits":[{"descriptors":[{"key":"consumer","fromHeader":"x-portico-consumer"}]}]}`},
 	{"/admin/v1/routes", `{"name":"public","match":{"pathPrefix":"/public"},"cluster":"echo","auth":{"mode":"none"}}`},
+	{"/admin/v1/routes", `{"name":"keyed","match":{"pathPrefix":"/keyed"},"cluster":"echo","timeout":"5s",
+		"auth":{"mode":"apikey"},"rateLimits":[{"descriptors":[{"key":"consumer","fromHeader":"x-portico-consumer"}]}]}`},
 	{"/admin/v1/consumers", `{"name":"acme","tenant":"acme","tier":"pro"}`},
 	{"/admin/v1/ratelimit-rules", `{"name":"per-consumer","domain":"portico","descriptors":[{"key":"consumer"}],"limit":5,"window":"1s","burst":5}`},
 }
