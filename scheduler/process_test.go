@@ -26,8 +26,11 @@ import (
 // PORTICO_SCHEDULER_CHILD=1 it runs scheduler.Run with every role, as the
 // command does, until SIGTERM.
 func TestMain(m *testing.M) {
-	if os.Getenv("PORTICO_SCHEDULER_CHILD") == "1" {
+	switch os.Getenv("PORTICO_SCHEDULER_CHILD") {
+	case "1":
 		os.Exit(childMain())
+	case "river":
+		os.Exit(riverChildMain())
 	}
 	os.Exit(m.Run())
 }
@@ -39,10 +42,14 @@ func childMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	err = scheduler.Run(ctx, scheduler.Config{HTTPAddr: "127.0.0.1:0", DatabaseURL: os.Getenv("PORTICO_DATABASE_URL"),
+	cfg := scheduler.Config{HTTPAddr: "127.0.0.1:0", DatabaseURL: os.Getenv("PORTICO_DATABASE_URL"),
 		Roles: scheduler.AllRoles, TargetAllowlist: "127.0.0.0/8", WorkerID: os.Getenv("PORTICO_NODE_ID"),
 		Lease: 2 * time.Second, Tick: 100 * time.Millisecond, WorkerPoll: 50 * time.Millisecond,
-		ReapInterval: 200 * time.Millisecond, Logger: log})
+		ReapInterval: 200 * time.Millisecond, Logger: log}
+	if os.Getenv("PORTICO_CHILD_PROFILE") == "bench" { // default leases, test-speed polling (as River's child)
+		cfg.Lease, cfg.ReapInterval = 0, 0
+	}
+	err = scheduler.Run(ctx, cfg)
 	if err != nil {
 		log.Error("child exiting", "err", err)
 		return 1

@@ -1,0 +1,294 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/store"
+)
+
+// The side-by-side benchmark: N jobs due in the same second, worked by
+// three processes of each system on the same Postgres server (separate
+// databases, one system at a time), each job one HTTP call to the same
+// local receiver. Both sides poll every 50 ms and run 16 jobs at once per
+// process. Lag is start − due by the database clock (our dispatched_at,
+// River's attempted_at); throughput is N over due → last job finished.
+
+const (
+	benchProcs       = 3
+	benchConcurrency = 16
+	benchPoll        = 50 * time.Millisecond
+)
+
+func benchJobs() int {
+	if n, err := strconv.Atoi(os.Getenv("PORTICO_BENCH_JOBS")); err == nil && n > 0 {
+		return n
+	}
+	return 20000
+}
+
+// benchArgs is the River job: deliver to the receiver.
+type benchArgs struct {
+	URL string `json:"url"`
+}
+
+func (benchArgs) Kind() string { return "portico_bench" }
+
+type benchWorker struct {
+	river.WorkerDefaults[benchArgs]
+	client *http.Client
+}
+
+func (w *benchWorker) Work(ctx context.Context, job *river.Job[benchArgs]) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, job.Args.URL, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Idempotency-Key", strconv.FormatInt(job.ID, 10))
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// riverChildMain runs one River client (the peer's equivalent of a
+// scheduler process) until SIGTERM.
+func riverChildMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("PORTICO_DATABASE_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pool.Close()
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &benchWorker{client: &http.Client{Timeout: 10 * time.Second}})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: benchConcurrency}},
+		FetchCooldown:     benchPoll,
+		FetchPollInterval: benchPoll,
+		Workers:           workers,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := client.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = client.Stop(sctx)
+	return 0
+}
+
+type benchResult struct {
+	jobsPerSec, p50, p99 float64 // p50/p99 in seconds
+}
+
+func (r benchResult) String() string {
+	return fmt.Sprintf("%.0f jobs/s, start lag p50 %.3fs p99 %.3fs", r.jobsPerSec, r.p50, r.p99)
+}
+
+func startProcs(b *testing.B, dbURL, kind string, extra ...string) {
+	b.Helper()
+	for i := range benchProcs {
+		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+		cmd.Env = append(os.Environ(), append([]string{"PORTICO_SCHEDULER_CHILD=" + kind, "PORTICO_DATABASE_URL=" + dbURL,
+			"PORTICO_NODE_ID=" + kind + strconv.Itoa(i), "PORTICO_CHILD_PROFILE=bench"}, extra...)...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
+}
+
+// waitDone polls (the bench has no other signal across processes) until
+// query returns n, or fails after limit.
+func waitDone(b *testing.B, db *pgxpool.Pool, query string, n int, limit time.Duration) {
+	b.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		var got int
+		if err := db.QueryRow(context.Background(), query).Scan(&got); err != nil {
+			b.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d jobs done after %s", got, n, limit)
+		}
+		time.Sleep(100 * time.Millisecond) // cross-process completion has no signal to wait on
+	}
+}
+
+func stats(b *testing.B, db *pgxpool.Pool, query string) benchResult {
+	b.Helper()
+	var r benchResult
+	if err := db.QueryRow(context.Background(), query).Scan(&r.jobsPerSec, &r.p50, &r.p99); err != nil {
+		b.Fatal(err)
+	}
+	return r
+}
+
+func receiver(b *testing.B) (*httptest.Server, *atomic.Int64) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	b.Cleanup(srv.Close)
+	return srv, &calls
+}
+
+func benchPortico(b *testing.B, n int) benchResult {
+	url := testdeps.Postgres(b)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: url})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st.Close()
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	srv, calls := receiver(b)
+	var due time.Time
+	if err := db.QueryRow(ctx, `SELECT date_trunc('second', now()) + interval '4 seconds'`).Scan(&due); err != nil {
+		b.Fatal(err)
+	}
+	spec, err := jobspec.Decode(strings.NewReader(fmt.Sprintf(`{"tenant":"bench","schedule":{"type":"ONE_OFF","at":%q},
+		"target":{"type":"HTTP","http":{"url":%q}},"execution":{"retry":{"maxAttempts":3}}}`, due.UTC().Format(time.RFC3339), srv.URL)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := spec.Normalize(nil); err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := json.Marshal(spec)
+	if _, err := db.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
+			SELECT 'bench', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
+		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status) SELECT id, $3, 'SCHEDULED' FROM d`,
+		raw, n, due); err != nil {
+		b.Fatal(err)
+	}
+	startProcs(b, url, "1")
+	waitDone(b, db, `SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'SUCCEEDED'`, n, 10*time.Minute)
+	if c := calls.Load(); c < int64(n) {
+		b.Fatalf("receiver saw %d calls for %d jobs", c, n)
+	}
+	return stats(b, db, `SELECT count(*) / extract(epoch FROM max(finished_at) - min(scheduled_at))::float8,
+		percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM dispatched_at - scheduled_at)),
+		percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM dispatched_at - scheduled_at))
+		FROM scheduler.scheduled_execution`)
+}
+
+func benchRiver(b *testing.B, n int) benchResult {
+	url := testdeps.Postgres(b)
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	migrator, err := rivermigrate.New(riverpgxv5.New(db), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		b.Fatal(err)
+	}
+	srv, calls := receiver(b)
+	inserter, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var due time.Time
+	if err := db.QueryRow(ctx, `SELECT date_trunc('second', now()) + interval '4 seconds'`).Scan(&due); err != nil {
+		b.Fatal(err)
+	}
+	params := make([]river.InsertManyParams, 0, 1000)
+	for i := 0; i < n; i++ {
+		params = append(params, river.InsertManyParams{Args: benchArgs{URL: srv.URL}, InsertOpts: &river.InsertOpts{ScheduledAt: due, MaxAttempts: 3}})
+		if len(params) == cap(params) || i == n-1 {
+			if _, err := inserter.InsertManyFast(ctx, params); err != nil {
+				b.Fatal(err)
+			}
+			params = params[:0]
+		}
+	}
+	startProcs(b, url, "river")
+	waitDone(b, db, `SELECT count(*) FROM river_job WHERE state = 'completed'`, n, 10*time.Minute)
+	if c := calls.Load(); c < int64(n) {
+		b.Fatalf("receiver saw %d calls for %d jobs", c, n)
+	}
+	return stats(b, db, `SELECT count(*) / extract(epoch FROM max(finalized_at) - min(scheduled_at))::float8,
+		percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)),
+		percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at))
+		FROM river_job`)
+}
+
+// BenchmarkSchedulerVsRiver reports both systems' jobs/s and start-lag
+// percentiles, and our/River ratios (throughput: > 1 is better for us;
+// lag: < 1 is better for us). PORTICO_BENCH_JOBS overrides N (20,000).
+func BenchmarkSchedulerVsRiver(b *testing.B) {
+	n := benchJobs()
+	for range b.N {
+		ours := benchPortico(b, n)
+		peer := benchRiver(b, n)
+		b.Logf("N=%d on %d processes each: portico %s | river %s", n, benchProcs, ours, peer)
+		b.ReportMetric(ours.jobsPerSec, "portico_jobs/s")
+		b.ReportMetric(peer.jobsPerSec, "river_jobs/s")
+		b.ReportMetric(ours.jobsPerSec/peer.jobsPerSec, "throughput_ratio")
+		b.ReportMetric(ours.p50, "portico_p50_s")
+		b.ReportMetric(ours.p99, "portico_p99_s")
+		b.ReportMetric(peer.p50, "river_p50_s")
+		b.ReportMetric(peer.p99, "river_p99_s")
+		b.ReportMetric(ours.p99/peer.p99, "p99_lag_ratio")
+		b.ReportMetric(ours.p50/peer.p50, "p50_lag_ratio")
+	}
+}
