@@ -159,7 +159,7 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func freePort(b *testing.B) string {
+func freePort(b testing.TB) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -170,7 +170,7 @@ func freePort(b *testing.B) string {
 }
 
 // waitPing waits until addr answers PING (the process has started).
-func waitPing(b *testing.B, addr string) {
+func waitPing(b testing.TB, addr string) {
 	deadline := time.Now().Add(30 * time.Second)
 	for delay := time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {

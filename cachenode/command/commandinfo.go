@@ -59,7 +59,7 @@ func cmdCommand(c *Ctx) {
 			c.W.Array(0)
 		}
 	case "getkeys":
-		if len(c.Args) < 3 {
+		if len(c.Args) < 4 {
 			c.W.Error("ERR wrong number of arguments for 'command|getkeys' command")
 			return
 		}

@@ -436,8 +436,12 @@ func cmdIncrBy(c *Ctx) {
 
 func cmdDecrBy(c *Ctx) {
 	d, ok := atoi(c.Args[2])
-	if !ok || d == math.MinInt64 {
+	if !ok {
 		c.W.Error(errNotInt)
+		return
+	}
+	if d == math.MinInt64 {
+		c.W.Error("ERR decrement would overflow")
 		return
 	}
 	incrBy(c, -d)
