@@ -67,6 +67,20 @@ var conformanceScript = [][]any{
 	{"CLIENT", "SETNAME", "worker-1"}, {"CLIENT", "GETNAME"}, {"CLIENT", "SETNAME", "bad name"}, {"CONFIG", "GET", "save"}, {"CONFIG", "GET", "appendonly"},
 	{"FOOBAR", "a", "b"}, {"GET"}, {"AUTH", "pw"}, {"AUTH", "ns", "pw"}, {"HELLO", "4"}, {"HELLO", "x"}, {"DBSIZE"},
 	{"COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"}, {"COMMAND", "GETKEYS", "PING"}, {"COMMAND", "GETKEYS", "NOSUCH"},
+	// patterns, type changes, odd arguments
+	{"MSET", "user:1", "a", "user:2", "b", "user:10", "c", "x*y", "d", "h[ae]llo", "e"}, {"KEYS", "user:?"}, {"KEYS", "user:*"},
+	{"KEYS", "user:[1]*"}, {"KEYS", "user:[^1]"}, {"KEYS", "x\\*y"}, {"KEYS", "h[ae]llo"}, {"KEYS", "nomatch*"},
+	{"SCAN", "x"}, {"SCAN", "0", "COUNT", "0"}, {"SCAN", "0", "COUNT"},
+	{"EXPIREAT", "user:1", "1"}, {"EXISTS", "user:1"}, {"PEXPIRE", "user:2", "0"}, {"EXISTS", "user:2"},
+	{"SET", "e", ""}, {"GET", "e"}, {"STRLEN", "e"}, {"APPEND", "e", ""}, {"INCRBY", "e", "1"},
+	{"LPUSH", "lst", "a"}, {"RENAME", "lst", "user:10"}, {"TYPE", "user:10"}, {"LRANGE", "user:10", "0", "-1"},
+	{"SET", "num", "10"}, {"INCRBYFLOAT", "num", "2.5"}, {"INCR", "num"}, {"INCRBYFLOAT", "num", "-12.5"}, {"GET", "num"},
+	{"HSET", "hh", "f", "v"}, {"LPUSH", "hh", "x"}, {"SADD", "hh", "x"}, {"SCARD", "hh"}, {"HLEN", "s1"},
+	{"RPUSH", "big", "x"}, {"LTRIM", "nosuch", "0", "1"}, {"LREM", "nosuch", "0", "a"}, {"LINDEX", "nosuch", "0"},
+	{"SMISMEMBER", "nosuch", "a"}, {"HMGET", "nosuch", "a", "b"}, {"HDEL", "nosuch", "a"}, {"SREM", "nosuch", "a"},
+	{"EXISTS"}, {"DEL"}, {"MGET"}, {"ECHO"}, {"TYPE", "a", "b"}, {"ping"}, {"pInG", "x"}, {"get", "num"},
+	{"SET", "k", "v", "PXAT", "1"}, {"EXISTS", "k"}, {"SET", "k", "v", "EXAT", "99999999999999999"},
+	{"MSETNX", "a"}, {"HINCRBY", "h2", "f", "9223372036854775807"}, {"HINCRBY", "h2", "f", "1"}, {"HGET", "h2", "f"},
 	{"FLUSHDB", "BOGUS"}, {"FLUSHDB"}, {"DBSIZE"},
 }
 
