@@ -68,6 +68,7 @@ type outcome struct {
 func (s *fullStack) send(t *testing.T, r *httpRequest) outcome {
 	t.Helper()
 	var o outcome
+	s.gw.enter(t, r)
 	if o.route = s.gw.route(t, r); o.route == nil {
 		return o
 	}
@@ -250,14 +251,20 @@ func TestFullConfigPath(t *testing.T) {
 	if o := s.send(t, newRequest("GET", "http://api.e2e.test/nope")); o.route != nil {
 		t.Fatalf("/nope matched route %s", o.route.GetName())
 	}
-	if o := s.send(t, newRequest("GET", "http://api.e2e.test/public/x")); specRoute(o.route) != "public" || o.check != nil || o.rlReq != nil {
+	// Identity headers a client makes up are stripped on entry: they reach
+	// neither the upstream nor a rate-limit descriptor.
+	o := s.send(t, newRequest("GET", "http://api.e2e.test/public/x", "x-portico-consumer", "mallory", "X-Portico-Tenant", "acme"))
+	if specRoute(o.route) != "public" || o.check != nil || o.rlReq != nil {
 		t.Fatalf("/public: route %q, check %v, rate limit %v; want public without either", o.route.GetName(), o.check, o.rlReq)
+	}
+	if v, ok := o.upstream["x-portico-consumer"]; ok || o.upstream["x-portico-tenant"] != "" {
+		t.Fatalf("/public: client-supplied identity headers reach the upstream (consumer %q): %v", v, o.upstream)
 	}
 
 	// JWT route: no token → 401 with a challenge; a token without the
 	// scope → 403; a good token → OK, and the identity headers replace
 	// anything the client sent.
-	o := s.send(t, newRequest("GET", "http://api.e2e.test/echo/hello"))
+	o = s.send(t, newRequest("GET", "http://api.e2e.test/echo/hello"))
 	deniedWith(t, "no token", o, http.StatusUnauthorized, "missing_credentials")
 	if h := o.check.GetDeniedResponse().GetHeaders(); !strings.Contains(fmt.Sprint(h), "www-authenticate") {
 		t.Fatalf("401 without WWW-Authenticate: %v", h)
@@ -266,7 +273,7 @@ func TestFullConfigPath(t *testing.T) {
 		"authorization", "Bearer "+idp.token("alice", "echo:write", "t-0"))), http.StatusForbidden, "insufficient_scope")
 	aliceTok := idp.token("alice", "echo:read profile", "t-1")
 	alice := func() outcome {
-		return s.send(t, newRequest("GET", "http://api.e2e.test/echo/hello", "authorization", "Bearer "+aliceTok))
+		return s.send(t, newRequest("GET", "http://api.e2e.test/echo/hello", "authorization", "Bearer "+aliceTok, "x-portico-consumer", "bob"))
 	}
 	o = alice()
 	allowedAs(t, "alice's token", o, "alice")

@@ -10,11 +10,13 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	mutationv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -40,6 +42,9 @@ import (
 type gatewayView struct {
 	routes *routev3.RouteConfiguration
 	domain string
+	// strip is the listener's header_mutation: request headers removed
+	// before any other filter runs.
+	strip []*mutationv3.HeaderMutation
 	// xRateLimitHeaders: the ratelimit filter adds its own x-ratelimit-*
 	// headers (DRAFT_VERSION_03) computed from the descriptor statuses.
 	xRateLimitHeaders bool
@@ -78,6 +83,15 @@ func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayVie
 	var order []string
 	for _, f := range hcm.GetHttpFilters() {
 		switch f.GetName() {
+		case compile.FilterHeaderMutation:
+			hm := &headermutationv3.HeaderMutation{}
+			if err := f.GetTypedConfig().UnmarshalTo(hm); err != nil {
+				t.Fatal(err)
+			}
+			if len(order) > 0 || f.GetDisabled() {
+				t.Fatalf("header_mutation disabled (%v) or after %v", f.GetDisabled(), order)
+			}
+			g.strip = hm.GetMutations().GetRequestMutations()
 		case compile.FilterExtAuthz:
 			ea := &extauthzv3.ExtAuthz{}
 			if err := f.GetTypedConfig().UnmarshalTo(ea); err != nil {
@@ -101,8 +115,8 @@ func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayVie
 		}
 		order = append(order, f.GetName())
 	}
-	if !slices.Equal(order, []string{compile.FilterExtAuthz, compile.FilterRateLimit}) {
-		t.Fatalf("HTTP filters %v, want ext_authz then ratelimit", order)
+	if !slices.Equal(order, []string{compile.FilterHeaderMutation, compile.FilterExtAuthz, compile.FilterRateLimit}) {
+		t.Fatalf("HTTP filters %v, want header_mutation, ext_authz, ratelimit", order)
 	}
 
 	for name, addr := range map[string]*string{compile.ExtAuthzCluster: &g.extauthzAddr, compile.RateLimitCluster: &g.ratelimitAddr} {
@@ -120,8 +134,8 @@ func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayVie
 	return g
 }
 
-// httpRequest is a request as Envoy's filters see it after the listener's
-// header_mutation filter: header names lowercased, pseudo-headers included.
+// httpRequest is a request as it reaches Envoy's HTTP filters: header names
+// lowercased, pseudo-headers included.
 type httpRequest struct {
 	headers map[string]string
 	remote  string // the trusted client address
@@ -138,6 +152,26 @@ func newRequest(method, rawURL string, hdr ...string) *httpRequest {
 		h[strings.ToLower(hdr[i])] = hdr[i+1]
 	}
 	return &httpRequest{headers: h, remote: "127.0.0.1"}
+}
+
+// enter applies the listener's header_mutation to r, as Envoy does to a
+// request before ext_authz and ratelimit see it.
+func (g *gatewayView) enter(t *testing.T, r *httpRequest) {
+	t.Helper()
+	for _, m := range g.strip {
+		switch a := m.GetAction().(type) {
+		case *mutationv3.HeaderMutation_Remove:
+			delete(r.headers, strings.ToLower(a.Remove))
+		case *mutationv3.HeaderMutation_RemoveOnMatch_:
+			for k := range r.headers {
+				if !strings.HasPrefix(k, ":") && stringMatches(t, a.RemoveOnMatch.GetKeyMatcher(), k) {
+					delete(r.headers, k)
+				}
+			}
+		default:
+			t.Fatalf("header mutation %T not understood", a)
+		}
+	}
 }
 
 // route returns the route Envoy would select for r, or nil (a 404).
