@@ -330,6 +330,20 @@ namespaces:
 	}
 }
 
+// TestDefaultSecretRequiresAuth: a secret on the default namespace works as
+// Redis's requirepass even without --require-auth.
+func TestDefaultSecretRequiresAuth(t *testing.T) {
+	n := startNode(t, withNamespaces(t, "namespaces:\n  default: {secret: pw}\n"))
+	raw := n.client(t, func(o *redis.Options) { o.Protocol = 2; o.DisableIdentity = true; o.PoolSize = 1 })
+	if err := raw.Get(ctx(t), "k").Err(); err == nil || err.Error() != "NOAUTH Authentication required." {
+		t.Fatalf("GET before AUTH: %v", err)
+	}
+	c := n.client(t, func(o *redis.Options) { o.Password = "pw" }) // AUTH <password>, as redis-cli -a does
+	if err := c.Set(ctx(t), "k", "v", 0).Err(); err != nil {
+		t.Fatalf("after AUTH pw: %v", err)
+	}
+}
+
 func TestValueSizeAndDefaultTTL(t *testing.T) {
 	n := startNode(t, withNamespaces(t, `
 namespaces:

@@ -208,7 +208,7 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 		w.Error("ERR wrong number of arguments for '" + spec.Name + "' command")
 		return
 	}
-	if e.cfg.RequireAuth && !s.Authed && !spec.has(flagNoAuth) {
+	if !s.Authed && !spec.has(flagNoAuth) && e.authRequired(s) {
 		w.Error(errNoAuth)
 		return
 	}
@@ -271,6 +271,12 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 	}
 	ns.ChargeReply(len(w.Buf)-before, nowMs)
 	e.observe(ns, spec, start, len(w.Buf) > before && w.Buf[before] == '-')
+}
+
+// authRequired: with RequireAuth, or when the default namespace has a
+// secret (as Redis's requirepass), a connection must AUTH first.
+func (e *Engine) authRequired(s *Session) bool {
+	return e.cfg.RequireAuth || (s.NS.Name == namespace.Default && s.NS.Settings().HasSecret)
 }
 
 func (e *Engine) observe(ns *namespace.Namespace, spec *Spec, start time.Time, isErr bool) {

@@ -123,7 +123,7 @@ func cmdHello(c *Ctx) {
 			return
 		}
 	}
-	if c.e.cfg.RequireAuth && !c.S.Authed {
+	if !c.S.Authed && c.e.authRequired(c.S) {
 		c.W.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return
 	}
