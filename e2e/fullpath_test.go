@@ -230,7 +230,7 @@ func TestFullConfigPath(t *testing.T) {
 		"auth":       map[string]any{"mode": "apikey", "requiredScopes": []string{"echo:read"}},
 		"rateLimits": append(consumerHeader, map[string]any{"descriptors": []any{map[string]any{"key": "route", "value": "keys"}}})}, nil)
 	api.create("routes", map[string]any{"name": "public", "match": map[string]any{"pathPrefix": "/public"}, "cluster": "echo",
-		"auth": map[string]any{"mode": "none"}}, nil)
+		"auth": map[string]any{"mode": "none"}, "rateLimits": consumerHeader}, nil)
 	api.create("ratelimit-rules", map[string]any{"name": "per-consumer", "domain": "portico",
 		"descriptors": []any{map[string]any{"key": "consumer"}}, "limit": 3, "window": "1h"}, nil)
 	v := api.create("ratelimit-rules", map[string]any{"name": "keys-route", "domain": "portico",
@@ -247,15 +247,20 @@ func TestFullConfigPath(t *testing.T) {
 		rls:   rlsv3.NewRateLimitServiceClient(dialGRPC(t, gw.ratelimitAddr))}
 
 	// Routing: unknown paths match nothing (Envoy answers 404); a route
-	// without auth turns ext_authz off and sends no rate-limit descriptor.
+	// without auth turns ext_authz off.
 	if o := s.send(t, newRequest("GET", "http://api.e2e.test/nope")); o.route != nil {
 		t.Fatalf("/nope matched route %s", o.route.GetName())
 	}
 	// Identity headers a client makes up are stripped on entry: they reach
-	// neither the upstream nor a rate-limit descriptor.
+	// neither the upstream nor a rate-limit descriptor. An anonymous
+	// request's consumer entry is skipped (skip_if_absent): Envoy sends an
+	// empty descriptor, which no rule matches.
 	o := s.send(t, newRequest("GET", "http://api.e2e.test/public/x", "x-portico-consumer", "mallory", "X-Portico-Tenant", "acme"))
-	if specRoute(o.route) != "public" || o.check != nil || o.rlReq != nil {
-		t.Fatalf("/public: route %q, check %v, rate limit %v; want public without either", o.route.GetName(), o.check, o.rlReq)
+	if specRoute(o.route) != "public" || o.check != nil {
+		t.Fatalf("/public: route %q, check %v; want public without ext_authz", o.route.GetName(), o.check)
+	}
+	if len(o.rlReq.GetDescriptors()) != 1 || descriptors(o.rlReq) != "" || o.limit.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("/public: rate-limit request %q answered %v; want one empty descriptor, OK", descriptors(o.rlReq), o.limit)
 	}
 	if v, ok := o.upstream["x-portico-consumer"]; ok || o.upstream["x-portico-tenant"] != "" {
 		t.Fatalf("/public: client-supplied identity headers reach the upstream (consumer %q): %v", v, o.upstream)
