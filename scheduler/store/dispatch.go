@@ -425,3 +425,28 @@ func (s *Store) Leased(ctx context.Context, runID, token int64) (Lease, error) {
 	}
 	return l, nil
 }
+
+// SucceedMany records many successes in one statement; errs[i] is nil, or
+// ErrLeaseLost / ErrCancelled for runIDs[i] as Succeed would return.
+func (s *Store) SucceedMany(ctx context.Context, runIDs, tokens []int64) ([]error, error) {
+	rows, _ := s.pool.Query(ctx, `UPDATE scheduler.scheduled_execution e
+		SET status = 'SUCCEEDED', lease_expires_at = NULL, finished_at = now(), updated_at = now(), last_error = NULL
+		FROM unnest($1::bigint[], $2::bigint[]) AS x(id, tok)
+		WHERE e.id = x.id AND e.lease_token = x.tok AND e.status = 'RUNNING'
+		RETURNING e.id`, runIDs, tokens)
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: succeed: %w", err)
+	}
+	ok := make(map[int64]bool, len(done))
+	for _, id := range done {
+		ok[id] = true
+	}
+	errs := make([]error, len(runIDs))
+	for i, id := range runIDs {
+		if !ok[id] {
+			errs[i] = s.fenced(ctx, id, "succeed", 0, nil)
+		}
+	}
+	return errs, nil
+}

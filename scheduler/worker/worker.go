@@ -32,6 +32,13 @@ const (
 	DefaultLease       = 30 * time.Second
 	DefaultPoll        = 500 * time.Millisecond
 	DefaultConcurrency = 16
+	// DefaultClaimCooldown spaces claims while some attempts are running,
+	// so completions are refilled in batches rather than one claim each.
+	DefaultClaimCooldown = 25 * time.Millisecond
+	// completeWindow is how long the completer gathers successes into
+	// one UPDATE; maxCompleteBatch bounds a batch.
+	completeWindow   = 2 * time.Millisecond
+	maxCompleteBatch = 128
 )
 
 // Store is what a worker needs from the store.
@@ -44,7 +51,16 @@ type Store interface {
 	Defer(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
 }
 
-var _ Store = (*store.Store)(nil)
+// BatchSucceeder is optionally implemented by a Store to record many
+// successes in one statement (per-run fencing unchanged).
+type BatchSucceeder interface {
+	SucceedMany(ctx context.Context, runIDs, tokens []int64) ([]error, error)
+}
+
+var (
+	_ Store          = (*store.Store)(nil)
+	_ BatchSucceeder = (*store.Store)(nil)
+)
 
 // Config configures a Worker.
 type Config struct {
@@ -64,6 +80,9 @@ type Config struct {
 	// runs may use (default Concurrency/4; negative means none), so a
 	// flood of NORMAL/LOW runs cannot delay HIGH ones.
 	ReservedHigh int
+	// ClaimCooldown is the least time between claims while attempts are
+	// in flight (an idle worker claims at once); default 25 ms.
+	ClaimCooldown time.Duration
 	// Client overrides the HTTP client (it must enforce the allowlist itself).
 	Client  *http.Client
 	Metrics *metrics.Metrics
@@ -77,6 +96,14 @@ type Config struct {
 type Worker struct {
 	cfg  Config
 	wake chan struct{}
+	// completions feeds the batching completer while Run runs (nil
+	// otherwise: Execute then records each success on its own).
+	completions chan completion
+}
+
+type completion struct {
+	runID, token int64
+	done         chan error
 }
 
 // New validates cfg and fills defaults.
@@ -113,6 +140,9 @@ func New(cfg Config) (*Worker, error) {
 	case cfg.ReservedHigh < 0:
 		cfg.ReservedHigh = 0
 	}
+	if cfg.ClaimCooldown <= 0 {
+		cfg.ClaimCooldown = DefaultClaimCooldown
+	}
 	if cfg.ReservedHigh >= cfg.Concurrency {
 		return nil, errors.New("worker: ReservedHigh must be less than Concurrency")
 	}
@@ -135,14 +165,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		nonHigh int // of which not HIGH priority
 	)
 	defer wg.Wait()
+	if bs, ok := w.cfg.Store.(BatchSucceeder); ok {
+		w.completions = make(chan completion)
+		cctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		var cwg sync.WaitGroup
+		cwg.Go(func() { w.complete(cctx, bs) })
+		defer func() { wg.Wait(); stop(); cwg.Wait() }()
+	}
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
+	var last time.Time
 	for {
 		mu.Lock()
 		free := w.cfg.Concurrency - total
 		allowance := w.cfg.Concurrency - w.cfg.ReservedHigh - nonHigh
 		mu.Unlock()
-		if free > 0 {
+		var cool <-chan time.Time
+		if wait := w.cfg.ClaimCooldown - time.Since(last); free > 0 && free < w.cfg.Concurrency && wait > 0 {
+			cool = time.After(wait)
+		} else if free > 0 {
+			last = time.Now()
 			leases := w.claim(ctx, free, allowance)
 			w.cfg.Metrics.Transitions.WithLabelValues(store.StatusRunning).Add(float64(len(leases)))
 			for _, l := range leases {
@@ -176,8 +218,69 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-w.wake:
+		case <-cool:
 		}
 	}
+}
+
+// complete records successes sent by Execute in batches: it takes one,
+// gathers more for completeWindow (up to maxCompleteBatch) and writes them
+// with one fenced UPDATE, answering each sender with its own result.
+func (w *Worker) complete(ctx context.Context, bs BatchSucceeder) {
+	for {
+		var batch []completion
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-w.completions:
+			batch = append(batch, c)
+		}
+		window := time.NewTimer(completeWindow)
+	gather:
+		for len(batch) < maxCompleteBatch {
+			select {
+			case c := <-w.completions:
+				batch = append(batch, c)
+			case <-window.C:
+				break gather
+			}
+		}
+		window.Stop()
+		ids, tokens := make([]int64, len(batch)), make([]int64, len(batch))
+		for i, c := range batch {
+			ids[i], tokens[i] = c.runID, c.token
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		errs, err := bs.SucceedMany(wctx, ids, tokens)
+		cancel()
+		for i, c := range batch {
+			switch {
+			case err != nil:
+				c.done <- err
+			default:
+				c.done <- errs[i]
+			}
+		}
+	}
+}
+
+// batched routes Succeed through the completer while Run runs.
+type batched struct {
+	Store
+	w *Worker
+}
+
+func (b batched) Succeed(ctx context.Context, runID, token int64) error {
+	if b.w.completions == nil {
+		return b.Store.Succeed(ctx, runID, token)
+	}
+	c := completion{runID: runID, token: token, done: make(chan error, 1)}
+	select {
+	case b.w.completions <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-c.done
 }
 
 // claim leases up to free runs of which at most allowance may be below
@@ -262,7 +365,7 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 	}
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer wcancel()
-	to, err := Record(wctx, w.cfg.Store, l, res, rand.Float64())
+	to, err := Record(wctx, batched{Store: w.cfg.Store, w: w}, l, res, rand.Float64())
 	switch {
 	case errors.Is(err, store.ErrCancelled):
 		w.cfg.Logger.Info("worker: run cancelled; outcome not recorded", "run", l.RunID, "token", l.Token)
