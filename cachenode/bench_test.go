@@ -39,6 +39,7 @@ func BenchmarkVsRedisServer(b *testing.B) {
 	}
 	requests := envInt("PORTICO_BENCH_REQUESTS", 50000)
 	keys := envInt("PORTICO_BENCH_KEYS", 200000)
+	rounds := envInt("PORTICO_BENCH_ROUNDS", 3)
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "cachenode")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachenode").CombinedOutput(); err != nil {
@@ -73,8 +74,14 @@ func BenchmarkVsRedisServer(b *testing.B) {
 			keys, ourMem.used, ourMem.rss, redisMem.used, redisMem.rss)
 		for _, pipeline := range []int{1, 16} {
 			for _, test := range []string{"set", "get"} {
-				ours := redisBenchmark(b, cnPort, test, pipeline, requests)
-				theirs := redisBenchmark(b, redisPort, test, pipeline, requests)
+				// Alternate the two servers and keep each one's best round:
+				// the machine is shared, and load from elsewhere only ever
+				// makes a round slower.
+				var ours, theirs benchResult
+				for range rounds {
+					ours = ours.best(redisBenchmark(b, cnPort, test, pipeline, requests))
+					theirs = theirs.best(redisBenchmark(b, redisPort, test, pipeline, requests))
+				}
 				name := fmt.Sprintf("%s_P%d", test, pipeline)
 				b.ReportMetric(ours.rps, "cachenode_"+name+"_ops/s")
 				b.ReportMetric(theirs.rps, "redis_"+name+"_ops/s")
@@ -89,6 +96,14 @@ func BenchmarkVsRedisServer(b *testing.B) {
 }
 
 type benchResult struct{ rps, p99 float64 }
+
+// best keeps the round with the higher throughput (and its p99).
+func (r benchResult) best(o benchResult) benchResult {
+	if o.rps > r.rps {
+		return o
+	}
+	return r
+}
 
 func redisBenchmark(b *testing.B, port, test string, pipeline, n int) benchResult {
 	b.Helper()
