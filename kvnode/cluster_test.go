@@ -43,7 +43,7 @@ func newCluster(t *testing.T, size int, tweak func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{
 		t: t, ctx: t.Context(), clock: &fakeClock{}, nodes: map[string]*Node{}, cfgs: map[string]Config{},
-		events: make(chan struct{}, 1), client: &http.Client{Timeout: 5 * time.Second}, tweak: tweak,
+		events: make(chan struct{}, 1), client: &http.Client{Timeout: 60 * time.Second}, tweak: tweak,
 	}
 	t.Cleanup(func() {
 		c.mu.Lock()
@@ -72,8 +72,8 @@ func (c *cluster) add(id string) *Node {
 	cfg := Config{
 		NodeID: id, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: c.t.TempDir(),
 		Replication: 3, GossipInterval: 20 * time.Millisecond, HintInterval: 20 * time.Millisecond,
-		PhiThreshold: 12, WriteTimeout: time.Second, ReadTimeout: time.Second, StartupWait: time.Second,
-		RepairInterval: time.Hour, NoSync: true, Now: c.clock.Now,
+		PhiThreshold: 12, WriteTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second, StartupWait: time.Second,
+		RepairInterval: time.Hour, RepairDepth: 5, NoSync: true, Now: c.clock.Now,
 		OnHintPass: c.signal,
 	}
 	if len(c.order) > 0 {
@@ -157,7 +157,7 @@ func (c *cluster) waitUntil(what string, timeout time.Duration, cond func() bool
 
 func (c *cluster) waitNormal(id string) {
 	c.t.Helper()
-	c.waitUntil(id+" NORMAL on every node", 20*time.Second, func() bool {
+	c.waitUntil(id+" NORMAL on every node", 60*time.Second, func() bool {
 		for _, other := range c.ids() {
 			n := c.node(other)
 			if n == nil {

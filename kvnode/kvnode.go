@@ -408,8 +408,22 @@ func (s server) Rebalance(ctx context.Context, _ *kvv1.RebalanceRequest) (*kvv1.
 // writes placed under the old ring (the barrier described on gate).
 func (n *Node) merge(ms []*kvv1.Member) {
 	if n.mem.Merge(ms) {
+		n.savePeers()
 		n.gate.Lock()
 		n.gate.Unlock() //nolint:staticcheck // barrier: wait for in-flight writes
+	}
+}
+
+// savePeers persists the membership view so a restarted node coordinates
+// with the whole ring from its first request, not a ring of itself until
+// gossip catches up (which would let it acknowledge a QUORUM write alone).
+func (n *Node) savePeers() {
+	b, err := proto.Marshal(&kvv1.GossipResponse{Members: n.mem.Snapshot()})
+	if err == nil {
+		err = n.st.PutMeta(metaPeers, b)
+	}
+	if err != nil {
+		n.cfg.Logger.Error("kvnode: persisting membership", "err", err)
 	}
 }
 
@@ -495,9 +509,21 @@ func (n *Node) announce(ctx context.Context) error {
 const (
 	metaTokens = "tokens"
 	metaState  = "state"
+	metaPeers  = "peers"
 )
 
 func (n *Node) restoreSelf() error {
+	pb, err := n.st.GetMeta(metaPeers)
+	if err != nil {
+		return err
+	}
+	if len(pb) > 0 {
+		var peers kvv1.GossipResponse
+		if err := proto.Unmarshal(pb, &peers); err != nil {
+			return fmt.Errorf("kvnode: stored membership: %w", err)
+		}
+		n.mem.Merge(peers.Members)
+	}
 	tb, err := n.st.GetMeta(metaTokens)
 	if err != nil {
 		return err
@@ -531,6 +557,7 @@ func (n *Node) persistSelf(state kvv1.MemberState, tokens []uint64) error {
 		return err
 	}
 	n.mem.SetSelf(state, tokens)
+	n.savePeers()
 	return nil
 }
 

@@ -138,45 +138,90 @@ func (r *Repairer) Run(ctx context.Context) {
 
 // RepairAll repairs every range this node replicates with every other
 // alive replica, then purges tombstones past the grace period if every
-// range was repaired.
+// range was repaired. Each range's local tree is built once, and each peer
+// is asked for the trees of all the ranges it shares in one call.
 func (r *Repairer) RepairAll(ctx context.Context) Result {
 	r.pass.Lock()
 	defer r.pass.Unlock()
 	cur, _ := r.topo.Rings()
 	res := Result{Started: r.cfg.Now()}
-	for _, rg := range cur.RangesOf(r.cfg.Self) {
+	gc := r.GCBefore()
+	ranges := cur.RangesOf(r.cfg.Self)
+	failed := make([]bool, len(ranges))
+	mine := make([][][]byte, len(ranges))
+	byPeer := map[string][]int{}
+	for i, rg := range ranges {
 		res.Ranges++
-		ok := true
 		for _, peer := range rg.Replicas {
 			if peer == r.cfg.Self {
 				continue
 			}
 			if !r.topo.Alive(peer) {
-				ok = false
+				failed[i] = true
 				res.Errors = append(res.Errors, fmt.Sprintf("range (%d,%d]: replica %s is down", rg.Start, rg.End, peer))
 				continue
 			}
-			pulled, pushed, err := r.RepairRange(ctx, rg, peer)
+			byPeer[peer] = append(byPeer[peer], i)
+		}
+	}
+	peers := make([]string, 0, len(byPeer))
+	for p := range byPeer {
+		peers = append(peers, p)
+	}
+	slices.Sort(peers)
+	for _, peer := range peers {
+		idx := byPeer[peer]
+		req := &kvv1.TreeRequest{Depth: uint32(r.cfg.Depth), GcBeforeUnixMs: gc.UnixMilli()}
+		for _, i := range idx {
+			req.Ranges = append(req.Ranges, &kvv1.TokenRange{Start: ranges[i].Start, End: ranges[i].End})
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.RangeTimeout)
+		theirs, err := r.peers.Tree(cctx, peer, req)
+		cancel()
+		if err == nil && len(theirs.Trees) != len(idx) {
+			err = fmt.Errorf("%d trees for %d ranges", len(theirs.Trees), len(idx))
+		}
+		if err != nil {
+			for _, i := range idx {
+				failed[i] = true
+			}
+			res.Errors = append(res.Errors, fmt.Sprintf("trees from %s: %v", peer, err))
+			continue
+		}
+		for k, i := range idx {
+			if mine[i] == nil {
+				if mine[i], err = BuildTree(r.st, ranges[i], r.cfg.Depth, gc); err != nil {
+					failed[i] = true
+					res.Errors = append(res.Errors, err.Error())
+					continue
+				}
+			}
+			pulled, pushed, err := r.repairLeaves(ctx, ranges[i], peer, mine[i], theirs.Trees[k].Nodes, gc)
 			res.Pulled += pulled
 			res.Pushed += pushed
 			if err != nil {
-				ok = false
-				res.Errors = append(res.Errors, fmt.Sprintf("range (%d,%d] with %s: %v", rg.Start, rg.End, peer, err))
+				failed[i] = true
+				res.Errors = append(res.Errors, fmt.Sprintf("range (%d,%d] with %s: %v", ranges[i].Start, ranges[i].End, peer, err))
+			}
+			if pulled > 0 {
+				mine[i] = nil // rebuilt for the next peer
 			}
 		}
-		if ok {
-			res.Repaired++
-			r.mu.Lock()
-			r.last[[2]uint64{rg.Start, rg.End}] = r.cfg.Now()
-			r.mu.Unlock()
-		} else {
+	}
+	for i, rg := range ranges {
+		if failed[i] {
 			res.Failed++
+			continue
 		}
+		res.Repaired++
+		r.mu.Lock()
+		r.last[[2]uint64{rg.Start, rg.End}] = r.cfg.Now()
+		r.mu.Unlock()
 	}
 	if res.Failed == 0 && ctx.Err() == nil {
 		// Every replica agreed on every range just now, so no replica still
 		// holds a value that a tombstone past its grace would have to cover.
-		n, err := r.st.Purge(r.GCBefore())
+		n, err := r.st.Purge(gc)
 		res.Purged = n
 		if err != nil {
 			res.Errors = append(res.Errors, err.Error())
@@ -192,8 +237,8 @@ func (r *Repairer) RepairAll(ctx context.Context) Result {
 	return res
 }
 
-// RepairRange compares rg with peer and exchanges the keys of differing
-// leaves both ways.
+// RepairRange compares one range with one peer and exchanges the keys of
+// differing leaves both ways.
 func (r *Repairer) RepairRange(ctx context.Context, rg ring.Range, peer string) (pulled, pushed int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RangeTimeout)
 	defer cancel()
@@ -202,11 +247,20 @@ func (r *Repairer) RepairRange(ctx context.Context, rg ring.Range, peer string) 
 	if err != nil {
 		return 0, 0, err
 	}
-	theirs, err := r.peers.Tree(ctx, peer, &kvv1.TreeRequest{Range: &kvv1.TokenRange{Start: rg.Start, End: rg.End}, Depth: uint32(r.cfg.Depth), GcBeforeUnixMs: gc.UnixMilli()})
+	theirs, err := r.peers.Tree(ctx, peer, &kvv1.TreeRequest{Ranges: []*kvv1.TokenRange{{Start: rg.Start, End: rg.End}}, Depth: uint32(r.cfg.Depth), GcBeforeUnixMs: gc.UnixMilli()})
 	if err != nil {
 		return 0, 0, fmt.Errorf("tree: %w", err)
 	}
-	for _, leaf := range DiffLeaves(mine, theirs.Nodes, r.cfg.Depth) {
+	if len(theirs.Trees) != 1 {
+		return 0, 0, fmt.Errorf("tree: %d trees for 1 range", len(theirs.Trees))
+	}
+	return r.repairLeaves(ctx, rg, peer, mine, theirs.Trees[0].Nodes, gc)
+}
+
+func (r *Repairer) repairLeaves(ctx context.Context, rg ring.Range, peer string, mine, theirs [][]byte, gc time.Time) (pulled, pushed int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.RangeTimeout)
+	defer cancel()
+	for _, leaf := range DiffLeaves(mine, theirs, r.cfg.Depth) {
 		lr, ok := LeafRange(rg, r.cfg.Depth, leaf)
 		if !ok {
 			continue
@@ -324,12 +378,15 @@ func ServeTree(st *storage.Store, req *kvv1.TreeRequest) (*kvv1.TreeResponse, er
 	if req.Depth == 0 || req.Depth > 16 {
 		return nil, errors.New("antientropy: tree depth must be 1..16")
 	}
-	rg := ring.Range{Start: req.GetRange().GetStart(), End: req.GetRange().GetEnd()}
-	nodes, err := BuildTree(st, rg, uint(req.Depth), time.UnixMilli(req.GcBeforeUnixMs))
-	if err != nil {
-		return nil, err
+	resp := &kvv1.TreeResponse{}
+	for _, tr := range req.Ranges {
+		nodes, err := BuildTree(st, ring.Range{Start: tr.Start, End: tr.End}, uint(req.Depth), time.UnixMilli(req.GcBeforeUnixMs))
+		if err != nil {
+			return nil, err
+		}
+		resp.Trees = append(resp.Trees, &kvv1.Tree{Nodes: nodes})
 	}
-	return &kvv1.TreeResponse{Nodes: nodes}, nil
+	return resp, nil
 }
 
 // Status returns per-range last repair times, the last full pass and the

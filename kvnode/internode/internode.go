@@ -116,26 +116,30 @@ func (c *Client) Close() {
 func invoke[Resp any, PResp interface {
 	*Resp
 	proto.Message
-}](ctx context.Context, c *Client, addr, name string, in proto.Message) (PResp, error) {
+}](ctx context.Context, c *Client, addr, name string, in proto.Message, opts ...grpc.CallOption) (PResp, error) {
 	cc, err := c.conn(addr)
 	if err != nil {
 		return nil, err
 	}
 	out := PResp(new(Resp))
-	if err := cc.Invoke(ctx, "/"+ServiceName+"/"+name, in, out); err != nil {
+	if err := cc.Invoke(ctx, "/"+ServiceName+"/"+name, in, out, opts...); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// Apply sends replica writes.
+// Apply sends replica writes. Like every call but Gossip, it is only sent
+// to peers believed up, so it waits (within ctx) for a connection that is
+// reconnecting (a peer that just restarted) rather than failing at once;
+// a peer that is really gone costs the deadline, after which the caller
+// hints or reads elsewhere.
 func (c *Client) Apply(ctx context.Context, addr string, in *kvv1.ApplyRequest) (*kvv1.ApplyResponse, error) {
-	return invoke[kvv1.ApplyResponse](ctx, c, addr, "Apply", in)
+	return invoke[kvv1.ApplyResponse](ctx, c, addr, "Apply", in, grpc.WaitForReady(true))
 }
 
 // Read reads one key (or its digest) from a replica.
 func (c *Client) Read(ctx context.Context, addr string, in *kvv1.ReadRequest) (*kvv1.ReadResponse, error) {
-	return invoke[kvv1.ReadResponse](ctx, c, addr, "Read", in)
+	return invoke[kvv1.ReadResponse](ctx, c, addr, "Read", in, grpc.WaitForReady(true))
 }
 
 // Gossip exchanges membership views.
@@ -143,19 +147,19 @@ func (c *Client) Gossip(ctx context.Context, addr string, in *kvv1.GossipRequest
 	return invoke[kvv1.GossipResponse](ctx, c, addr, "Gossip", in)
 }
 
-// Tree fetches a replica's Merkle tree of a range.
+// Tree fetches a replica's Merkle trees.
 func (c *Client) Tree(ctx context.Context, addr string, in *kvv1.TreeRequest) (*kvv1.TreeResponse, error) {
-	return invoke[kvv1.TreeResponse](ctx, c, addr, "Tree", in)
+	return invoke[kvv1.TreeResponse](ctx, c, addr, "Tree", in, grpc.WaitForReady(true))
 }
 
 // Scan streams one page of a replica's range.
 func (c *Client) Scan(ctx context.Context, addr string, in *kvv1.ScanRequest) (*kvv1.ScanResponse, error) {
-	return invoke[kvv1.ScanResponse](ctx, c, addr, "Scan", in)
+	return invoke[kvv1.ScanResponse](ctx, c, addr, "Scan", in, grpc.WaitForReady(true))
 }
 
 // Rebalance asks a node to pull the ranges it gains.
 func (c *Client) Rebalance(ctx context.Context, addr string, in *kvv1.RebalanceRequest) (*kvv1.RebalanceResponse, error) {
-	return invoke[kvv1.RebalanceResponse](ctx, c, addr, "Rebalance", in)
+	return invoke[kvv1.RebalanceResponse](ctx, c, addr, "Rebalance", in, grpc.WaitForReady(true))
 }
 
 // Pause makes a server stop responding while paused: every call blocks

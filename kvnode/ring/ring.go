@@ -290,10 +290,22 @@ func AllocateTokens(existing []Node, joiner Node, count, n int) []uint64 {
 			others := append(slices.Clone(mine[:j]), mine[j+1:]...)
 			toks := build(others)
 			bestT, bestS := mine[j], cur
+			trial := make([]tok, len(toks)+1)
 			for i := range toks {
 				prev := toks[(i+len(toks)-1)%len(toks)].t
 				cand := prev + (toks[i].t-prev)/2
-				if s := score(build(append(others, cand))); s < bestS-1e-9 {
+				// Insert cand in order without re-sorting: before toks[i],
+				// or at the end when the range wraps past the last token.
+				at := i
+				if cand > toks[len(toks)-1].t {
+					at = len(toks)
+				} else if i == 0 && cand < toks[0].t {
+					at = 0
+				}
+				copy(trial, toks[:at])
+				trial[at] = tok{cand, self}
+				copy(trial[at+1:], toks[at:])
+				if s := score(trial); s < bestS-1e-9 {
 					bestT, bestS = cand, s
 				}
 			}

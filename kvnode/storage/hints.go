@@ -35,6 +35,10 @@ func hintPrefix(target string) []byte {
 
 // PutHint durably stores payload for target.
 func (s *Store) PutHint(target string, created time.Time, payload []byte) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.life.RUnlock()
 	k := hintPrefix(target)
 	k = binary.BigEndian.AppendUint64(k, uint64(created.UnixMilli()))
 	k = binary.BigEndian.AppendUint64(k, hintSeq.Add(1))
@@ -46,6 +50,10 @@ func (s *Store) PutHint(target string, created time.Time, payload []byte) error 
 
 // Hints calls fn for target's hints, oldest first, until fn returns false.
 func (s *Store) Hints(target string, fn func(Hint) bool) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.life.RUnlock()
 	p := hintPrefix(target)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
 	if err != nil {
@@ -74,6 +82,10 @@ func (s *Store) Hints(target string, fn func(Hint) bool) error {
 
 // HintTargets returns the node ids that have hints, with counts.
 func (s *Store) HintTargets() (map[string]int, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.life.RUnlock()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixHint}, UpperBound: []byte{prefixHint + 1}})
 	if err != nil {
 		return nil, fmt.Errorf("storage: hints: %w", err)
@@ -90,6 +102,10 @@ func (s *Store) HintTargets() (map[string]int, error) {
 
 // DeleteHints removes hints by storage key in one batch.
 func (s *Store) DeleteHints(keys [][]byte) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.life.RUnlock()
 	b := s.db.NewBatch()
 	for _, k := range keys {
 		_ = b.Delete(k, nil)

@@ -43,7 +43,12 @@ type Options struct {
 
 // Store is safe for concurrent use.
 type Store struct {
-	db    *pebble.DB
+	// life guards db against use after Close: pebble panics then, and
+	// background work (replication fan-out, hint writes) may outlive a
+	// request by a little during shutdown.
+	life   sync.RWMutex
+	closed bool
+	db     *pebble.DB
 	wo    *pebble.WriteOptions
 	locks [256]sync.Mutex
 	seed  maphash.Seed
@@ -73,9 +78,27 @@ func Open(dir string, o Options) (*Store, error) {
 	return &Store{db: db, wo: wo, seed: maphash.MakeSeed()}, nil
 }
 
-// Close flushes nothing extra: every acknowledged write is already in the
-// commit log.
-func (s *Store) Close() error { return s.db.Close() }
+// Close waits for operations in progress; later ones get ErrClosed. Every
+// acknowledged write is already in the commit log.
+func (s *Store) Close() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.db.Close()
+}
+
+// enter marks an operation in progress; the caller must call s.life.RUnlock.
+func (s *Store) enter() error {
+	s.life.RLock()
+	if s.closed {
+		s.life.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
 
 // DataKey is the storage key of a user key.
 func DataKey(key []byte) []byte {
@@ -92,6 +115,10 @@ func (s *Store) lock(key []byte) *sync.Mutex {
 
 // Get returns the stored sibling set of key (nil when absent).
 func (s *Store) Get(key []byte) ([]*kvv1.Record, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.life.RUnlock()
 	return s.get(DataKey(key))
 }
 
@@ -110,6 +137,10 @@ func (s *Store) get(dk []byte) ([]*kvv1.Record, error) {
 // Apply merges recs into the stored set of key and returns the result.
 // Applying the same records twice, or in any order, ends in the same state.
 func (s *Store) Apply(key []byte, recs []*kvv1.Record) ([]*kvv1.Record, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.life.RUnlock()
 	dk := DataKey(key)
 	mu := s.lock(key)
 	mu.Lock()
@@ -146,6 +177,10 @@ type Entry struct {
 // they must not be streamed back to a replica that already dropped them.
 // fn returning false stops the scan.
 func (s *Store) Scan(rg ring.Range, after []byte, gcBefore time.Time, fn func(Entry) bool) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.life.RUnlock()
 	for _, span := range spans(rg) {
 		lo, hi := dataBound(span[0], false), dataBound(span[1], true)
 		if after != nil {
@@ -216,6 +251,10 @@ func dataBound(t uint64, upper bool) []byte {
 // Purge deletes keys whose grace period has passed (tombstones and expired
 // values dead since before gcBefore) and returns how many it dropped.
 func (s *Store) Purge(gcBefore time.Time) (int, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.life.RUnlock()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixData}, UpperBound: []byte{prefixData + 1}})
 	if err != nil {
 		return 0, fmt.Errorf("storage: iter: %w", err)
@@ -250,6 +289,10 @@ func (s *Store) Purge(gcBefore time.Time) (int, error) {
 
 // Count returns the number of data keys (live or not); for tests and metrics.
 func (s *Store) Count() (int, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	defer s.life.RUnlock()
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixData}, UpperBound: []byte{prefixData + 1}})
 	if err != nil {
 		return 0, err
@@ -263,6 +306,10 @@ func (s *Store) Count() (int, error) {
 
 // GetMeta reads a metadata value (nil when absent).
 func (s *Store) GetMeta(name string) ([]byte, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.life.RUnlock()
 	v, closer, err := s.db.Get(append([]byte{prefixMeta}, name...))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
@@ -276,6 +323,10 @@ func (s *Store) GetMeta(name string) ([]byte, error) {
 
 // PutMeta durably writes a metadata value.
 func (s *Store) PutMeta(name string, v []byte) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.life.RUnlock()
 	if err := s.db.Set(append([]byte{prefixMeta}, name...), v, pebble.Sync); err != nil {
 		return fmt.Errorf("storage: meta: %w", err)
 	}

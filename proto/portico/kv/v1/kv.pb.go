@@ -898,10 +898,12 @@ func (x *TokenRange) GetEnd() uint64 {
 	return 0
 }
 
+// TreeRequest asks for the Merkle trees of several ranges at once (every
+// range the two nodes share), one round trip per peer and pass.
 type TreeRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Range *TokenRange            `protobuf:"bytes,1,opt,name=range,proto3" json:"range,omitempty"`
-	Depth uint32                 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Ranges []*TokenRange          `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	Depth  uint32                 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
 	// Tombstones older than this are left out of hashes on both sides.
 	GcBeforeUnixMs int64 `protobuf:"varint,3,opt,name=gc_before_unix_ms,json=gcBeforeUnixMs,proto3" json:"gc_before_unix_ms,omitempty"`
 	unknownFields  protoimpl.UnknownFields
@@ -938,9 +940,9 @@ func (*TreeRequest) Descriptor() ([]byte, []int) {
 	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{14}
 }
 
-func (x *TreeRequest) GetRange() *TokenRange {
+func (x *TreeRequest) GetRanges() []*TokenRange {
 	if x != nil {
-		return x.Range
+		return x.Ranges
 	}
 	return nil
 }
@@ -959,18 +961,63 @@ func (x *TreeRequest) GetGcBeforeUnixMs() int64 {
 	return 0
 }
 
-// TreeResponse is a complete binary Merkle tree in heap order: nodes[0] is
-// the root, the children of i are 2i+1 and 2i+2, the last 2^depth are leaves.
-type TreeResponse struct {
+// Tree is a complete binary Merkle tree in heap order: nodes[0] is the root,
+// the children of i are 2i+1 and 2i+2, the last 2^depth are leaves.
+type Tree struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         [][]byte               `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
+func (x *Tree) Reset() {
+	*x = Tree{}
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tree) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tree) ProtoMessage() {}
+
+func (x *Tree) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tree.ProtoReflect.Descriptor instead.
+func (*Tree) Descriptor() ([]byte, []int) {
+	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Tree) GetNodes() [][]byte {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+// TreeResponse has one tree per requested range, in request order.
+type TreeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Trees         []*Tree                `protobuf:"bytes,1,rep,name=trees,proto3" json:"trees,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
 func (x *TreeResponse) Reset() {
 	*x = TreeResponse{}
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[15]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1029,7 @@ func (x *TreeResponse) String() string {
 func (*TreeResponse) ProtoMessage() {}
 
 func (x *TreeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[15]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,12 +1042,12 @@ func (x *TreeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TreeResponse.ProtoReflect.Descriptor instead.
 func (*TreeResponse) Descriptor() ([]byte, []int) {
-	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{15}
+	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{16}
 }
 
-func (x *TreeResponse) GetNodes() [][]byte {
+func (x *TreeResponse) GetTrees() []*Tree {
 	if x != nil {
-		return x.Nodes
+		return x.Trees
 	}
 	return nil
 }
@@ -1018,7 +1065,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[16]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1077,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[16]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1090,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{16}
+	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ScanRequest) GetRange() *TokenRange {
@@ -1085,7 +1132,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[17]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1144,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[17]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1157,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{17}
+	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ScanResponse) GetEntries() []*Entry {
@@ -1135,7 +1182,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1194,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[18]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1207,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{18}
+	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{19}
 }
 
 type RebalanceResponse struct {
@@ -1172,7 +1219,7 @@ type RebalanceResponse struct {
 
 func (x *RebalanceResponse) Reset() {
 	*x = RebalanceResponse{}
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1231,7 @@ func (x *RebalanceResponse) String() string {
 func (*RebalanceResponse) ProtoMessage() {}
 
 func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_kv_v1_kv_proto_msgTypes[19]
+	mi := &file_portico_kv_v1_kv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1244,7 @@ func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceResponse) Descriptor() ([]byte, []int) {
-	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{19}
+	return file_portico_kv_v1_kv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RebalanceResponse) GetKeys() uint64 {
@@ -1265,13 +1312,15 @@ const file_portico_kv_v1_kv_proto_rawDesc = "" +
 	"\n" +
 	"TokenRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\x04R\x03end\"\x7f\n" +
-	"\vTreeRequest\x12/\n" +
-	"\x05range\x18\x01 \x01(\v2\x19.portico.kv.v1.TokenRangeR\x05range\x12\x14\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\"\x81\x01\n" +
+	"\vTreeRequest\x121\n" +
+	"\x06ranges\x18\x01 \x03(\v2\x19.portico.kv.v1.TokenRangeR\x06ranges\x12\x14\n" +
 	"\x05depth\x18\x02 \x01(\rR\x05depth\x12)\n" +
-	"\x11gc_before_unix_ms\x18\x03 \x01(\x03R\x0egcBeforeUnixMs\"$\n" +
-	"\fTreeResponse\x12\x14\n" +
-	"\x05nodes\x18\x01 \x03(\fR\x05nodes\"\x95\x01\n" +
+	"\x11gc_before_unix_ms\x18\x03 \x01(\x03R\x0egcBeforeUnixMs\"\x1c\n" +
+	"\x04Tree\x12\x14\n" +
+	"\x05nodes\x18\x01 \x03(\fR\x05nodes\"9\n" +
+	"\fTreeResponse\x12)\n" +
+	"\x05trees\x18\x01 \x03(\v2\x13.portico.kv.v1.TreeR\x05trees\"\x95\x01\n" +
 	"\vScanRequest\x12/\n" +
 	"\x05range\x18\x01 \x01(\v2\x19.portico.kv.v1.TokenRangeR\x05range\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\fR\x05after\x12\x14\n" +
@@ -1311,7 +1360,7 @@ func file_portico_kv_v1_kv_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_kv_v1_kv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_portico_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_portico_kv_v1_kv_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_portico_kv_v1_kv_proto_goTypes = []any{
 	(MemberState)(0),          // 0: portico.kv.v1.MemberState
 	(*Dot)(nil),               // 1: portico.kv.v1.Dot
@@ -1329,11 +1378,12 @@ var file_portico_kv_v1_kv_proto_goTypes = []any{
 	(*GossipResponse)(nil),    // 13: portico.kv.v1.GossipResponse
 	(*TokenRange)(nil),        // 14: portico.kv.v1.TokenRange
 	(*TreeRequest)(nil),       // 15: portico.kv.v1.TreeRequest
-	(*TreeResponse)(nil),      // 16: portico.kv.v1.TreeResponse
-	(*ScanRequest)(nil),       // 17: portico.kv.v1.ScanRequest
-	(*ScanResponse)(nil),      // 18: portico.kv.v1.ScanResponse
-	(*RebalanceRequest)(nil),  // 19: portico.kv.v1.RebalanceRequest
-	(*RebalanceResponse)(nil), // 20: portico.kv.v1.RebalanceResponse
+	(*Tree)(nil),              // 16: portico.kv.v1.Tree
+	(*TreeResponse)(nil),      // 17: portico.kv.v1.TreeResponse
+	(*ScanRequest)(nil),       // 18: portico.kv.v1.ScanRequest
+	(*ScanResponse)(nil),      // 19: portico.kv.v1.ScanResponse
+	(*RebalanceRequest)(nil),  // 20: portico.kv.v1.RebalanceRequest
+	(*RebalanceResponse)(nil), // 21: portico.kv.v1.RebalanceResponse
 }
 var file_portico_kv_v1_kv_proto_depIdxs = []int32{
 	2,  // 0: portico.kv.v1.Context.entries:type_name -> portico.kv.v1.VersionEntry
@@ -1347,26 +1397,27 @@ var file_portico_kv_v1_kv_proto_depIdxs = []int32{
 	0,  // 8: portico.kv.v1.Member.state:type_name -> portico.kv.v1.MemberState
 	11, // 9: portico.kv.v1.GossipRequest.members:type_name -> portico.kv.v1.Member
 	11, // 10: portico.kv.v1.GossipResponse.members:type_name -> portico.kv.v1.Member
-	14, // 11: portico.kv.v1.TreeRequest.range:type_name -> portico.kv.v1.TokenRange
-	14, // 12: portico.kv.v1.ScanRequest.range:type_name -> portico.kv.v1.TokenRange
-	6,  // 13: portico.kv.v1.ScanResponse.entries:type_name -> portico.kv.v1.Entry
-	7,  // 14: portico.kv.v1.Internode.Apply:input_type -> portico.kv.v1.ApplyRequest
-	9,  // 15: portico.kv.v1.Internode.Read:input_type -> portico.kv.v1.ReadRequest
-	12, // 16: portico.kv.v1.Internode.Gossip:input_type -> portico.kv.v1.GossipRequest
-	15, // 17: portico.kv.v1.Internode.Tree:input_type -> portico.kv.v1.TreeRequest
-	17, // 18: portico.kv.v1.Internode.Scan:input_type -> portico.kv.v1.ScanRequest
-	19, // 19: portico.kv.v1.Internode.Rebalance:input_type -> portico.kv.v1.RebalanceRequest
-	8,  // 20: portico.kv.v1.Internode.Apply:output_type -> portico.kv.v1.ApplyResponse
-	10, // 21: portico.kv.v1.Internode.Read:output_type -> portico.kv.v1.ReadResponse
-	13, // 22: portico.kv.v1.Internode.Gossip:output_type -> portico.kv.v1.GossipResponse
-	16, // 23: portico.kv.v1.Internode.Tree:output_type -> portico.kv.v1.TreeResponse
-	18, // 24: portico.kv.v1.Internode.Scan:output_type -> portico.kv.v1.ScanResponse
-	20, // 25: portico.kv.v1.Internode.Rebalance:output_type -> portico.kv.v1.RebalanceResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	14, // 11: portico.kv.v1.TreeRequest.ranges:type_name -> portico.kv.v1.TokenRange
+	16, // 12: portico.kv.v1.TreeResponse.trees:type_name -> portico.kv.v1.Tree
+	14, // 13: portico.kv.v1.ScanRequest.range:type_name -> portico.kv.v1.TokenRange
+	6,  // 14: portico.kv.v1.ScanResponse.entries:type_name -> portico.kv.v1.Entry
+	7,  // 15: portico.kv.v1.Internode.Apply:input_type -> portico.kv.v1.ApplyRequest
+	9,  // 16: portico.kv.v1.Internode.Read:input_type -> portico.kv.v1.ReadRequest
+	12, // 17: portico.kv.v1.Internode.Gossip:input_type -> portico.kv.v1.GossipRequest
+	15, // 18: portico.kv.v1.Internode.Tree:input_type -> portico.kv.v1.TreeRequest
+	18, // 19: portico.kv.v1.Internode.Scan:input_type -> portico.kv.v1.ScanRequest
+	20, // 20: portico.kv.v1.Internode.Rebalance:input_type -> portico.kv.v1.RebalanceRequest
+	8,  // 21: portico.kv.v1.Internode.Apply:output_type -> portico.kv.v1.ApplyResponse
+	10, // 22: portico.kv.v1.Internode.Read:output_type -> portico.kv.v1.ReadResponse
+	13, // 23: portico.kv.v1.Internode.Gossip:output_type -> portico.kv.v1.GossipResponse
+	17, // 24: portico.kv.v1.Internode.Tree:output_type -> portico.kv.v1.TreeResponse
+	19, // 25: portico.kv.v1.Internode.Scan:output_type -> portico.kv.v1.ScanResponse
+	21, // 26: portico.kv.v1.Internode.Rebalance:output_type -> portico.kv.v1.RebalanceResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_portico_kv_v1_kv_proto_init() }
@@ -1380,7 +1431,7 @@ func file_portico_kv_v1_kv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_kv_v1_kv_proto_rawDesc), len(file_portico_kv_v1_kv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
