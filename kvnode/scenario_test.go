@@ -2,8 +2,8 @@ package kvnode
 
 import (
 	"encoding/json"
-	"io"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"

@@ -49,9 +49,9 @@ type Store struct {
 	life   sync.RWMutex
 	closed bool
 	db     *pebble.DB
-	wo    *pebble.WriteOptions
-	locks [256]sync.Mutex
-	seed  maphash.Seed
+	wo     *pebble.WriteOptions
+	locks  [256]sync.Mutex
+	seed   maphash.Seed
 }
 
 // Open opens (creating if needed) the store in dir.
