@@ -27,7 +27,7 @@ func (c *fakeClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // cluster is N nodes in this process on loopback: real gRPC, real pebble.
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	clock  *fakeClock
 	mu     sync.Mutex
@@ -39,7 +39,7 @@ type cluster struct {
 	tweak  func(*Config)
 }
 
-func newCluster(t *testing.T, size int, tweak func(*Config)) *cluster {
+func newCluster(t testing.TB, size int, tweak func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{
 		t: t, ctx: t.Context(), clock: &fakeClock{}, nodes: map[string]*Node{}, cfgs: map[string]Config{},
