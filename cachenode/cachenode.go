@@ -123,6 +123,13 @@ func Run(ctx context.Context, cfg Config) error {
 		respLis.Close()
 		return fmt.Errorf("cachenode: listen %s: %w", cfg.HTTPAddr, err)
 	}
+	serving := false
+	defer func() {
+		if !serving { // an error before the servers own the listeners
+			respLis.Close()
+			httpLis.Close()
+		}
+	}()
 	port := 0
 	if ta, ok := respLis.Addr().(*net.TCPAddr); ok {
 		port = ta.Port
@@ -157,15 +164,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return out
 	}, OnCycle: cfg.OnExpireCycle})
 
-	var serving atomic.Bool
+	var up atomic.Bool
 	checks := health.New()
 	checks.Add("resp", func(context.Context) error {
-		if !serving.Load() {
+		if !up.Load() {
 			return errors.New("RESP listener not serving")
 		}
 		return nil
 	})
 
+	serving = true
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, respLis) })
 	g.Go(func() error {
@@ -175,13 +183,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if watcher != nil {
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
-	serving.Store(true)
+	up.Store(true)
 	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "http", httpLis.Addr().String(),
 		"maxmemory", strconv.FormatInt(cfg.MaxMemory, 10), "requireAuth", cfg.RequireAuth, "namespaces", len(reg.All()))
 	if cfg.Ready != nil {
 		cfg.Ready <- Addrs{RESP: respLis.Addr().String(), HTTP: httpLis.Addr().String()}
 	}
 	err = g.Wait()
-	serving.Store(false)
+	up.Store(false)
 	return err
 }

@@ -195,3 +195,19 @@ var _ = fmt.Sprint
 func stringsIndex(s, sub string) int { return strings.Index(s, sub) }
 
 func ioReadFull(r *bufio.Reader, buf []byte) (int, error) { return io.ReadFull(r, buf) }
+
+// TestRunRejectsBadNamespacesFile: a node does not start on a bad file, and
+// frees its ports.
+func TestRunRejectsBadNamespacesFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ns.yaml")
+	if err := os.WriteFile(path, []byte("namespaces:\n  a: {policy: sometimes}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := cachenode.Run(context.Background(), cachenode.Config{RESPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", NamespacesFile: path})
+	if err == nil || !strings.Contains(err.Error(), "policy") {
+		t.Fatalf("Run = %v, want the policy error", err)
+	}
+	if err := cachenode.Run(context.Background(), cachenode.Config{MaxMemory: -1}); err == nil {
+		t.Fatal("negative MaxMemory accepted")
+	}
+}
