@@ -141,3 +141,24 @@ func TestHTTPAPIContract(t *testing.T) {
 	}
 	c.mustDo("GET", "n0", "/readyz", nil, nil, http.StatusOK)
 }
+
+// A replica that stops answering (but is not yet judged down) costs a read
+// the speculative-retry threshold, not the read timeout.
+func TestSpeculativeRetryAroundAStalledReplica(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.PhiThreshold = 1e9 })
+	for i := range 20 {
+		c.mustDo("PUT", "n0", fmt.Sprintf("/v1/kv/spec:%d?consistency=ALL", i), []byte("v"), nil, http.StatusOK)
+	}
+	c.node("n2").Pause(true)
+	defer c.node("n2").Pause(false)
+	start := time.Now()
+	for i := range 20 {
+		c.mustDo("GET", "n0", fmt.Sprintf("/v1/kv/spec:%d?consistency=QUORUM", i), nil, nil, http.StatusOK)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("20 reads took %s", d)
+	}
+	if c.node("n0").Coordinator().SpeculativeRuns.Load() == 0 {
+		t.Fatal("no speculative retry although a replica never answered")
+	}
+}

@@ -379,6 +379,10 @@ func (c *Coordinator) Get(ctx context.Context, key []byte, level Level) (res Rea
 			r, err := c.tr.Read(ctx, node, key, !full)
 			if err == nil {
 				c.lat.observe(node, time.Since(t0))
+			} else {
+				// A replica that failed or was abandoned (the call ends when
+				// the read does) ranks behind the ones that answered.
+				c.lat.penalize(node, time.Since(t0))
 			}
 			replies <- readReply{node: node, full: full, resp: r, err: err}
 		}()

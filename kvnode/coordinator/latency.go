@@ -46,6 +46,14 @@ func (l *latency) observe(node string, d time.Duration) {
 	}
 }
 
+// penalize raises node's EWMA by a failed call's duration without
+// counting it in the p99 window.
+func (l *latency) penalize(node string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ewma[node] = 0.5*l.ewma[node] + 0.5*float64(2*d)
+}
+
 // sort orders nodes fastest first; nodes never measured count as fastest so
 // they get measured.
 func (l *latency) sort(nodes []string) {
