@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/portico-io/portico/cachenode"
@@ -45,10 +47,11 @@ func main() {
 		// 100-byte key). GOGC overrides.
 		debug.SetGCPercent(50)
 	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); mm > 0 && !set {
-		// Let the GC work harder as the heap nears maxmemory instead of
-		// letting it grow to twice the live data (GOGC=100) before collecting.
-		debug.SetMemoryLimit(mm + mm/2 + 64<<20)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		if lim := memoryLimit(mm, cgroupMemoryMax()); lim > 0 {
+			debug.SetMemoryLimit(lim)
+			log.Info("Go memory limit set", "bytes", lim)
+		}
 	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile,
 		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
@@ -59,4 +62,34 @@ func main() {
 		log.Error("cachenode: exiting", "err", err)
 		os.Exit(1)
 	}
+}
+
+// memoryLimit is the Go soft memory limit: 1.5 x maxmemory + 64 MB, so the
+// GC works harder as the heap nears maxmemory instead of letting it reach
+// 2x, and never above 90 % of the container's memory limit, so the GC runs
+// before the kernel's OOM killer would. 0 = leave the default.
+func memoryLimit(maxmemory, cgroupMax int64) int64 {
+	var lim int64
+	if maxmemory > 0 {
+		lim = maxmemory + maxmemory/2 + 64<<20
+	}
+	if cgroupMax > 0 {
+		if c := cgroupMax / 10 * 9; lim == 0 || c < lim {
+			lim = c
+		}
+	}
+	return lim
+}
+
+// cgroupMemoryMax reads the cgroup v2 memory limit (0 when there is none).
+func cgroupMemoryMax() int64 {
+	b, err := os.ReadFile("/sys/fs/cgroup/memory.max")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil { // "max"
+		return 0
+	}
+	return n
 }
