@@ -353,10 +353,14 @@ func checkRender(t *testing.T, objs []object, e expect) {
 			configMaps[o.Name] = v
 		}
 	}
-	// The one Secret a default install expects the operator to create.
+	// Secrets the operator creates: the database URL on a default install,
+	// and the Redis password the all-enabled values name.
 	external := map[string]bool{}
 	if !e.optional || e.disabled == "postgresql" {
 		external[fullName("database")] = true
+	}
+	if e.optional {
+		external["redis-auth"] = true
 	}
 
 	for _, w := range ws {

@@ -343,8 +343,10 @@ func serviceCluster(name, addr string) (*clusterv3.Cluster, error) {
 	return &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: typ},
-		ConnectTimeout:       durationpb.New(DefaultConnectTimeout),
-		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		// In-cluster services: a connection that takes longer is not coming,
+		// and the filter's own timeout is small.
+		ConnectTimeout: durationpb.New(ServiceConnectTimeout),
+		LbPolicy:       clusterv3.Cluster_ROUND_ROBIN,
 		LoadAssignment: &endpointv3.ClusterLoadAssignment{
 			ClusterName: name,
 			Endpoints: []*endpointv3.LocalityLbEndpoints{{

@@ -81,7 +81,9 @@ const (
 	// did no work.
 	DefaultRetryOn = "connect-failure,refused-stream,reset"
 	DefaultRetries = 1
-	// Circuit breakers of the extauthz and ratelimit service clusters.
+	// Connect timeout and circuit breakers of the extauthz, ratelimit and
+	// tracing service clusters.
+	ServiceConnectTimeout     = 250 * time.Millisecond
 	ServiceMaxConnections     = 64
 	ServiceMaxPendingRequests = 256
 	ServiceMaxRequests        = 1024

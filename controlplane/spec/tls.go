@@ -16,6 +16,11 @@ import (
 // ReservedListener is the built-in plain HTTP listener's name.
 const ReservedListener = "ingress_http"
 
+// StatsListener is the static listener of envoy/bootstrap.yaml serving
+// /stats/prometheus and /ready; a dynamic one with its name would be
+// rejected by Envoy.
+const StatsListener = "envoy_stats"
+
 // alpnProtocols are the ALPN values a listener may offer.
 var alpnProtocols = []string{"h2", "http/1.1"}
 
@@ -149,6 +154,9 @@ func (l *Listener) Validate() error {
 	}
 	if l.Name == ReservedListener {
 		return fieldErr("name", CodeInvalid, "%q is the built-in listener", ReservedListener)
+	}
+	if l.Name == StatsListener {
+		return fieldErr("name", CodeInvalid, "%q is the gateway bootstrap's stats listener", StatsListener)
 	}
 	if l.Address != "" {
 		if _, err := netip.ParseAddr(l.Address); err != nil {

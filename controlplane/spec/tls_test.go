@@ -55,6 +55,7 @@ func TestSecretAndListenerValidation(t *testing.T) {
 		{"https listener", spec.KindListener, `{"name":"https","port":10443,"tls":{"certificates":["gw"],"clientCa":"ca","requireClientCert":true,"minVersion":"1.3","alpn":["h2"]}}`, "", ""},
 		{"plain listener", spec.KindListener, `{"name":"alt","address":"127.0.0.1","port":8081}`, "", ""},
 		{"reserved name", spec.KindListener, `{"name":"ingress_http","port":1}`, "name", spec.CodeInvalid},
+		{"stats listener name", spec.KindListener, `{"name":"envoy_stats","port":1}`, "name", spec.CodeInvalid},
 		{"no port", spec.KindListener, `{"name":"l"}`, "port", spec.CodeInvalid},
 		{"bad address", spec.KindListener, `{"name":"l","port":1,"address":"localhost"}`, "address", spec.CodeInvalid},
 		{"no certificates", spec.KindListener, `{"name":"l","port":1,"tls":{}}`, "tls.certificates", spec.CodeRequired},

@@ -115,7 +115,7 @@ func checkName(name string) error {
 }
 
 // reserved names are compiled by the control plane itself.
-var reservedClusters = []string{"extauthz", "opentelemetry_collector", "ratelimit", "xds_cluster"}
+var reservedClusters = []string{"envoy_admin", "extauthz", "opentelemetry_collector", "ratelimit", "xds_cluster"}
 
 func (c *Cluster) Validate() error {
 	if err := checkName(c.Name); err != nil {
