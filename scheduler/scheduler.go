@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+	reg.MustRegister(metrics.NewStateCollector(st, log))
 	checks := health.New()
 	checks.Add("postgres", st.Ping)
 

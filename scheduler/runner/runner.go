@@ -20,7 +20,7 @@ import (
 // Defaults for zero Config fields.
 const (
 	DefaultTick             = time.Second
-	DefaultBatch            = 100
+	DefaultBatch            = 500
 	DefaultMisfireThreshold = 60 * time.Second
 	DefaultMaxPasses        = 50
 	// maxMissedScan bounds the slots FIRE_ALL walks through after an outage.

@@ -90,46 +90,71 @@ func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("store: fire: %w", err)
 		}
-		b := &pgx.Batch{}
+		// Set-based writes: one UPDATE for the queued runs, one for the
+		// others, one INSERT for the chained slots, then REPLACE's cancels.
+		var (
+			qIDs, oIDs, insJobs []int64
+			qPrio               []int16
+			qTenant, oStatus    []string
+			qReady, insSlots    []time.Time
+			replaceKeep         = map[int64]int64{} // job → its newest run queued here
+			replaceOrder        []int64
+		)
 		queued := map[int64]bool{} // jobs with a run queued by this transaction
-		var replaces []int
 		for _, r := range due {
 			r.Busy = r.Busy || queued[r.ScheduleID]
 			d := decide(r, now)
 			if d.Status == StatusQueued {
 				queued[r.ScheduleID] = true
-				// Jittered runs become ready at slot + jitter (see Claim).
-				var readyAt *time.Time
-				if j := r.Spec.StartJitter(r.ScheduleID, r.ScheduledAt); j > 0 {
-					at := r.ScheduledAt.Add(j)
-					readyAt = &at
-				}
-				b.Queue(`UPDATE scheduler.scheduled_execution SET status = 'QUEUED', updated_at = now(), finished_at = NULL,
-					priority = $2, tenant = $3, next_attempt_at = $4 WHERE id = $1`,
-					r.ID, jobspec.PriorityRank(r.Spec.Execution.Priority), r.Spec.Tenant, readyAt)
+				qIDs = append(qIDs, r.ID)
+				qPrio = append(qPrio, int16(jobspec.PriorityRank(r.Spec.Execution.Priority)))
+				qTenant = append(qTenant, r.Spec.Tenant)
+				// Jittered runs become ready at slot + jitter (see Claim);
+				// ready == slot is stored as NULL.
+				qReady = append(qReady, r.ScheduledAt.Add(r.Spec.StartJitter(r.ScheduleID, r.ScheduledAt)))
+				res.Lags = append(res.Lags, now.Sub(r.ScheduledAt))
 			} else {
-				b.Queue(`UPDATE scheduler.scheduled_execution SET status = $2, updated_at = now(), finished_at = now()
-					WHERE id = $1`, r.ID, d.Status)
+				oIDs = append(oIDs, r.ID)
+				oStatus = append(oStatus, d.Status)
 			}
 			if d.Replace {
-				replaces = append(replaces, b.Len())
-				b.Queue(`UPDATE scheduler.scheduled_execution SET status = 'CANCELLED', lease_token = lease_token + 1,
-						lease_expires_at = NULL, finished_at = now(), updated_at = now(),
-						last_error = 'replaced by run ' || $2::bigint || ' (concurrencyPolicy REPLACE)'
-					WHERE schedule_id = $1 AND id <> $2 AND status IN ('QUEUED', 'RUNNING', 'RETRY_WAIT')`, r.ScheduleID, r.ID)
+				if _, seen := replaceKeep[r.ScheduleID]; !seen {
+					replaceOrder = append(replaceOrder, r.ScheduleID)
+				}
+				replaceKeep[r.ScheduleID] = r.ID
 			}
 			for _, n := range d.Next {
-				b.Queue(`INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
-					VALUES ($1, $2, 'SCHEDULED') ON CONFLICT (schedule_id, scheduled_at) DO NOTHING`, r.ScheduleID, n)
+				insJobs = append(insJobs, r.ScheduleID)
+				insSlots = append(insSlots, n)
 			}
 			res.ByStatus[d.Status]++
-			if d.Status == StatusQueued {
-				res.Lags = append(res.Lags, now.Sub(r.ScheduledAt))
-			}
 		}
 		res.Claimed = len(due)
 		if len(due) == 0 {
 			return nil
+		}
+		b := &pgx.Batch{}
+		if len(qIDs) > 0 {
+			b.Queue(`UPDATE scheduler.scheduled_execution e SET status = 'QUEUED', updated_at = now(), finished_at = NULL,
+					queued_at = now(), priority = x.p, tenant = x.t, next_attempt_at = NULLIF(x.r, e.scheduled_at)
+				FROM unnest($1::bigint[], $2::smallint[], $3::text[], $4::timestamptz[]) AS x(id, p, t, r) WHERE e.id = x.id`,
+				qIDs, qPrio, qTenant, qReady)
+		}
+		if len(oIDs) > 0 {
+			b.Queue(`UPDATE scheduler.scheduled_execution e SET status = x.s, updated_at = now(), finished_at = now()
+				FROM unnest($1::bigint[], $2::text[]) AS x(id, s) WHERE e.id = x.id`, oIDs, oStatus)
+		}
+		if len(insJobs) > 0 {
+			b.Queue(`INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
+				SELECT id, at, 'SCHEDULED' FROM unnest($1::bigint[], $2::timestamptz[]) AS x(id, at)
+				ON CONFLICT (schedule_id, scheduled_at) DO NOTHING`, insJobs, insSlots)
+		}
+		first := b.Len()
+		for _, job := range replaceOrder {
+			b.Queue(`UPDATE scheduler.scheduled_execution SET status = 'CANCELLED', lease_token = lease_token + 1,
+					lease_expires_at = NULL, finished_at = now(), updated_at = now(),
+					last_error = 'replaced by run ' || $2::bigint || ' (concurrencyPolicy REPLACE)'
+				WHERE schedule_id = $1 AND id <> $2 AND status IN ('QUEUED', 'RUNNING', 'RETRY_WAIT')`, job, replaceKeep[job])
 		}
 		br := tx.SendBatch(ctx, b)
 		for i := range b.Len() {
@@ -138,8 +163,7 @@ func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow
 				br.Close()
 				return fmt.Errorf("store: fire: %w", err)
 			}
-			if len(replaces) > 0 && replaces[0] == i {
-				replaces = replaces[1:]
+			if i >= first {
 				res.Replaced += int(tag.RowsAffected())
 			}
 		}

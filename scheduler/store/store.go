@@ -500,3 +500,22 @@ func (s *Store) CancelRun(ctx context.Context, id int64) (Run, error) {
 	})
 	return out, err
 }
+
+// CountRuns counts runs per non-terminal state and DEAD (each through its
+// partial index) and the due backlog, for metrics.StateCollector.
+func (s *Store) CountRuns(ctx context.Context) (map[string]int64, int64, error) {
+	var sched, due, queued, retry, running, dead int64
+	err := s.pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'SCHEDULED'),
+			(SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'SCHEDULED' AND scheduled_at <= now()),
+			(SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'QUEUED'),
+			(SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'RETRY_WAIT'),
+			(SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'RUNNING'),
+			(SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'DEAD')`).Scan(
+		&sched, &due, &queued, &retry, &running, &dead)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: count runs: %w", err)
+	}
+	return map[string]int64{StatusScheduled: sched, StatusQueued: queued, StatusRetryWait: retry, StatusRunning: running,
+		StatusDead: dead}, due, nil
+}
