@@ -150,9 +150,27 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controlplane: admin: %w", err)
 	}
+	// Ready = a snapshot to serve. Postgres is deliberately not a readiness
+	// check: during a database outage every replica keeps serving xDS from
+	// its last snapshot (static stability); going unready would empty the
+	// xDS Service and cut every gateway off. Admin writes fail meanwhile
+	// with 503, and postgres_up says why.
 	checks := health.New()
-	checks.Add("postgres", st.Ping)
 	checks.Add("snapshot", pub.ready)
+	pgUp := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "portico_controlplane_postgres_up",
+		Help: "1 when the config store answers a ping (checked at scrape time), else 0.",
+	}, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if st.Ping(ctx) != nil {
+			return 0
+		}
+		return 1
+	})
+	if err := cfg.Registry.Register(pgUp); err != nil {
+		return fmt.Errorf("controlplane: metrics: %w", err)
+	}
 
 	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
 	if err != nil {
