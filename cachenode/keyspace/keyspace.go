@@ -503,5 +503,5 @@ func (db *DB) EvictOne(samples int) (freed int64, ok bool) {
 	return freed, true
 }
 
-// Usage returns the node-wide counter this DB reports into.
+// NodeUsage returns the node-wide counter this DB reports into.
 func (db *DB) NodeUsage() *Usage { return db.node }
