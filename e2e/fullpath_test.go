@@ -25,6 +25,7 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/xdstest"
 )
 
@@ -44,7 +45,6 @@ var (
 // it over xDS, and the gRPC clients Envoy's filters would use.
 type fullStack struct {
 	api   *adminAPI
-	xds   string
 	authz authv3.AuthorizationClient
 	rls   rlsv3.RateLimitServiceClient
 	gw    *gatewayView
@@ -195,11 +195,17 @@ func (s signer) token(sub, scope, jti string) string {
 // the right decisions; revocations, key deletions and a NACKed push behave
 // as the architecture says.
 func TestFullConfigPath(t *testing.T) {
-	eaAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	rlAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cp := startControlPlane(t, controlplane.Config{Compile: compile.Options{ExtAuthzAddress: eaAddr, RateLimitAddress: rlAddr}})
-	startExtauthz(t, cp.XDS, eaAddr, extauthzNode)
-	startRateLimit(t, cp.XDS, rlAddr, ratelimitNode)
+	// The gateway's configuration says where extauthz and ratelimitsvc
+	// listen (compile.Options), and they take random ports. So they start
+	// against one control-plane replica, which serves them their policy,
+	// and a second replica on the same database, told their addresses,
+	// serves the gateway: a fleet spread over replicas (reserving ports
+	// ahead instead would race with every other process on the machine).
+	dbURL := testdeps.Postgres(t)
+	cp := startControlPlane(t, dbURL, controlplane.Config{})
+	eaAddr := startExtauthz(t, cp.XDS, "127.0.0.1:0", extauthzNode).GRPC
+	rlAddr := startRateLimit(t, cp.XDS, "127.0.0.1:0", ratelimitNode).GRPC
+	gwCP := startControlPlane(t, dbURL, controlplane.Config{Compile: compile.Options{ExtAuthzAddress: eaAddr, RateLimitAddress: rlAddr}})
 	api := newAdminAPI(t, cp.Admin)
 
 	pk, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -238,11 +244,11 @@ func TestFullConfigPath(t *testing.T) {
 
 	api.waitAcked(extauthzNode, "portico-extauthz", v, extauthzTypes...)
 	api.waitAcked(ratelimitNode, "portico-ratelimit", v, ratelimitTypes...)
-	gw := fetchGatewayView(t, cp.XDS, "e2e-gateway", v)
+	gw := fetchGatewayView(t, gwCP.XDS, "e2e-gateway", v)
 	if gw.extauthzAddr != eaAddr || gw.ratelimitAddr != rlAddr || gw.domain != "portico" {
 		t.Fatalf("gateway view: extauthz %s ratelimit %s domain %q; want %s %s portico", gw.extauthzAddr, gw.ratelimitAddr, gw.domain, eaAddr, rlAddr)
 	}
-	s := &fullStack{api: api, xds: cp.XDS, gw: gw,
+	s := &fullStack{api: api, gw: gw,
 		authz: authv3.NewAuthorizationClient(dialGRPC(t, gw.extauthzAddr)),
 		rls:   rlsv3.NewRateLimitServiceClient(dialGRPC(t, gw.ratelimitAddr))}
 
@@ -381,7 +387,7 @@ func TestFullConfigPath(t *testing.T) {
 		t.Fatalf("extauthz both ACKed and NACKed %s", badV)
 	}
 	api.waitAcked(ratelimitNode, "portico-ratelimit", bad, ratelimitTypes...)
-	fetchGatewayView(t, cp.XDS, "e2e-gateway-2", bad)
+	fetchGatewayView(t, gwCP.XDS, "e2e-gateway-2", bad)
 	after := nacksOf()
 	if after < before+1 {
 		t.Fatalf("portico_controlplane_xds_nacks_total for JWT providers: %v before the push, %v after", before, after)

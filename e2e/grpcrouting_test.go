@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/xdstest"
 )
 
@@ -110,7 +111,7 @@ func assertShare(t *testing.T, what string, counts map[string]int, n int, id str
 // proxyless gRPC client does, and a change of weights applies on the live
 // channel.
 func TestCanaryWeights(t *testing.T) {
-	cp := startControlPlane(t, controlplane.Config{})
+	cp := startControlPlane(t, testdeps.Postgres(t), controlplane.Config{})
 	api := newAdminAPI(t, cp.Admin)
 	stable, canary := startBackend(t, "stable"), startBackend(t, "canary")
 	api.create("clusters", map[string]any{"name": "stable", "endpoints": []any{endpoint(stable)}}, nil)
@@ -148,7 +149,7 @@ func TestCanaryWeights(t *testing.T) {
 // interval needs about 170 RPCs/s, which a loaded machine under -race
 // still makes; ejection then takes at most two intervals.
 func TestOutlierEjection(t *testing.T) {
-	cp := startControlPlane(t, controlplane.Config{})
+	cp := startControlPlane(t, testdeps.Postgres(t), controlplane.Config{})
 	api := newAdminAPI(t, cp.Admin)
 	var backends []*backend
 	var eps []any

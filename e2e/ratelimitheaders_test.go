@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // knownBug skips a test that demonstrates an open bug unless
@@ -31,10 +31,13 @@ func knownBug(t *testing.T, what string) {
 // gets every header twice, with different formats ("1, 1;w=3600" and "1").
 func TestRateLimitHeadersOnce(t *testing.T) {
 	knownBug(t, "duplicate X-RateLimit-* headers: controlplane/compile/listeners.go EnableXRatelimitHeaders plus ratelimitsvc/service/service.go headers()")
-	rlAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cp := startControlPlane(t, controlplane.Config{Compile: compile.Options{RateLimitAddress: rlAddr}})
+	// Two replicas, as in TestFullConfigPath: one serves ratelimitsvc, the
+	// other, told where it listens, the gateway.
+	dbURL := testdeps.Postgres(t)
+	cp := startControlPlane(t, dbURL, controlplane.Config{})
 	const node = "e2e-ratelimit-headers"
-	startRateLimit(t, cp.XDS, rlAddr, node)
+	rlAddr := startRateLimit(t, cp.XDS, "127.0.0.1:0", node).GRPC
+	gwCP := startControlPlane(t, dbURL, controlplane.Config{Compile: compile.Options{RateLimitAddress: rlAddr}})
 	api := newAdminAPI(t, cp.Admin)
 	api.create("clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": 18900}}}, nil)
 	api.create("routes", map[string]any{"name": "open", "match": map[string]any{"pathPrefix": "/open"}, "cluster": "echo",
@@ -43,7 +46,7 @@ func TestRateLimitHeadersOnce(t *testing.T) {
 	v := api.create("ratelimit-rules", map[string]any{"name": "open", "domain": "portico",
 		"descriptors": []any{map[string]any{"key": "route", "value": "open"}}, "limit": 1, "window": "1h"}, nil)
 	api.waitAcked(node, "portico-ratelimit", v, ratelimitTypes...)
-	gw := fetchGatewayView(t, cp.XDS, "e2e-gateway-headers", v)
+	gw := fetchGatewayView(t, gwCP.XDS, "e2e-gateway-headers", v)
 	rls := rlsv3.NewRateLimitServiceClient(dialGRPC(t, gw.ratelimitAddr))
 
 	r := newRequest("GET", "http://api.e2e.test/open")

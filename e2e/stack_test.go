@@ -68,10 +68,11 @@ func runInProcess[A any](t *testing.T, name string, run func(ctx context.Context
 	return addrs
 }
 
-// startControlPlane runs a control plane on a fresh Postgres database.
-func startControlPlane(t *testing.T, cfg controlplane.Config) controlplane.Addrs {
+// startControlPlane runs a control-plane replica on the database at dbURL
+// (from testdeps.Postgres; several replicas may share one).
+func startControlPlane(t *testing.T, dbURL string, cfg controlplane.Config) controlplane.Addrs {
 	t.Helper()
-	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = "127.0.0.1:0", "127.0.0.1:0", testdeps.Postgres(t), testLogger()
+	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = "127.0.0.1:0", "127.0.0.1:0", dbURL, testLogger()
 	return runInProcess(t, "controlplane", func(ctx context.Context, ready chan<- controlplane.Addrs) error {
 		cfg.Ready = ready
 		return controlplane.Run(ctx, cfg)
@@ -90,11 +91,13 @@ func startExtauthz(t *testing.T, xdsAddr, grpcAddr, nodeID string) extauthz.Addr
 }
 
 // startRateLimit runs ratelimitsvc on the shared Redis, under a key prefix
-// of this test's own, as xDS node nodeID.
+// of this test's own, as xDS node nodeID. The Redis timeout is generous: a
+// timeout would put it in degraded mode (local buckets), and the tests
+// assert exact remaining counts.
 func startRateLimit(t *testing.T, xdsAddr, grpcAddr, nodeID string) ratelimitsvc.Addrs {
 	t.Helper()
 	cfg := ratelimitsvc.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", XDSAddr: xdsAddr, NodeID: nodeID, StateDir: t.TempDir(),
-		RedisAddr: testdeps.Redis(t), RedisTimeout: time.Second, Logger: testLogger(),
+		RedisAddr: testdeps.Redis(t), RedisTimeout: 5 * time.Second, Logger: testLogger(),
 		KeyPrefix: fmt.Sprintf("portico:e2e:%s:%d:", t.Name(), time.Now().UnixNano())}
 	return runInProcess(t, "ratelimitsvc", func(ctx context.Context, ready chan<- ratelimitsvc.Addrs) error {
 		cfg.Ready = ready
