@@ -203,7 +203,9 @@ func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnec
 				},
 				TransportApiVersion: corev3.ApiVersion_V3,
 			},
-			EnableXRatelimitHeaders: ratelimitv3.RateLimit_DRAFT_VERSION_03,
+			// No EnableXRatelimitHeaders: ratelimitsvc returns X-RateLimit-*
+			// (and Retry-After) for the most restrictive rule itself; Envoy's
+			// own draft-03 set would give clients every header twice.
 		}, false},
 	}
 	ov := c.usesOverload()
