@@ -481,6 +481,12 @@ func TestRunServesAllRoles(t *testing.T) {
 	if !strings.Contains(string(body), `portico_scheduler_run_transitions_total{to="SUCCEEDED"} 1`) {
 		t.Errorf("metrics missing the SUCCEEDED transition:\n%s", body)
 	}
+	for _, want := range []string{`portico_scheduler_runs{state="RUNNING"} 0`, `portico_scheduler_runs{state="DEAD"} 0`,
+		"portico_scheduler_due_backlog 0"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics missing %q", want)
+		}
+	}
 }
 
 // TestMisfireAfterOutage moves an hourly job's waiting run ten hours into
