@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/portico-io/portico/cachenode/evict"
 )
@@ -160,6 +161,12 @@ type Txn struct {
 	small [4]int
 	held  []int
 	now   int64
+	// The first declared keys and their shards, so handlers that pass the
+	// same slices do not hash them again.
+	known     [2]*byte
+	knownLen  [2]int
+	knownSlot [2]int
+	nknown    int
 }
 
 // Begin locks the shards of keys (in index order, so concurrent multi-key
@@ -171,6 +178,7 @@ func (db *DB) Begin(tx *Txn, keys [][]byte) { db.BeginAt(tx, keys, db.now()) }
 func (db *DB) BeginAt(tx *Txn, keys [][]byte, nowMs int64) {
 	tx.db = db
 	tx.held = tx.small[:0]
+	tx.nknown = 0
 	if len(keys) > len(db.shards)/2 {
 		for i := range db.shards {
 			tx.held = append(tx.held, i)
@@ -178,6 +186,10 @@ func (db *DB) BeginAt(tx *Txn, keys [][]byte, nowMs int64) {
 	} else {
 		for _, k := range keys {
 			s := db.shardOf(k)
+			if tx.nknown < len(tx.known) && len(k) > 0 {
+				tx.known[tx.nknown], tx.knownLen[tx.nknown], tx.knownSlot[tx.nknown] = unsafe.SliceData(k), len(k), s
+				tx.nknown++
+			}
 			dup := false
 			for _, h := range tx.held {
 				if h == s {
@@ -210,7 +222,17 @@ func (tx *Txn) End() {
 // Now is the command's clock reading in unix ms.
 func (tx *Txn) Now() int64 { return tx.now }
 
-func (tx *Txn) shard(key []byte) *shard { return &tx.db.shards[tx.db.shardOf(key)] }
+func (tx *Txn) shard(key []byte) *shard {
+	if len(key) > 0 {
+		p := unsafe.SliceData(key)
+		for i := 0; i < tx.nknown; i++ {
+			if tx.known[i] == p && tx.knownLen[i] == len(key) {
+				return &tx.db.shards[tx.knownSlot[i]]
+			}
+		}
+	}
+	return &tx.db.shards[tx.db.shardOf(key)]
+}
 
 // Get returns the live entry for key, or nil. An expired entry is deleted
 // (lazy expiry). The access updates the eviction metadata.

@@ -35,7 +35,7 @@ func New(r prometheus.Registerer, reg *namespace.Registry, maxmemory int64, clie
 	m := &Metrics{reg: reg, clients: clients, maxmem: maxmemory,
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "portico_cachenode_command_duration_seconds",
-			Help:    "Time to execute a command inside the node (parsing and network excluded), by namespace.",
+			Help:    "Time to execute a command inside the node (parsing and network excluded), by namespace; one command in 8 is sampled.",
 			Buckets: []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 10e-3, 50e-3},
 		}, []string{"namespace"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -58,7 +58,9 @@ func (m *Metrics) Observe(ns *namespace.Namespace, _ string, d time.Duration, is
 		v, _ = m.cache.LoadOrStore(ns, &observers{m.latency.WithLabelValues(ns.Name), m.errors.WithLabelValues(ns.Name)})
 	}
 	o := v.(*observers)
-	o.lat.Observe(d.Seconds())
+	if d >= 0 {
+		o.lat.Observe(d.Seconds())
+	}
 	if isErr {
 		o.err.Inc()
 	}
