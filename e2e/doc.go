@@ -18,13 +18,14 @@
 //   - TestCanaryWeights and TestOutlierEjection: proxyless grpc-go clients
 //     (real xDS clients) route through weighted clusters created by the
 //     admin API (split within a statistical tolerance, weight change applied
-//     live) and eject a backend that fails every call.
+//     live) and eject a backend that fails every call (grpc-go's
+//     success-rate detector, which needs at least 5 hosts).
 //
 // Tests that demonstrate an open bug (TestRateLimitHeadersOnce) skip with
 // a message naming it unless PORTICO_E2E_KNOWN_BUGS is set; they fail until
 // the bug is fixed.
 //
 // What needs a live Envoy (ENVOY_BIN or envoy on PATH; skipped with a
-// message saying so otherwise): TestLiveEnvoy and the TLS tests in
-// envoy_tls_test.go send HTTP through Envoy's listener.
+// message saying so otherwise): TestLiveEnvoy, TestLiveEnvoyStack and the
+// TLS tests in envoy_tls_test.go send HTTP through Envoy's listener.
 package e2e
