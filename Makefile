@@ -34,7 +34,7 @@ stop:
 	@bash e2e/scripts/stop.sh
 
 bench: deps peers
-	$(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee .run/bench.txt
+	set -o pipefail; $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee .run/bench.txt
 
 # envoyproxy/ratelimit's service_cmd: ratelimitsvc's peer test and benchmark.
 peers: $(PORTICO_RATELIMIT_PEER_BIN)
