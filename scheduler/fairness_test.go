@@ -118,3 +118,46 @@ func TestTenantConcurrencyCap(t *testing.T) {
 		t.Fatalf("after one big run finished: %v %v, want exactly one more big lease", tenantsOf(t, e, ls), err)
 	}
 }
+
+// TestTenantRateLimit: with a token bucket of 0.5 runs/s, 5 deep, a
+// tenant's burst takes 5 runs, then nothing until tokens refill by the
+// database clock; other tenants have their own buckets; nothing is dropped.
+func TestTenantRateLimit(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	limited, err := store.Open(ctx, store.Config{DatabaseURL: e.url, TenantRate: 0.5, TenantBurst: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer limited.Close()
+	e.queueRuns(t, "big", 30, 1, time.Hour)
+	e.queueRuns(t, "small", 3, 1, time.Minute)
+	count := func(ls []store.Lease) map[string]int {
+		per := map[string]int{}
+		for _, l := range ls {
+			per[l.Spec.Tenant]++
+		}
+		return per
+	}
+	ls, err := limited.Claim(ctx, "w", 100, time.Minute, 2)
+	if got := count(ls); err != nil || got["big"] != 5 || got["small"] != 3 {
+		t.Fatalf("first claim %v %v, want the burst of 5 for big and small's 3", got, err)
+	}
+	if ls, err := limited.Claim(ctx, "w", 100, time.Minute, 2); err != nil || len(ls) != 0 {
+		t.Fatalf("claim with an empty bucket: %v %v", count(ls), err)
+	}
+	// Four seconds pass for big's bucket: two tokens at 0.5/s.
+	if _, err := e.db.Exec(ctx, `UPDATE scheduler.tenant_bucket SET updated_at = updated_at - interval '4 seconds' WHERE tenant = 'big'`); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := limited.Claim(ctx, "w", 100, time.Minute, 2); err != nil || fmt.Sprint(count(ls)) != "map[big:2]" {
+		t.Fatalf("after 4 s: %v %v, want 2 for big", count(ls), err)
+	}
+	var queued int
+	if err := e.db.QueryRow(ctx, `SELECT count(*) FROM scheduler.scheduled_execution WHERE tenant = 'big' AND status = 'QUEUED'`).Scan(&queued); err != nil || queued != 23 {
+		t.Fatalf("big's waiting runs %d (%v), want 23", queued, err)
+	}
+	if _, err := store.Open(ctx, store.Config{DatabaseURL: e.url, TenantRate: -1}); err == nil {
+		t.Fatal("negative TenantRate accepted")
+	}
+}

@@ -66,7 +66,11 @@ type Config struct {
 	Concurrency     int
 	// TenantMaxRunning caps each tenant's running runs (0: no cap).
 	TenantMaxRunning int
-	Logger           *slog.Logger
+	// TenantRate limits each tenant's dispatches per second with a
+	// TenantBurst-deep token bucket (0: no limit); see store.Config.
+	TenantRate  float64
+	TenantBurst int
+	Logger      *slog.Logger
 	// Listener, when set, is used instead of listening on HTTPAddr.
 	Listener net.Listener
 	// WorkerGRPCAddr serves the gRPC worker API for remote workers
@@ -95,7 +99,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := store.Open(octx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: 20, TenantMaxRunning: cfg.TenantMaxRunning, Logger: log})
+	st, err := store.Open(octx, store.Config{DatabaseURL: cfg.DatabaseURL, MaxConns: 20, TenantMaxRunning: cfg.TenantMaxRunning,
+		TenantRate: cfg.TenantRate, TenantBurst: cfg.TenantBurst, Logger: log})
 	cancel()
 	if err != nil {
 		return err

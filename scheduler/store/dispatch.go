@@ -201,7 +201,8 @@ const tenantLockSpace int32 = 0x7363_6801
 // of its own ready runs, HIGH priority first, locked as read with SKIP
 // LOCKED (so concurrent claimers take different rows); room is $5 minus
 // the tenant's RUNNING runs when $5 > 0 (the per-tenant concurrency cap),
-// else unlimited. The n runs leased are ordered by priority, then by their
+// else unlimited, and at most the tenant's whole bucket tokens ($7, beside
+// $6) when a dispatch rate is set. The n runs leased are ordered by priority, then by their
 // rank within their tenant — tenants take turns, so no tenant's backlog
 // starves the others — then by how long they have been ready.
 var claimSQL = `WITH RECURSIVE tenants AS (
@@ -212,9 +213,10 @@ var claimSQL = `WITH RECURSIVE tenants AS (
 			ORDER BY tenant LIMIT 1), t.k + 1
 		FROM tenants t WHERE t.tenant IS NOT NULL AND t.k < ` + strconv.Itoa(MaxClaimTenants) + `),
 	room AS (
-		SELECT t.tenant, CASE WHEN $5 > 0 THEN $5 - (SELECT count(*) FROM scheduler.scheduled_execution r
-			WHERE r.tenant = t.tenant AND r.status = 'RUNNING') ELSE $3 END AS room
-		FROM tenants t WHERE t.tenant IS NOT NULL AND ($6::text[] IS NULL OR t.tenant = ANY ($6::text[]))),
+		SELECT t.tenant, least(CASE WHEN $5 > 0 THEN $5 - (SELECT count(*) FROM scheduler.scheduled_execution r
+			WHERE r.tenant = t.tenant AND r.status = 'RUNNING') ELSE $3 END, coalesce(a.allow, $3)) AS room
+		FROM tenants t LEFT JOIN unnest($6::text[], $7::int[]) AS a(tenant, allow) ON a.tenant = t.tenant
+		WHERE t.tenant IS NOT NULL AND ($6::text[] IS NULL OR a.tenant IS NOT NULL)),
 	cand AS (
 		SELECT c.id, c.priority, c.ready, row_number() OVER (PARTITION BY r.tenant ORDER BY c.priority, c.ready) AS rn
 		FROM room r CROSS JOIN LATERAL (
@@ -238,13 +240,15 @@ var claimSQL = `WITH RECURSIVE tenants AS (
 // clock (next_attempt_at carries retry backoff and start jitter). maxRank
 // limits the priorities taken (0: HIGH only, 2: all). Runs are taken by
 // priority, then round-robin across tenants (claimSQL). With
-// Config.TenantMaxRunning set, a tenant at its cap gets nothing (its runs
-// wait, never dropped) and claims of one tenant are serialized by a
-// per-tenant advisory lock — a claimer that finds a tenant's lock held
-// skips that tenant — so the cap is exact across processes.
+// Config.TenantMaxRunning set, a tenant at its cap gets nothing, and with
+// Config.TenantRate set, a tenant gets at most its bucket's whole tokens
+// (rate per second, TenantBurst deep); over-limit runs wait, never
+// dropped. Claims of one tenant are then serialized by a per-tenant
+// advisory lock — a claimer that finds a tenant's lock held skips that
+// tenant — so cap and rate hold exactly across processes.
 func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int) ([]Lease, error) {
-	if s.tenantCap <= 0 {
-		return collectLeases(s.pool.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, 0, nil))
+	if s.tenantCap <= 0 && s.tenantRate <= 0 {
+		return collectLeases(s.pool.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, 0, nil, nil))
 	}
 	var out []Lease
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -264,10 +268,65 @@ func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Dura
 		if len(locked) == 0 {
 			return nil
 		}
-		out, err = collectLeases(tx.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, s.tenantCap, locked))
-		return err
+		var (
+			allow  []int32
+			tokens map[string]float64
+		)
+		if s.tenantRate > 0 {
+			if tokens, err = s.refill(ctx, tx, locked); err != nil {
+				return err
+			}
+			for _, t := range locked {
+				allow = append(allow, int32(tokens[t]))
+			}
+		}
+		out, err = collectLeases(tx.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, s.tenantCap, locked, allow))
+		if err != nil || s.tenantRate <= 0 {
+			return err
+		}
+		for _, l := range out {
+			tokens[l.Spec.Tenant]--
+		}
+		left := make([]float64, len(locked))
+		for i, t := range locked {
+			left[i] = tokens[t]
+		}
+		if _, err := tx.Exec(ctx, `UPDATE scheduler.tenant_bucket b SET tokens = x.tokens, updated_at = now()
+			FROM unnest($1::text[], $2::float8[]) AS x(tenant, tokens) WHERE b.tenant = x.tenant`, locked, left); err != nil {
+			return fmt.Errorf("store: claim: bucket: %w", err)
+		}
+		return nil
 	})
 	return out, err
+}
+
+// refill returns the tokens of each tenant's bucket as of now (database
+// clock): min(burst, tokens + rate·elapsed); a new bucket starts full.
+// The caller holds the tenants' claim locks and writes the buckets back.
+func (s *Store) refill(ctx context.Context, tx pgx.Tx, tenants []string) (map[string]float64, error) {
+	rows, _ := tx.Query(ctx, `WITH ins AS (
+			INSERT INTO scheduler.tenant_bucket (tenant, tokens, updated_at) SELECT t, $2, now() FROM unnest($1::text[]) AS t
+			ON CONFLICT (tenant) DO NOTHING RETURNING tenant, tokens)
+		SELECT tenant, tokens FROM ins
+		UNION ALL
+		SELECT tenant, least($2, tokens + $3 * extract(epoch FROM now() - updated_at)::float8) FROM scheduler.tenant_bucket
+		WHERE tenant = ANY ($1::text[]) AND tenant NOT IN (SELECT tenant FROM ins)`, tenants, float64(s.tenantBurst), s.tenantRate)
+	out := map[string]float64{}
+	for rows.Next() {
+		var (
+			t string
+			v float64
+		)
+		if err := rows.Scan(&t, &v); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("store: claim: bucket: %w", err)
+		}
+		out[t] = v
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: claim: bucket: %w", err)
+	}
+	return out, nil
 }
 
 func collectLeases(rows pgx.Rows, err error) ([]Lease, error) {

@@ -52,14 +52,20 @@ type Config struct {
 	// TenantMaxRunning caps each tenant's RUNNING runs at claim time (0:
 	// no cap). Every process sharing the database should use one value.
 	TenantMaxRunning int
-	Logger           *slog.Logger
+	// TenantRate is each tenant's dispatch rate in runs per second (a
+	// token bucket TenantBurst deep, default max(1, rate)); 0: no limit.
+	TenantRate  float64
+	TenantBurst int
+	Logger      *slog.Logger
 }
 
 // Store is the Postgres-backed scheduler store.
 type Store struct {
-	pool      *pgxpool.Pool
-	log       *slog.Logger
-	tenantCap int
+	pool        *pgxpool.Pool
+	log         *slog.Logger
+	tenantCap   int
+	tenantRate  float64
+	tenantBurst int
 }
 
 //go:embed migrations/*.sql
@@ -89,11 +95,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	if cfg.TenantMaxRunning < 0 {
+	if cfg.TenantMaxRunning < 0 || cfg.TenantRate < 0 || cfg.TenantBurst < 0 {
 		pool.Close()
-		return nil, errors.New("store: TenantMaxRunning must not be negative")
+		return nil, errors.New("store: TenantMaxRunning, TenantRate and TenantBurst must not be negative")
 	}
-	return &Store{pool: pool, log: cfg.Logger, tenantCap: cfg.TenantMaxRunning}, nil
+	if cfg.TenantBurst == 0 {
+		cfg.TenantBurst = max(1, int(cfg.TenantRate))
+	}
+	return &Store{pool: pool, log: cfg.Logger, tenantCap: cfg.TenantMaxRunning, tenantRate: cfg.TenantRate,
+		tenantBurst: cfg.TenantBurst}, nil
 }
 
 // Close releases the pool.

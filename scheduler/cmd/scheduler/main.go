@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/portico-io/portico/internal/envflag"
@@ -32,6 +33,8 @@ func main() {
 	tick := envflag.Duration(fs, "tick", "PORTICO_SCHEDULER_TICK", 0, "runner tick (default 1s)")
 	concurrency := envflag.Uint(fs, "worker-concurrency", "PORTICO_SCHEDULER_WORKER_CONCURRENCY", 0, "runs one worker executes at once (default 16)")
 	tenantCap := envflag.Uint(fs, "tenant-max-running", "PORTICO_SCHEDULER_TENANT_MAX_RUNNING", 0, "cap on each tenant's concurrently running runs across all processes (0: none)")
+	tenantRate := envflag.String(fs, "tenant-rate", "PORTICO_SCHEDULER_TENANT_RATE", "0", "each tenant's dispatch rate in runs per second, a token bucket (0: none)")
+	tenantBurst := envflag.Uint(fs, "tenant-burst", "PORTICO_SCHEDULER_TENANT_BURST", 0, "depth of each tenant's token bucket (default max(1, rate))")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	_ = fs.Parse(os.Args[1:])
@@ -41,10 +44,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	rate, err := strconv.ParseFloat(*tenantRate, 64)
+	if err != nil || rate < 0 {
+		fmt.Fprintln(os.Stderr, "scheduler: --tenant-rate must be a non-negative number")
+		os.Exit(2)
+	}
 	cfg := scheduler.Config{
 		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, WorkerID: *workerID,
 		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
-		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), TenantMaxRunning: int(*tenantCap), Logger: log,
+		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), TenantMaxRunning: int(*tenantCap),
+		TenantRate: rate, TenantBurst: int(*tenantBurst), Logger: log,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
