@@ -21,9 +21,12 @@
 //     live) and eject a backend that fails every call (grpc-go's
 //     success-rate detector, which needs at least 5 hosts).
 //
-// Tests that demonstrate an open bug (TestRateLimitHeadersOnce,
-// TestRollbackKeepsRevocations) skip with a message naming it unless
-// PORTICO_E2E_KNOWN_BUGS is set; they fail until the bug is fixed.
+//   - TestRateLimitHeadersOnce: the X-RateLimit-* headers a client gets
+//     through the compiled ratelimit filter appear once each.
+//
+// Tests that demonstrate an open bug (TestRollbackKeepsRevocations) skip
+// with a message naming it unless PORTICO_E2E_KNOWN_BUGS is set; they fail
+// until the bug is fixed.
 //
 // What needs a live Envoy (ENVOY_BIN or envoy on PATH; skipped with a
 // message saying so otherwise): TestLiveEnvoy, TestLiveEnvoyStack and the

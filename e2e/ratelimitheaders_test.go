@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -13,24 +12,14 @@ import (
 	"github.com/portico-io/portico/internal/testdeps"
 )
 
-// knownBug skips a test that demonstrates an open bug unless
-// PORTICO_E2E_KNOWN_BUGS is set, so the suite stays green while the bug is
-// open and the test can be run (and fails) until it is fixed.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("PORTICO_E2E_KNOWN_BUGS") == "" {
-		t.Skipf("SKIPPED: known bug (%s); set PORTICO_E2E_KNOWN_BUGS=1 to run this test, which fails until it is fixed", what)
-	}
-}
-
 // TestRateLimitHeadersOnce: each X-RateLimit-* header reaches the client
-// once. The compiled ratelimit filter has Envoy add x-ratelimit-limit,
-// -remaining and -reset from the descriptor statuses (DRAFT_VERSION_03),
-// and ratelimitsvc also returns X-RateLimit-Limit, -Remaining and -Reset in
-// response_headers_to_add; Envoy appends one set to the other, so a client
-// gets every header twice, with different formats ("1, 1;w=3600" and "1").
+// once. ratelimitsvc returns X-RateLimit-Limit, -Remaining and -Reset in
+// response_headers_to_add; a ratelimit filter compiled with
+// enable_x_ratelimit_headers (DRAFT_VERSION_03) would have Envoy append its
+// own set computed from the descriptor statuses, and clients would get every
+// header twice in two formats ("1, 1;w=3600" and "1"), as they did before
+// controlplane/compile dropped that option.
 func TestRateLimitHeadersOnce(t *testing.T) {
-	knownBug(t, "duplicate X-RateLimit-* headers: controlplane/compile/listeners.go EnableXRatelimitHeaders plus ratelimitsvc/service/service.go headers()")
 	// Two replicas, as in TestFullConfigPath: one serves ratelimitsvc, the
 	// other, told where it listens, the gateway.
 	dbURL := testdeps.Postgres(t)
