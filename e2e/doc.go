@@ -4,6 +4,7 @@
 // What runs always (Postgres and Redis from `make deps`; no Envoy): every
 // component in-process on loopback with random ports, configured only
 // through the admin API.
+//
 //   - TestFullConfigPath: admin API → Postgres → snapshot → xDS → extauthz
 //     and ratelimitsvc ACK; the route configuration compiled for a
 //     portico-gateway node is fetched over ADS, and the ext_authz context
@@ -15,6 +16,7 @@
 //     NACKs is visible in /admin/v1/nodes and /metrics while the rest of the
 //     fleet ACKs the version and extauthz keeps deciding on its last good
 //     policy.
+//
 //   - TestCanaryWeights and TestOutlierEjection: proxyless grpc-go clients
 //     (real xDS clients) route through weighted clusters created by the
 //     admin API (split within a statistical tolerance, weight change applied
