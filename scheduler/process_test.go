@@ -45,9 +45,9 @@ func childMain() int {
 	cfg := scheduler.Config{HTTPAddr: "127.0.0.1:0", DatabaseURL: os.Getenv("PORTICO_DATABASE_URL"),
 		Roles: scheduler.AllRoles, TargetAllowlist: "127.0.0.0/8", WorkerID: os.Getenv("PORTICO_NODE_ID"),
 		Lease: 2 * time.Second, Tick: 100 * time.Millisecond, WorkerPoll: 50 * time.Millisecond,
-		ReapInterval: 200 * time.Millisecond, Logger: log}
+		ReapInterval: 200 * time.Millisecond, ShardTTL: 2 * time.Second, Logger: log}
 	if os.Getenv("PORTICO_CHILD_PROFILE") == "bench" { // default leases, test-speed polling (as River's child)
-		cfg.Lease, cfg.ReapInterval = 0, 0
+		cfg.Lease, cfg.ReapInterval, cfg.ShardTTL = 0, 0, 0
 	}
 	err = scheduler.Run(ctx, cfg)
 	if err != nil {
@@ -227,6 +227,13 @@ func TestThreeProcessesKillAndStop(t *testing.T) {
 		_ = e.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status NOT IN ('SUCCEEDED','DEAD','CANCELLED','SKIPPED')), now()
 			FROM scheduler.scheduled_execution`).Scan(&open, &now)
 		return open == 0 && now.After(endAt)
+	})
+
+	eventually(t, 20*time.Second, "the survivors to hold every shard", func() bool {
+		var live, dead int
+		_ = e.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE owner IN ('p1','p2')), count(*) FILTER (WHERE owner = 'p0')
+			FROM scheduler.shard_lease WHERE expires_at > now()`).Scan(&live, &dead)
+		return live == store.Shards && dead == 0
 	})
 
 	ef.mu.Lock()

@@ -29,6 +29,7 @@ import (
 	"github.com/portico-io/portico/scheduler/notify"
 	"github.com/portico-io/portico/scheduler/reaper"
 	"github.com/portico-io/portico/scheduler/runner"
+	"github.com/portico-io/portico/scheduler/shard"
 	"github.com/portico-io/portico/scheduler/store"
 	"github.com/portico-io/portico/scheduler/target"
 	"github.com/portico-io/portico/scheduler/target/httptarget"
@@ -64,6 +65,11 @@ type Config struct {
 	WorkerPoll      time.Duration
 	ReapInterval    time.Duration
 	Concurrency     int
+	// Unsharded makes every runner scan every due run instead of firing
+	// only its share of the 1024 shards.
+	Unsharded bool
+	// ShardTTL is the shard lease (default 10 s).
+	ShardTTL time.Duration
 	// TenantMaxRunning caps each tenant's running runs (0: no cap).
 	TenantMaxRunning int
 	// TenantRate limits each tenant's dispatches per second with a
@@ -144,7 +150,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return httpserver.Serve(gctx, lis, httpserver.Config{Handler: handler, Gatherer: reg, Health: checks, Logger: log})
 	})
 	if cfg.Roles.Runner {
-		r, err := runner.New(runner.Config{Store: st, Tick: cfg.Tick, Metrics: m, Logger: log})
+		rcfg := runner.Config{Store: st, Tick: cfg.Tick, Metrics: m, Logger: log}
+		if !cfg.Unsharded {
+			sm, err := shard.New(shard.Config{Store: st, ID: cfg.WorkerID, TTL: cfg.ShardTTL, Metrics: m, Logger: log})
+			if err != nil {
+				return err
+			}
+			rcfg.Shards = sm
+			g.Go(func() error { return sm.Run(gctx) })
+		}
+		r, err := runner.New(rcfg)
 		if err != nil {
 			return err
 		}

@@ -27,6 +27,10 @@ type Metrics struct {
 	Deferred prometheus.Counter
 	// BreakerTransitions counts per-host circuit transitions by new state.
 	BreakerTransitions *prometheus.CounterVec
+	// ShardChanges counts shards this process took or released.
+	ShardChanges prometheus.Counter
+	// ShardsOwned is how many of the 1024 shards this process holds.
+	ShardsOwned prometheus.Gauge
 }
 
 // New registers the collectors on reg (nil: a throwaway registry).
@@ -56,8 +60,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Attempts deferred without using an attempt because the target host's circuit was open."}),
 		BreakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_scheduler_target_breaker_transitions_total",
 			Help: "Per-host circuit breaker transitions of HTTP targets, by new state."}, []string{"state"}),
+		ShardChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_shard_ownership_changes_total",
+			Help: "Shards this process took over or released."}),
+		ShardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_scheduler_shards_owned",
+			Help: "Logical shards (of 1024) whose due runs this process fires."}),
 	}
 	reg.MustRegister(m.Lag, m.Transitions, m.Retries, m.DeadLetters, m.LeaseExpirations, m.LeasesLost, m.Notifications, m.Replaced,
-		m.Deferred, m.BreakerTransitions)
+		m.Deferred, m.BreakerTransitions, m.ShardChanges, m.ShardsOwned)
 	return m
 }

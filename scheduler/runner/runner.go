@@ -32,7 +32,23 @@ type Firer interface {
 	Fire(ctx context.Context, batch int, decide func(store.DueRun, time.Time) store.FireDecision) (store.FireResult, error)
 }
 
-var _ Firer = (*store.Store)(nil)
+// ShardFirer fires only the shards a runner holds.
+type ShardFirer interface {
+	FireShards(ctx context.Context, owner string, held []store.ShardLease, batch int,
+		decide func(store.DueRun, time.Time) store.FireDecision) (store.FireResult, error)
+}
+
+// Shards is the runner's view of its shard leases (shard.Manager).
+type Shards interface {
+	Owner() string
+	Held() []store.ShardLease
+	Lost()
+}
+
+var (
+	_ Firer      = (*store.Store)(nil)
+	_ ShardFirer = (*store.Store)(nil)
+)
 
 // Config configures a Runner.
 type Config struct {
@@ -43,8 +59,11 @@ type Config struct {
 	MisfireThreshold time.Duration
 	// MaxPasses bounds claim passes per tick (a pass that claims nothing ends the tick).
 	MaxPasses int
-	Metrics   *metrics.Metrics
-	Logger    *slog.Logger
+	// Shards, when set, restricts firing to the shards held (Store must
+	// then be a ShardFirer); nil fires every due run.
+	Shards  Shards
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 }
 
 // Runner is a long-running firing loop.
@@ -54,6 +73,9 @@ type Runner struct{ cfg Config }
 func New(cfg Config) (*Runner, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("runner: Store is required")
+	}
+	if _, ok := cfg.Store.(ShardFirer); cfg.Shards != nil && !ok {
+		return nil, errors.New("runner: Shards needs a Store that can FireShards")
 	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = DefaultTick
@@ -93,10 +115,22 @@ func (r *Runner) Run(ctx context.Context) error {
 func (r *Runner) tick(ctx context.Context) {
 	for range r.cfg.MaxPasses {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := r.cfg.Store.Fire(pctx, r.cfg.Batch, func(d store.DueRun, now time.Time) store.FireDecision {
-			return Decide(d, now, r.cfg.MisfireThreshold)
-		})
+		decide := func(d store.DueRun, now time.Time) store.FireDecision { return Decide(d, now, r.cfg.MisfireThreshold) }
+		var (
+			res store.FireResult
+			err error
+		)
+		if r.cfg.Shards != nil {
+			res, err = r.cfg.Store.(ShardFirer).FireShards(pctx, r.cfg.Shards.Owner(), r.cfg.Shards.Held(), r.cfg.Batch, decide)
+		} else {
+			res, err = r.cfg.Store.Fire(pctx, r.cfg.Batch, decide)
+		}
 		cancel()
+		if errors.Is(err, store.ErrShardsLost) {
+			r.cfg.Logger.Warn("runner: shard leases lost; rebalancing")
+			r.cfg.Shards.Lost()
+			return
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Error("runner: fire pass failed", "err", err)

@@ -54,8 +54,44 @@ type FireResult struct {
 // SCHEDULED rows (due by the database clock) with SKIP LOCKED, applies
 // decide to each, and inserts the chained slots, all-or-nothing.
 func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow time.Time) FireDecision) (FireResult, error) {
+	return s.fire(ctx, "", nil, batch, decide)
+}
+
+// FireShards is Fire restricted to the shards owner holds: inside the
+// transaction it locks their shard_lease rows FOR SHARE and keeps only
+// those still owned at the same epoch and unexpired, so a runner whose
+// shards were taken over (paused, partitioned) fires nothing — and a
+// takeover waits for a fire transaction in progress. ErrShardsLost when
+// none of the shards is still held.
+func (s *Store) FireShards(ctx context.Context, owner string, held []ShardLease, batch int,
+	decide func(r DueRun, dbNow time.Time) FireDecision) (FireResult, error) {
+	if len(held) == 0 {
+		return FireResult{ByStatus: map[string]int{}}, nil
+	}
+	return s.fire(ctx, owner, held, batch, decide)
+}
+
+func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch int,
+	decide func(r DueRun, dbNow time.Time) FireDecision) (FireResult, error) {
 	res := FireResult{ByStatus: map[string]int{}}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var shards []int16 // nil: every shard (unsharded runner)
+		if held != nil {
+			ids, epochs := make([]int16, len(held)), make([]int64, len(held))
+			for i, h := range held {
+				ids[i], epochs[i] = h.Shard, h.Epoch
+			}
+			rows, _ := tx.Query(ctx, `SELECT l.shard FROM scheduler.shard_lease l
+				JOIN unnest($2::smallint[], $3::bigint[]) AS x(shard, epoch) ON x.shard = l.shard AND x.epoch = l.epoch
+				WHERE l.owner = $1 AND l.expires_at > now() FOR SHARE OF l`, owner, ids, epochs)
+			var err error
+			if shards, err = pgx.CollectRows(rows, pgx.RowTo[int16]); err != nil {
+				return fmt.Errorf("store: fire: shards: %w", err)
+			}
+			if len(shards) == 0 {
+				return ErrShardsLost
+			}
+		}
 		rows, err := tx.Query(ctx, `SELECT e.id, e.schedule_id, e.scheduled_at, e.manual, d.spec,
 				d.enabled AND d.deleted_at IS NULL,
 				EXISTS (SELECT 1 FROM scheduler.scheduled_execution o WHERE o.schedule_id = e.schedule_id
@@ -63,7 +99,8 @@ func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow
 				now()
 			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
 			WHERE e.status = 'SCHEDULED' AND e.scheduled_at <= now()
-			ORDER BY e.scheduled_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED`, batch)
+				AND ($2::smallint[] IS NULL OR (e.schedule_id % 1024)::smallint = ANY ($2::smallint[]))
+			ORDER BY e.scheduled_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED`, batch, shards)
 		if err != nil {
 			return fmt.Errorf("store: fire: %w", err)
 		}

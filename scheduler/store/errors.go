@@ -15,6 +15,9 @@ var (
 	// or concurrencyPolicy REPLACE) while the caller held its lease: stop
 	// the attempt; the write changed nothing.
 	ErrCancelled = errors.New("store: run cancelled")
+	// ErrShardsLost means none of the runner's shard leases is current
+	// (taken over or expired): it fired nothing and must rebalance.
+	ErrShardsLost = errors.New("store: shard leases lost")
 	// ErrFinished refuses to cancel a run that already ended.
 	ErrFinished = errors.New("store: run already finished")
 	// ErrPaused refuses a manual trigger of a paused job (the runner would

@@ -35,6 +35,8 @@ func main() {
 	tenantCap := envflag.Uint(fs, "tenant-max-running", "PORTICO_SCHEDULER_TENANT_MAX_RUNNING", 0, "cap on each tenant's concurrently running runs across all processes (0: none)")
 	tenantRate := envflag.String(fs, "tenant-rate", "PORTICO_SCHEDULER_TENANT_RATE", "0", "each tenant's dispatch rate in runs per second, a token bucket (0: none)")
 	tenantBurst := envflag.Uint(fs, "tenant-burst", "PORTICO_SCHEDULER_TENANT_BURST", 0, "depth of each tenant's token bucket (default max(1, rate))")
+	unsharded := envflag.Bool(fs, "unsharded", "PORTICO_SCHEDULER_UNSHARDED", false, "runners scan every due run instead of their share of the 1024 shards")
+	shardTTL := envflag.Duration(fs, "shard-ttl", "PORTICO_SCHEDULER_SHARD_TTL", 0, "shard lease; a dead runner's shards move after it (default 10s)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	_ = fs.Parse(os.Args[1:])
@@ -53,7 +55,7 @@ func main() {
 		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, WorkerID: *workerID,
 		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
 		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), TenantMaxRunning: int(*tenantCap),
-		TenantRate: rate, TenantBurst: int(*tenantBurst), Logger: log,
+		TenantRate: rate, TenantBurst: int(*tenantBurst), Unsharded: *unsharded, ShardTTL: *shardTTL, Logger: log,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
