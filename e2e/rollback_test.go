@@ -25,7 +25,6 @@ import (
 // rollout controller on a NACK ratio — silently resurrects every
 // credential revoked since.
 func TestRollbackKeepsRevocations(t *testing.T) {
-	knownBug(t, "a config rollback un-revokes tokens and resurrects deleted API keys: controlplane/store/apply.go Rollback restores revocations and apikeys")
 	cp := startControlPlane(t, testdeps.Postgres(t), controlplane.Config{})
 	ea := startExtauthz(t, cp.XDS, "127.0.0.1:0", extauthzNode)
 	api := newAdminAPI(t, cp.Admin)

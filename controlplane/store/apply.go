@@ -225,6 +225,11 @@ func planChanges(ctx context.Context, tx pgx.Tx, head *spec.Config, changes []Ch
 // even when the head already equals to, so that the operator's (or the
 // rollout controller's) decision is on record and the API's "201 with the
 // new version" holds. The config must still validate under today's rules.
+//
+// Identities and credentials — consumers, API keys and revocations — are not
+// rolled back: they keep the head's content. Undoing a bad route must never
+// un-revoke a token, bring back a deleted key, or delete a key a customer
+// was issued since.
 func (s *Store) Rollback(ctx context.Context, meta Meta, to int64, respond Responder) (Result, error) {
 	return s.write(ctx, meta, respond, func(ctx context.Context, tx pgx.Tx, head *spec.Config) (*plan, error) {
 		if to < 0 || to > head.Version {
@@ -234,6 +239,7 @@ func (s *Store) Rollback(ctx context.Context, meta Meta, to int64, respond Respo
 		if err != nil {
 			return nil, err
 		}
+		target.Consumers, target.APIKeys, target.Revocations = head.Consumers, head.APIKeys, head.Revocations
 		writes, err := diffConfigs(head, target)
 		if err != nil {
 			return nil, err

@@ -267,31 +267,42 @@ func TestConfigAtOldVersions(t *testing.T) {
 func TestRollbackReproducesOldVersion(t *testing.T) {
 	s := openStore(t, testdeps.Postgres(t))
 	ctx := testCtx(t)
-	mustApply(t, s, put(cluster("a", 1), ""), put(cluster("b", 2), ""))                                    // 1
-	mustApply(t, s, put(route("r", "a", "/r"), ""), put(&spec.Consumer{Name: "acme", Tenant: "acme"}, "")) // 2
+	mustApply(t, s, put(cluster("a", 1), ""), put(cluster("b", 2), ""))                                                              // 1
+	mustApply(t, s, put(route("r", "a", "/r"), ""), put(cluster("d", 4), ""), put(&spec.Consumer{Name: "acme", Tenant: "acme"}, "")) // 2
 	target := head(t, s)
 	mustApply(t, s, put(route("r", "b", "/r"), `"2"`))             // 3: update
 	mustApply(t, s, put(route("q", "b", "/q"), ""))                // 4: create
-	mustApply(t, s, Change{Kind: spec.KindConsumer, Name: "acme"}) // 5: delete
+	mustApply(t, s, Change{Kind: spec.KindCluster, Name: "d"})     // 5: delete
 	mustApply(t, s, put(cluster("c", 3), ""))                      // 6: unrelated create
+	mustApply(t, s, Change{Kind: spec.KindConsumer, Name: "acme"}) // 7: an identity goes
 	before := counts(t, s)
 
 	res, err := s.Rollback(ctx, Meta{Author: "oncall", Reason: "bad deploy"}, target, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Version != 7 {
+	if res.Version != 8 {
 		t.Fatalf("rollback version = %d", res.Version)
 	}
-	if got, want := configJSON(t, s, res.Version), configJSON(t, s, target); got != want {
-		t.Fatalf("rollback content differs:\n got %s\nwant %s", got, want)
+	// The content is version 2's, except identities and credentials, which
+	// keep the head's: acme stays deleted.
+	want, err := s.ConfigAt(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(want.Consumers, "acme")
+	wantJSON, _ := json.Marshal(spec.Config{Clusters: want.Clusters, Routes: want.Routes, JWTProviders: want.JWTProviders,
+		Consumers: want.Consumers, APIKeys: want.APIKeys, Revocations: want.Revocations, RateLimitRules: want.RateLimitRules,
+		Secrets: want.Secrets, Listeners: want.Listeners})
+	if got := configJSON(t, s, res.Version); got != string(wantJSON) {
+		t.Fatalf("rollback content differs:\n got %s\nwant %s", got, wantJSON)
 	}
 	// A cold replica rebuilds the same bytes from the table.
-	if got, want := configJSON(t, openStore(t, s.cfg.DatabaseURL), res.Version), configJSON(t, s, target); got != want {
-		t.Fatalf("cold rollback content differs:\n got %s\nwant %s", got, want)
+	if got := configJSON(t, openStore(t, s.cfg.DatabaseURL), res.Version); got != string(wantJSON) {
+		t.Fatalf("cold rollback content differs:\n got %s\nwant %s", got, wantJSON)
 	}
 	after := counts(t, s)
-	// r reverted, q deleted, acme recreated, c deleted: four rows, not a copy.
+	// r reverted, q deleted, d recreated, c deleted: four rows, not a copy.
 	if d := after["resources"] - before["resources"]; d != 4 {
 		t.Fatalf("rollback wrote %d resource rows, want 4", d)
 	}
@@ -309,7 +320,7 @@ func TestRollbackReproducesOldVersion(t *testing.T) {
 	}
 	// Rolling back to what the head already is still records a version.
 	res2, err := s.Rollback(ctx, meta, target, nil)
-	if err != nil || res2.Version != 8 {
+	if err != nil || res2.Version != 9 {
 		t.Fatalf("no-op rollback: %+v %v", res2, err)
 	}
 	if _, err := s.Rollback(ctx, meta, 99, nil); !errors.Is(err, ErrNotFound) {
