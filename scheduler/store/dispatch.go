@@ -71,6 +71,19 @@ func (s *Store) FireShards(ctx context.Context, owner string, held []ShardLease,
 	return s.fire(ctx, owner, held, batch, decide)
 }
 
+// shardBitmap encodes shards as the 1024-bit string get_bit reads (bit n
+// is byte n/8, bit n%8 from the least significant); nil means all shards.
+func shardBitmap(shards []int16) []byte {
+	if shards == nil {
+		return nil
+	}
+	b := make([]byte, Shards/8)
+	for _, s := range shards {
+		b[s/8] |= 1 << (s % 8)
+	}
+	return b
+}
+
 func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch int,
 	decide func(r DueRun, dbNow time.Time) FireDecision) (FireResult, error) {
 	res := FireResult{ByStatus: map[string]int{}}
@@ -99,8 +112,8 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 				now()
 			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
 			WHERE e.status = 'SCHEDULED' AND e.scheduled_at <= now()
-				AND ($2::smallint[] IS NULL OR (e.schedule_id % 1024)::smallint = ANY ($2::smallint[]))
-			ORDER BY e.scheduled_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED`, batch, shards)
+				AND ($2::bytea IS NULL OR get_bit($2::bytea, (e.schedule_id % 1024)::int) = 1)
+			ORDER BY e.scheduled_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED`, batch, shardBitmap(shards))
 		if err != nil {
 			return fmt.Errorf("store: fire: %w", err)
 		}
