@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -52,11 +53,67 @@ func newCluster(t testing.TB, size int, tweak func(*Config)) *cluster {
 			_ = n.Stop()
 		}
 	})
+	// All nodes start at once, each with the others as seeds, and found one
+	// ring together (the make run path); later nodes join it (add).
+	addrs := freeAddrs(t, 2*size)
+	var seeds []string
 	for i := range size {
-		c.add(fmt.Sprintf("n%d", i))
-		c.waitNormal(fmt.Sprintf("n%d", i))
+		seeds = append(seeds, addrs[2*i])
+	}
+	for i := range size {
+		id := fmt.Sprintf("n%d", i)
+		cfg := c.baseConfig(id)
+		cfg.GRPCAddr, cfg.HTTPAddr = addrs[2*i], addrs[2*i+1]
+		cfg.Seeds = slices.Delete(slices.Clone(seeds), i, i+1)
+		c.register(id, cfg)
+	}
+	for _, id := range c.ids() {
+		c.start(id)
+	}
+	for _, id := range c.ids() {
+		c.waitNormal(id)
 	}
 	return c
+}
+
+// freeAddrs reserves n loopback ports (released just before the nodes bind
+// them).
+func freeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return out
+}
+
+func (c *cluster) baseConfig(id string) Config {
+	return Config{
+		NodeID: id, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: c.t.TempDir(),
+		Replication: 3, GossipInterval: 20 * time.Millisecond, HintInterval: 20 * time.Millisecond,
+		PhiThreshold: 12, WriteTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second, StartupWait: 5 * time.Second,
+		RepairInterval: time.Hour, RepairDepth: 5, NoSync: true, Now: c.clock.Now,
+		OnHintPass: c.signal,
+	}
+}
+
+func (c *cluster) register(id string, cfg Config) {
+	if c.tweak != nil {
+		c.tweak(&cfg)
+	}
+	c.mu.Lock()
+	c.cfgs[id] = cfg
+	c.order = append(c.order, id)
+	c.mu.Unlock()
 }
 
 func (c *cluster) signal() {
@@ -66,26 +123,12 @@ func (c *cluster) signal() {
 	}
 }
 
-// add starts a new node seeded with the first node.
+// add starts a new node seeded with the first node; it joins the ring.
 func (c *cluster) add(id string) *Node {
 	c.t.Helper()
-	cfg := Config{
-		NodeID: id, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: c.t.TempDir(),
-		Replication: 3, GossipInterval: 20 * time.Millisecond, HintInterval: 20 * time.Millisecond,
-		PhiThreshold: 12, WriteTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second, StartupWait: time.Second,
-		RepairInterval: time.Hour, RepairDepth: 5, NoSync: true, Now: c.clock.Now,
-		OnHintPass: c.signal,
-	}
-	if len(c.order) > 0 {
-		cfg.Seeds = []string{c.node(c.order[0]).GRPCAddr()}
-	}
-	if c.tweak != nil {
-		c.tweak(&cfg)
-	}
-	c.mu.Lock()
-	c.cfgs[id] = cfg
-	c.order = append(c.order, id)
-	c.mu.Unlock()
+	cfg := c.baseConfig(id)
+	cfg.Seeds = []string{c.node(c.ids()[0]).GRPCAddr()}
+	c.register(id, cfg)
 	return c.start(id)
 }
 

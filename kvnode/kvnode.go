@@ -578,31 +578,28 @@ func (n *Node) takePlace(ctx context.Context) {
 	if n.cfg.JoinMode != JoinAuto {
 		return
 	}
+	// Wait to hear every seed (bounded), then either found the ring with
+	// the other seeds or join the ring they already serve.
 	deadline := time.NewTimer(n.cfg.StartupWait)
 	defer deadline.Stop()
 wait:
-	for {
-		changed := n.mem.Changed()
-		cur, _ := n.mem.Rings()
-		if !cur.Empty() {
-			if err := n.Join(ctx); err != nil && ctx.Err() == nil {
-				n.cfg.Logger.Error("kvnode: auto join", "err", err)
-			}
-			return
-		}
-		if n.allSeedsKnown() {
-			break
-		}
+	for !n.allSeedsKnown() {
 		select {
 		case <-ctx.Done():
 			return
-		case <-changed:
+		case <-n.mem.Changed():
 		case <-deadline.C:
 			break wait
 		}
 	}
-	if err := n.bootstrap(); err != nil {
-		n.cfg.Logger.Error("kvnode: bootstrap", "err", err)
+	if _, _, ok := n.founding(); ok {
+		if err := n.bootstrap(); err != nil {
+			n.cfg.Logger.Error("kvnode: bootstrap", "err", err)
+		}
+		return
+	}
+	if err := n.Join(ctx); err != nil && ctx.Err() == nil {
+		n.cfg.Logger.Error("kvnode: auto join", "err", err)
 	}
 }
 
@@ -619,28 +616,54 @@ func (n *Node) allSeedsKnown() bool {
 	return true
 }
 
-// bootstrap founds a ring with every founding member seen so far: members
-// sorted by id interleave their tokens evenly, so nodes that start together
-// agree on a balanced ring without coordination.
+// founding returns the founders (this node and its seeds, sorted by id)
+// and this node's comb of tokens among them, and whether founding is right:
+// every member that already has tokens is a co-founder holding exactly its
+// comb slot. Nodes that start together with each other as seeds therefore
+// agree on one evenly interleaved ring without coordination, whatever order
+// they decide in; a node whose seeds serve some other ring joins it.
+func (n *Node) founding() (founders []string, tokens []uint64, ok bool) {
+	seeds := map[string]bool{n.mem.Self().Addr: true}
+	for _, s := range n.cfg.Seeds {
+		seeds[s] = true
+	}
+	members := n.mem.Snapshot()
+	for _, m := range members {
+		if seeds[m.Addr] && m.State != kvv1.MemberState_MEMBER_STATE_LEFT {
+			founders = append(founders, m.Id)
+		}
+	}
+	slices.Sort(founders)
+	comb := func(id string) []uint64 {
+		k, m := slices.Index(founders, id), len(founders)
+		step := ^uint64(0) / uint64(m*n.cfg.Vnodes)
+		out := make([]uint64, n.cfg.Vnodes)
+		for j := range out {
+			out[j] = uint64(j*m+k) * step
+		}
+		return out
+	}
+	for _, m := range members {
+		if len(m.Tokens) == 0 || m.State == kvv1.MemberState_MEMBER_STATE_LEFT {
+			continue
+		}
+		if !slices.Contains(founders, m.Id) || !slices.Equal(m.Tokens, comb(m.Id)) {
+			return founders, nil, false
+		}
+	}
+	return founders, comb(n.cfg.NodeID), true
+}
+
+// bootstrap founds (or co-founds) the ring with its comb of tokens.
 func (n *Node) bootstrap() error {
 	n.moveMu.Lock()
 	defer n.moveMu.Unlock()
 	if n.mem.Self().State != kvv1.MemberState_MEMBER_STATE_PENDING {
 		return nil
 	}
-	var founders []string
-	for _, m := range n.mem.Snapshot() {
-		if m.State == kvv1.MemberState_MEMBER_STATE_PENDING && m.Id != "" {
-			founders = append(founders, m.Id)
-		}
-	}
-	slices.Sort(founders)
-	k, m := slices.Index(founders, n.cfg.NodeID), len(founders)
-	total := uint64(m * n.cfg.Vnodes)
-	step := ^uint64(0) / total
-	tokens := make([]uint64, n.cfg.Vnodes)
-	for j := range tokens {
-		tokens[j] = uint64(j*m+k) * step
+	founders, tokens, ok := n.founding()
+	if !ok {
+		return errors.New("kvnode: a ring other than ours appeared; join it instead")
 	}
 	n.cfg.Logger.Info("kvnode: founding ring", "founders", founders)
 	return n.persistSelf(kvv1.MemberState_MEMBER_STATE_NORMAL, tokens)
