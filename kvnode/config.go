@@ -129,6 +129,11 @@ func (c *Config) setDefaults() error {
 	if c.RepairInterval <= 0 {
 		c.RepairInterval = antientropy.DefaultInterval
 	}
+	if c.HintWindow >= c.TombstoneGrace {
+		// A hint replayed after its key's tombstone was purged would bring
+		// the deleted value back.
+		return fmt.Errorf("kvnode: hint window %s must be shorter than the tombstone grace %s", c.HintWindow, c.TombstoneGrace)
+	}
 	if c.RepairInterval >= c.TombstoneGrace {
 		return fmt.Errorf("kvnode: repair interval %s must be shorter than the tombstone grace %s", c.RepairInterval, c.TombstoneGrace)
 	}
