@@ -204,3 +204,35 @@ func TestOutlierEjection(t *testing.T) {
 		}
 	}
 }
+
+// TestFailurePercentageEjection: with failure-percentage detection (part of
+// the default outlier detection, here with a short interval), proxyless
+// clients eject a failing backend even in a cluster of two, where the
+// success-rate detector never runs.
+func TestFailurePercentageEjection(t *testing.T) {
+	cp := startControlPlane(t, testdeps.Postgres(t), controlplane.Config{})
+	api := newAdminAPI(t, cp.Admin)
+	good, bad := startBackend(t, "good"), startBackend(t, "bad")
+	bad.fail.Store(true)
+	api.create("clusters", map[string]any{"name": "pair", "endpoints": []any{endpoint(good), endpoint(bad)},
+		"outlierDetection": map[string]any{"interval": "2s", "baseEjectionTime": "60s", "maxEjectionPercent": 50,
+			"failurePercentage": map[string]any{"threshold": 50}}}, nil)
+	v := api.create("routes", map[string]any{"name": "pair", "match": map[string]any{"hosts": []string{"pair.e2e.test"}, "pathPrefix": "/"},
+		"cluster": "pair"}, nil)
+	const node = "e2e-grpc-failure-percentage"
+	c := xdstest.Dial(t, cp.XDS, node, "default", "pair.e2e.test")
+	firstRPC(t, c)
+	api.waitAcked(node, "portico-gateway", v, resource.ClusterType, resource.EndpointType)
+	if first := spread(t, c, 100); first["error"] == 0 {
+		t.Fatalf("the failing backend was never reached: %v", first)
+	}
+	var last map[string]int
+	xdstest.Eventually(t, 30*time.Second, "the failing backend to be ejected", func() bool {
+		before := bad.calls.Load()
+		last = spread(t, c, 100)
+		return last["error"] == 0 && bad.calls.Load() == before
+	})
+	if last["good"] != 100 {
+		t.Fatalf("after the ejection: %v, want every RPC on good", last)
+	}
+}

@@ -219,6 +219,7 @@ func TestInvalidInputChangesNothing(t *testing.T) {
 		{"sliding window burst", "ratelimit-rules", `{"name":"s","domain":"portico","descriptors":[{"key":"consumer"}],"limit":5,"window":"1m","algorithm":"SLIDING_WINDOW","burst":2}`, 422, spec.CodeInvalid, "burst"},
 		{"retries disabled with a policy", "routes", `{"name":"rd","match":{"pathPrefix":"/rd"},"cluster":"echo","retries":{"disabled":true,"numRetries":2}}`, 422, spec.CodeInvalid, "retries.disabled"},
 		{"outlier detection disabled with settings", "clusters", `{"name":"od","endpoints":[{"address":"127.0.0.1","port":1}],"outlierDetection":{"disabled":true,"consecutive5xx":3}}`, 422, spec.CodeInvalid, "outlierDetection.disabled"},
+		{"failure percentage over 100", "clusters", `{"name":"fp","endpoints":[{"address":"127.0.0.1","port":1}],"outlierDetection":{"failurePercentage":{"threshold":101}}}`, 422, spec.CodeInvalid, "outlierDetection.failurePercentage.threshold"},
 		{"reserved cluster name", "clusters", `{"name":"ratelimit","endpoints":[{"address":"127.0.0.1","port":1}]}`, 422, spec.CodeInvalid, "name"},
 		{"unknown algorithm", "ratelimit-rules", `{"name":"s","domain":"portico","descriptors":[{"key":"consumer"}],"limit":5,"window":"1m","algorithm":"LEAKY"}`, 422, spec.CodeInvalid, "algorithm"},
 		{"conflicting match", "routes", `{"name":"zz","match":{"pathPrefix":"/echo"},"cluster":"echo"}`, 422, spec.CodeConflict, "routes/zz: match"},

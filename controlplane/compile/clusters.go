@@ -1,6 +1,7 @@
 package compile
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"time"
@@ -169,6 +170,7 @@ func outlierDetection(od *spec.OutlierDetection) *clusterv3.OutlierDetection {
 			Interval:                 spec.Duration(DefaultOutlierInterval),
 			BaseEjectionTime:         spec.Duration(DefaultBaseEjectionTime),
 			MaxEjectionPercent:       DefaultMaxEjectionPercent,
+			FailurePercentage:        &spec.FailurePercentage{Threshold: DefaultFailurePercentage},
 		}
 	case od.Disabled:
 		return nil
@@ -184,6 +186,15 @@ func outlierDetection(od *spec.OutlierDetection) *clusterv3.OutlierDetection {
 		// default; asking for the detector means asking for ejection.
 		o.ConsecutiveGatewayFailure = u32(od.ConsecutiveGatewayErrors)
 		o.EnforcingConsecutiveGatewayFailure = wrapperspb.UInt32(100)
+	}
+	if fp := od.FailurePercentage; fp != nil {
+		// The one detector proxyless gRPC clients share with Envoy
+		// (grpc-go ignores consecutive errors); by default it works from
+		// two endpoints up.
+		o.FailurePercentageThreshold = wrapperspb.UInt32(fp.Threshold)
+		o.EnforcingFailurePercentage = wrapperspb.UInt32(100)
+		o.FailurePercentageMinimumHosts = wrapperspb.UInt32(cmp.Or(fp.MinimumHosts, 2))
+		o.FailurePercentageRequestVolume = wrapperspb.UInt32(cmp.Or(fp.RequestVolume, DefaultFailurePercentageVolume))
 	}
 	return o
 }

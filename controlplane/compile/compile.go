@@ -76,6 +76,10 @@ const (
 	DefaultOutlierInterval    = 10 * time.Second
 	DefaultBaseEjectionTime   = 30 * time.Second
 	DefaultMaxEjectionPercent = 50
+	// ... and after more than DefaultFailurePercentage of its requests
+	// failed in an interval with at least DefaultFailurePercentageVolume.
+	DefaultFailurePercentage       = 85
+	DefaultFailurePercentageVolume = 20
 	// DefaultRetryOn is what routes without a retry policy retry, on
 	// idempotent methods only: failures where the upstream most likely
 	// did no work.

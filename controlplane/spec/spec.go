@@ -88,6 +88,21 @@ type OutlierDetection struct {
 	Interval                 Duration `json:"interval,omitempty"`
 	BaseEjectionTime         Duration `json:"baseEjectionTime,omitempty"`
 	MaxEjectionPercent       uint32   `json:"maxEjectionPercent,omitempty"`
+	// FailurePercentage ejects an endpoint whose share of failed requests
+	// in an interval passes Threshold — the detector proxyless gRPC clients
+	// implement too (they ignore consecutive errors).
+	FailurePercentage *FailurePercentage `json:"failurePercentage,omitempty"`
+}
+
+// FailurePercentage configures failure-percentage outlier ejection.
+type FailurePercentage struct {
+	// Threshold is the failed share (percent) that ejects.
+	Threshold uint32 `json:"threshold"`
+	// MinimumHosts is how many endpoints the cluster needs for the
+	// detector to run (default 2); RequestVolume how many requests an
+	// endpoint needs in the interval to be judged (default 20).
+	MinimumHosts  uint32 `json:"minimumHosts,omitempty"`
+	RequestVolume uint32 `json:"requestVolume,omitempty"`
 }
 
 // HealthCheck is an active HTTP health check.

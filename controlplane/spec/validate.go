@@ -162,8 +162,11 @@ func (c *Cluster) Validate() error {
 		}
 	}
 	if od := c.OutlierDetection; od != nil {
-		if od.Disabled && *od != (OutlierDetection{Disabled: true}) {
+		if od.Disabled && (od.FailurePercentage != nil || *od != (OutlierDetection{Disabled: true})) {
 			return fieldErr("outlierDetection.disabled", CodeInvalid, "takes no other outlierDetection fields")
+		}
+		if fp := od.FailurePercentage; fp != nil && (fp.Threshold == 0 || fp.Threshold > 100) {
+			return fieldErr("outlierDetection.failurePercentage.threshold", CodeInvalid, "must be 1-100")
 		}
 		if od.MaxEjectionPercent > 100 {
 			return fieldErr("outlierDetection.maxEjectionPercent", CodeInvalid, "must be 0-100")
