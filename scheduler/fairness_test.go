@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/scheduler/runner"
 	"github.com/portico-io/portico/scheduler/store"
 )
 
@@ -159,5 +160,36 @@ func TestTenantRateLimit(t *testing.T) {
 	}
 	if _, err := store.Open(ctx, store.Config{DatabaseURL: e.url, TenantRate: -1}); err == nil {
 		t.Fatal("negative TenantRate accepted")
+	}
+}
+
+// TestTimingWheelFiresWithoutSweep: with the sweep tick an hour long, an
+// every-second job still fires on each slot: the wheel, loaded with the
+// first slot and fed each chained one, wakes the runner at its time.
+func TestTimingWheelFiresWithoutSweep(t *testing.T) {
+	e := newEnv(t)
+	id := e.createJob(t, `{"tenant":"acme","schedule":{"type":"FIXED_RATE","every":"PT1S","anchor":"2026-01-01T00:00:00Z"},
+		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}}}`)
+	rn, err := runner.New(runner.Config{Store: e.st, Tick: time.Hour, Lookahead: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = rn.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, 15*time.Second, "3 slots fired by the wheel", func() bool {
+		var n int
+		_ = e.db.QueryRow(ctx, `SELECT count(*) FROM scheduler.scheduled_execution WHERE schedule_id = $1 AND status = 'QUEUED'`, id).Scan(&n)
+		return n >= 3
+	})
+	var worst float64
+	if err := e.db.QueryRow(ctx, `SELECT max(extract(epoch FROM queued_at - scheduled_at)) FROM scheduler.scheduled_execution
+		WHERE schedule_id = $1 AND status = 'QUEUED'`, id).Scan(&worst); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("worst fire lag under the wheel: %.3fs", worst)
+	if worst > 30 { // the sweep (1 h) cannot have fired them
+		t.Fatalf("fire lag %.1fs", worst)
 	}
 }

@@ -10,11 +10,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/metrics"
 	"github.com/portico-io/portico/scheduler/store"
+	"github.com/portico-io/portico/scheduler/wheel"
 )
 
 // Defaults for zero Config fields.
@@ -23,6 +26,13 @@ const (
 	DefaultBatch            = 500
 	DefaultMisfireThreshold = 60 * time.Second
 	DefaultMaxPasses        = 50
+	// DefaultLookahead is how far ahead the timing wheel is loaded.
+	DefaultLookahead = 2 * time.Minute
+	// wheelResolution is the wheel's slot width (how late past its slot
+	// a wheel-driven fire may start).
+	wheelResolution = 20 * time.Millisecond
+	// maxWheelLoad bounds the instants loaded per pass.
+	maxWheelLoad = 100_000
 	// maxMissedScan bounds the slots FIRE_ALL walks through after an outage.
 	maxMissedScan = 200_000
 )
@@ -30,6 +40,11 @@ const (
 // Firer is the store method a runner needs.
 type Firer interface {
 	Fire(ctx context.Context, batch int, decide func(store.DueRun, time.Time) store.FireDecision) (store.FireResult, error)
+}
+
+// Loader lists upcoming due instants for the timing wheel.
+type Loader interface {
+	DueInstants(ctx context.Context, shards []int16, within time.Duration, limit int) ([]time.Time, time.Time, error)
 }
 
 // ShardFirer fires only the shards a runner holds.
@@ -48,6 +63,7 @@ type Shards interface {
 var (
 	_ Firer      = (*store.Store)(nil)
 	_ ShardFirer = (*store.Store)(nil)
+	_ Loader     = (*store.Store)(nil)
 )
 
 // Config configures a Runner.
@@ -61,13 +77,22 @@ type Config struct {
 	MaxPasses int
 	// Shards, when set, restricts firing to the shards held (Store must
 	// then be a ShardFirer); nil fires every due run.
-	Shards  Shards
-	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	Shards Shards
+	// Lookahead is how far ahead the timing wheel is loaded (default 2
+	// min, reloaded every Lookahead/4); negative turns the wheel off and
+	// leaves the Tick sweep alone. Store must be a Loader for the wheel.
+	Lookahead time.Duration
+	Metrics   *metrics.Metrics
+	Logger    *slog.Logger
 }
 
 // Runner is a long-running firing loop.
-type Runner struct{ cfg Config }
+type Runner struct {
+	cfg   Config
+	wheel *wheel.Wheel
+	// skew is database time − local time, from the last wheel load.
+	skew atomic.Int64
+}
 
 // New validates cfg and fills defaults.
 func New(cfg Config) (*Runner, error) {
@@ -86,6 +111,12 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.MisfireThreshold <= 0 {
 		cfg.MisfireThreshold = DefaultMisfireThreshold
 	}
+	if cfg.Lookahead == 0 {
+		cfg.Lookahead = DefaultLookahead
+	}
+	if _, ok := cfg.Store.(Loader); cfg.Lookahead > 0 && !ok {
+		cfg.Lookahead = -1 // no loader: sweep only
+	}
 	if cfg.MaxPasses <= 0 {
 		cfg.MaxPasses = DefaultMaxPasses
 	}
@@ -98,18 +129,76 @@ func New(cfg Config) (*Runner, error) {
 	return &Runner{cfg: cfg}, nil
 }
 
-// Run fires due runs every tick until ctx is done.
+// Run fires due runs every tick (the sweep) and, with the timing wheel,
+// whenever a loaded or chained slot falls due, until ctx is done.
 func (r *Runner) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Tick)
 	defer t.Stop()
+	var wake <-chan struct{}
+	if r.cfg.Lookahead > 0 {
+		r.wheel = wheel.New(wheelResolution, r.cfg.Lookahead+r.cfg.Lookahead/2, time.Now())
+		wake = r.wheel.C()
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { r.wheel.Run(ctx, r.dbNow) })
+		wg.Go(func() { r.loadLoop(ctx) })
+	}
 	for {
 		r.tick(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-wake:
 		}
 	}
+}
+
+func (r *Runner) dbNow() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }
+
+// loadLoop loads the next Lookahead of due instants of the held shards
+// into the wheel every Lookahead/4 (and soon after start).
+func (r *Runner) loadLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Lookahead / 4)
+	defer t.Stop()
+	for {
+		if err := r.Load(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Warn("runner: loading the timing wheel failed; the sweep still fires", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Load runs one wheel load (exported for tests).
+func (r *Runner) Load(ctx context.Context) error {
+	var shards []int16
+	if r.cfg.Shards != nil {
+		held := r.cfg.Shards.Held()
+		if len(held) == 0 {
+			return nil
+		}
+		shards = make([]int16, len(held))
+		for i, h := range held {
+			shards[i] = h.Shard
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	before := time.Now()
+	instants, now, err := r.cfg.Store.(Loader).DueInstants(lctx, shards, r.cfg.Lookahead, maxWheelLoad)
+	if err != nil {
+		return err
+	}
+	// The database read its clock about halfway through the call.
+	r.skew.Store(int64(now.Sub(before.Add(time.Since(before) / 2))))
+	for _, at := range instants {
+		r.wheel.Add(at)
+	}
+	return nil
 }
 
 func (r *Runner) tick(ctx context.Context) {
@@ -139,6 +228,11 @@ func (r *Runner) tick(ctx context.Context) {
 		}
 		for st, n := range res.ByStatus {
 			r.cfg.Metrics.Transitions.WithLabelValues(st).Add(float64(n))
+		}
+		if r.wheel != nil {
+			for _, at := range res.Chained {
+				r.wheel.Add(at)
+			}
 		}
 		r.cfg.Metrics.Replaced.Add(float64(res.Replaced))
 		r.cfg.Metrics.Transitions.WithLabelValues(store.StatusCancelled).Add(float64(res.Replaced))

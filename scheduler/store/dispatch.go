@@ -48,6 +48,8 @@ type FireResult struct {
 	Lags []time.Duration
 	// Replaced counts runs cancelled by REPLACE.
 	Replaced int
+	// Chained are the slots inserted as SCHEDULED (for the timing wheel).
+	Chained []time.Time
 }
 
 // Fire runs one claim-and-chain transaction: it locks up to batch due
@@ -176,6 +178,7 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 			for _, n := range d.Next {
 				insJobs = append(insJobs, r.ScheduleID)
 				insSlots = append(insSlots, n)
+				res.Chained = append(res.Chained, n)
 			}
 			res.ByStatus[d.Status]++
 		}
@@ -582,4 +585,23 @@ func (s *Store) SucceedMany(ctx context.Context, runIDs, tokens []int64) ([]erro
 		}
 	}
 	return errs, nil
+}
+
+// DueInstants returns the distinct slots of SCHEDULED runs in shards (nil:
+// all) due up to within from now, at most limit of them (earliest first),
+// and the database's now.
+func (s *Store) DueInstants(ctx context.Context, shards []int16, within time.Duration, limit int) ([]time.Time, time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, now, fmt.Errorf("store: due instants: %w", err)
+	}
+	rows, _ := s.pool.Query(ctx, `SELECT DISTINCT scheduled_at FROM scheduler.scheduled_execution
+		WHERE status = 'SCHEDULED' AND scheduled_at <= $1::timestamptz + $2 * interval '1 millisecond'
+			AND ($3::bytea IS NULL OR get_bit($3::bytea, (schedule_id % 1024)::int) = 1)
+		ORDER BY scheduled_at LIMIT $4`, now, within.Milliseconds(), shardBitmap(shards), limit)
+	out, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, now, fmt.Errorf("store: due instants: %w", err)
+	}
+	return out, now, nil
 }
