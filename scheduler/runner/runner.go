@@ -159,16 +159,18 @@ func (r *Runner) dbNow() time.Time { return time.Now().Add(time.Duration(r.skew.
 // loadLoop loads the next Lookahead of due instants of the held shards
 // into the wheel every Lookahead/4 (and soon after start).
 func (r *Runner) loadLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Lookahead / 4)
-	defer t.Stop()
 	for {
+		next := r.cfg.Lookahead / 4
 		if err := r.Load(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("runner: loading the timing wheel failed; the sweep still fires", "err", err)
+		}
+		if r.cfg.Shards != nil && len(r.cfg.Shards.Held()) == 0 {
+			next = min(next, time.Second) // no shards yet: load as soon as some arrive
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(next):
 		}
 	}
 }
