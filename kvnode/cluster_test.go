@@ -100,7 +100,7 @@ func (c *cluster) baseConfig(id string) Config {
 	return Config{
 		NodeID: id, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DataDir: c.t.TempDir(),
 		Replication: 3, GossipInterval: 20 * time.Millisecond, HintInterval: 20 * time.Millisecond,
-		PhiThreshold: 12, WriteTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second, StartupWait: 5 * time.Second,
+		PhiThreshold: 20, WriteTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second, StartupWait: 5 * time.Second,
 		RepairInterval: time.Hour, RepairDepth: 5, NoSync: true, Now: c.clock.Now,
 		OnHintPass: c.signal,
 	}
