@@ -171,6 +171,14 @@ func (n *Node) registerMetrics() {
 		return unix(n.rep.OldestRange())
 	})
 	gauge("repair_ranges", "Ranges this node replicates.", func() float64 { r, _, _ := n.rep.Status(); return float64(len(r)) })
+	gauge("repair_last_pass_ranges_failed", "Ranges the last anti-entropy pass could not repair (a replica down or unreachable).", func() float64 {
+		_, _, last := n.rep.Status()
+		return float64(last.Failed)
+	})
+	gauge("repair_last_pass_keys_streamed", "Keys pulled plus pushed by the last anti-entropy pass.", func() float64 {
+		_, _, last := n.rep.Status()
+		return float64(last.Pulled + last.Pushed)
+	})
 	gauge("ring_ownership_ratio", "Fraction of the key space this node replicates, divided by N (1/nodes when balanced).", func() float64 {
 		cur, _ := n.mem.Rings()
 		return cur.Ownership()[n.cfg.NodeID]

@@ -272,18 +272,18 @@ type BatchItem struct {
 	Error    *ErrBody  `json:"error,omitempty"`
 }
 
-func batchGet(w http.ResponseWriter, r *http.Request, e Engine) {
+// ParseBatchGet validates a batch-get body: known fields only, a valid
+// consistency level and valid keys (the count is capped by the engine).
+func ParseBatchGet(body io.Reader) ([][]byte, coordinator.Level, error) {
 	var req BatchGetRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec := json.NewDecoder(io.LimitReader(body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_body", "body: "+err.Error(), "keys")
-		return
+		return nil, 0, &BadRequest{http.StatusBadRequest, "invalid_body", "keys", "body: " + err.Error()}
 	}
 	l, err := ParseLevel(req.Consistency)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return nil, 0, err
 	}
 	keys := make([][]byte, len(req.Keys))
 	for i, k := range req.Keys {
@@ -291,9 +291,17 @@ func batchGet(w http.ResponseWriter, r *http.Request, e Engine) {
 			var br *BadRequest
 			errors.As(err, &br)
 			br.Field = fmt.Sprintf("keys[%d]", i)
-			writeErr(w, br)
-			return
+			return nil, 0, br
 		}
+	}
+	return keys, l, nil
+}
+
+func batchGet(w http.ResponseWriter, r *http.Request, e Engine) {
+	keys, l, err := ParseBatchGet(r.Body)
+	if err != nil {
+		writeErr(w, err)
+		return
 	}
 	res, err := e.BatchGet(r.Context(), keys, l)
 	if err != nil {

@@ -74,3 +74,28 @@ func TestOversizedBodyIs413EvenWithoutContentLength(t *testing.T) {
 		t.Fatalf("err = %v, want 413", err)
 	}
 }
+
+func FuzzParseBatchGet(f *testing.F) {
+	f.Add([]byte(`{"keys":["a","b"],"consistency":"ONE"}`))
+	f.Add([]byte(`{"keys":[""]}`))
+	f.Add([]byte(`{"keys":["a"],"extra":1}`))
+	f.Add([]byte(`[1,2]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		keys, l, err := ParseBatchGet(bytes.NewReader(body))
+		if err != nil {
+			var br *BadRequest
+			if !errors.As(err, &br) || br.Status != http.StatusBadRequest || br.Field == "" {
+				t.Fatalf("bad rejection %v", err)
+			}
+			return
+		}
+		if l < coordinator.One || l > coordinator.All {
+			t.Fatalf("level %d", l)
+		}
+		for _, k := range keys {
+			if len(k) == 0 || len(k) > MaxKeyBytes {
+				t.Fatalf("key of %d bytes accepted", len(k))
+			}
+		}
+	})
+}
