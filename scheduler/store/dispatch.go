@@ -23,8 +23,9 @@ type DueRun struct {
 	// Live is false when the job is paused or deleted.
 	Live bool
 	// Busy is true when another run of the job is queued, running or
-	// waiting to retry, including runs queued earlier in the same Fire
-	// (for concurrencyPolicy FORBID).
+	// waiting to retry, including runs queued earlier in the same Fire. It
+	// is only looked up for jobs whose concurrencyPolicy is FORBID or
+	// REPLACE (always false for ALLOW, which ignores it).
 	Busy bool
 }
 
@@ -109,8 +110,9 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 		}
 		rows, err := tx.Query(ctx, `SELECT e.id, e.schedule_id, e.scheduled_at, e.manual, d.spec,
 				d.enabled AND d.deleted_at IS NULL,
-				EXISTS (SELECT 1 FROM scheduler.scheduled_execution o WHERE o.schedule_id = e.schedule_id
-					AND o.status IN ('QUEUED','RUNNING','RETRY_WAIT')),
+				d.spec->'execution'->>'concurrencyPolicy' IN ('FORBID', 'REPLACE') AND
+					EXISTS (SELECT 1 FROM scheduler.scheduled_execution o WHERE o.schedule_id = e.schedule_id
+						AND o.status IN ('QUEUED','RUNNING','RETRY_WAIT')),
 				now()
 			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
 			WHERE e.status = 'SCHEDULED' AND e.scheduled_at <= now()
