@@ -674,7 +674,14 @@ func (n *Node) bootstrap() error {
 // coordinators dual-write to this node, then start serving them.
 func (n *Node) Join(ctx context.Context) error {
 	n.moveMu.Lock()
-	if n.mem.Self().State != kvv1.MemberState_MEMBER_STATE_PENDING {
+	switch n.mem.Self().State {
+	case kvv1.MemberState_MEMBER_STATE_PENDING:
+	case kvv1.MemberState_MEMBER_STATE_JOINING:
+		// An earlier attempt stopped part way (a member did not answer the
+		// announcement, or a stream failed): resume with the same tokens.
+		n.moveMu.Unlock()
+		return n.finishJoin(ctx)
+	default:
 		n.moveMu.Unlock()
 		return fmt.Errorf("kvnode: node is already %s", n.mem.Self().State)
 	}
