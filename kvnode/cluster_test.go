@@ -123,11 +123,13 @@ func (c *cluster) signal() {
 	}
 }
 
-// add starts a new node seeded with the first node; it joins the ring.
-func (c *cluster) add(id string) *Node {
+// add starts a new node seeded with the first node; it joins the ring
+// (at once, or on POST /admin/v1/join with JoinManual).
+func (c *cluster) add(id, joinMode string) *Node {
 	c.t.Helper()
 	cfg := c.baseConfig(id)
 	cfg.Seeds = []string{c.node(c.ids()[0]).GRPCAddr()}
+	cfg.JoinMode = joinMode
 	c.register(id, cfg)
 	return c.start(id)
 }

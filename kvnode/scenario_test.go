@@ -288,8 +288,15 @@ func TestJoinAndDecommissionUnderLoad(t *testing.T) {
 	t0 := time.Now()
 	log.waitAcks(t, 60)
 	t.Logf("100 acks after %s", time.Since(t0))
-	c.add("n4")
+	c.add("n4", JoinManual)
+	c.waitUntil("n4 known to n0", 20*time.Second, func() bool { _, ok := c.node("n0").Membership().Member("n4"); return ok })
+	c.mustDo("GET", "n4", "/readyz", nil, nil, http.StatusServiceUnavailable)
+	if cur, _ := c.node("n0").Membership().Rings(); len(cur.Nodes()) != 4 {
+		t.Fatal("a manual-join node entered the ring before POST /admin/v1/join")
+	}
+	c.mustDo("POST", "n4", "/admin/v1/join", nil, nil, http.StatusOK)
 	c.waitNormal("n4")
+	c.mustDo("GET", "n4", "/readyz", nil, nil, http.StatusOK)
 	t.Logf("joined after %s", time.Since(t0))
 	coordMu.Lock()
 	coords = append(coords, "n4")
