@@ -121,7 +121,18 @@ func (m *Membership) Merge(from []*kvv1.Member) bool {
 	defer m.mu.Unlock()
 	ringChanged := false
 	for _, in := range from {
-		if in.GetId() == "" || in.Id == m.cfg.ID {
+		if in.GetId() == "" {
+			continue
+		}
+		if in.Id == m.cfg.ID {
+			// Peers hold a record of us newer than our own (a restart with
+			// the clock behind the last generation): move past it, or every
+			// peer would ignore our heartbeats and judge us down.
+			if me := m.members[m.cfg.ID]; newer(in, me) >= 0 {
+				me.Generation = in.Generation + 1
+				me.Version++
+				ringChanged = true
+			}
 			continue
 		}
 		cur, ok := m.members[in.Id]

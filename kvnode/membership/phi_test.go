@@ -71,3 +71,11 @@ func TestMergeKeepsNewestStateAndBuildsRings(t *testing.T) {
 		t.Fatal("normal member missing from the current ring")
 	}
 }
+
+func TestSelfGenerationMovesPastAStaleNewerRecord(t *testing.T) {
+	m := New(Config{ID: "a", N: 3, Generation: 100})
+	m.Merge([]*kvv1.Member{{Id: "a", Generation: 500, Version: 9}})
+	if g := m.Self().Generation; g <= 500 {
+		t.Fatalf("generation %d, want > 500", g)
+	}
+}
