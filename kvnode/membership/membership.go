@@ -128,7 +128,7 @@ func (m *Membership) Merge(from []*kvv1.Member) bool {
 			// Peers hold a record of us newer than our own (a restart with
 			// the clock behind the last generation): move past it, or every
 			// peer would ignore our heartbeats and judge us down.
-			if me := m.members[m.cfg.ID]; newer(in, me) >= 0 {
+			if me := m.members[m.cfg.ID]; newer(in, me) > 0 {
 				me.Generation = in.Generation + 1
 				me.Version++
 				ringChanged = true

@@ -79,3 +79,13 @@ func TestSelfGenerationMovesPastAStaleNewerRecord(t *testing.T) {
 		t.Fatalf("generation %d, want > 500", g)
 	}
 }
+
+func TestOwnEchoedRecordChangesNothing(t *testing.T) {
+	m := New(Config{ID: "a", N: 3, Generation: 100})
+	if m.Merge([]*kvv1.Member{m.Self()}) {
+		t.Fatal("our own record echoed back changed the ring")
+	}
+	if g := m.Self().Generation; g != 100 {
+		t.Fatalf("generation moved to %d", g)
+	}
+}
