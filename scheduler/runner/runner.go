@@ -23,7 +23,7 @@ import (
 // Defaults for zero Config fields.
 const (
 	DefaultTick             = time.Second
-	DefaultBatch            = 500
+	DefaultBatch            = 1000
 	DefaultMisfireThreshold = 60 * time.Second
 	DefaultMaxPasses        = 50
 	// DefaultLookahead is how far ahead the timing wheel is loaded.
