@@ -418,8 +418,10 @@ func TestMerkleRepairAfterHintsExpired(t *testing.T) {
 		t.Fatalf("second repair streamed %d/%d keys", res.Pulled, res.Pushed)
 	}
 	body := string(c.mustDo("GET", down, "/metrics", nil, nil, http.StatusOK).body)
-	if !strings.Contains(body, "portico_kvnode_repair_last_full_timestamp_seconds") {
-		t.Fatal("repair metric missing")
+	for _, m := range []string{"portico_kvnode_repair_last_full_timestamp_seconds", "portico_kvnode_repair_range_last_repaired_timestamp_seconds{range_end="} {
+		if !strings.Contains(body, m) {
+			t.Fatalf("repair metric %s missing", m)
+		}
 	}
 	if _, full, _ := c.node(down).Repairer().Status(); full.IsZero() {
 		t.Fatal("last full repair time not recorded")
