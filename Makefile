@@ -57,11 +57,14 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 # Generated Go is committed beside the .proto files; protoc comes from Debian
-# (protobuf-compiler), protoc-gen-go is pinned by the go.mod tool directive.
+# (protobuf-compiler), protoc-gen-go and protoc-gen-go-grpc are pinned by the
+# go.mod tool directive.
 proto:
 	@command -v protoc >/dev/null || bash e2e/scripts/deps.sh
 	protoc -I proto -I /usr/include --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
-		--go_out=proto --go_opt=paths=source_relative $(PROTOS)
+		--plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
+		--go_out=proto --go_opt=paths=source_relative \
+		--go-grpc_out=proto --go-grpc_opt=paths=source_relative $(PROTOS)
 
 proto-check: proto
 	@git diff --exit-code --stat -- proto/ || { echo "proto/: generated code is stale; run make proto and commit"; exit 1; }

@@ -1,9 +1,7 @@
 // Package internode is kvnode's node-to-node gRPC protocol: replica reads
 // and writes, hint replay, gossip, Merkle trees and range streaming, all on
-// the one internode port. The messages are generated from
-// proto/portico/kv/v1/kv.proto; the service descriptor is written here by
-// hand because `make proto` runs protoc-gen-go only (no gRPC plugin), and a
-// six-method unary service is a few lines of grpc.ServiceDesc.
+// the one internode port. Messages and service are generated from
+// proto/portico/kv/v1/kv.proto (`make proto`).
 package internode
 
 import (
@@ -35,44 +33,37 @@ type Handler interface {
 
 // Register adds the internode service backed by h to s.
 func Register(s *grpc.Server, h Handler) {
-	s.RegisterService(&grpc.ServiceDesc{
-		ServiceName: ServiceName,
-		HandlerType: (*Handler)(nil),
-		Methods: []grpc.MethodDesc{
-			method("Apply", Handler.Apply),
-			method("Read", Handler.Read),
-			method("Gossip", Handler.Gossip),
-			method("Tree", Handler.Tree),
-			method("Scan", Handler.Scan),
-			method("Rebalance", Handler.Rebalance),
-		},
-		Metadata: "portico/kv/v1/kv.proto",
-	}, h)
+	kvv1.RegisterInternodeServer(s, server{h: h})
 }
 
-// method adapts one Handler method to a grpc.MethodDesc, as generated code
-// would: decode, then call through the interceptor chain.
-func method[Req any, Resp proto.Message, PReq interface {
-	*Req
-	proto.Message
-}](name string, call func(Handler, context.Context, PReq) (Resp, error)) grpc.MethodDesc {
-	full := "/" + ServiceName + "/" + name
-	return grpc.MethodDesc{
-		MethodName: name,
-		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			in := PReq(new(Req))
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			if ic == nil {
-				return call(srv.(Handler), ctx, in)
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: full}
-			return ic(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-				return call(srv.(Handler), ctx, req.(PReq))
-			})
-		},
-	}
+// server adapts Handler to the generated service interface.
+type server struct {
+	kvv1.UnimplementedInternodeServer
+	h Handler
+}
+
+func (s server) Apply(ctx context.Context, in *kvv1.ApplyRequest) (*kvv1.ApplyResponse, error) {
+	return s.h.Apply(ctx, in)
+}
+
+func (s server) Read(ctx context.Context, in *kvv1.ReadRequest) (*kvv1.ReadResponse, error) {
+	return s.h.Read(ctx, in)
+}
+
+func (s server) Gossip(ctx context.Context, in *kvv1.GossipRequest) (*kvv1.GossipResponse, error) {
+	return s.h.Gossip(ctx, in)
+}
+
+func (s server) Tree(ctx context.Context, in *kvv1.TreeRequest) (*kvv1.TreeResponse, error) {
+	return s.h.Tree(ctx, in)
+}
+
+func (s server) Scan(ctx context.Context, in *kvv1.ScanRequest) (*kvv1.ScanResponse, error) {
+	return s.h.Scan(ctx, in)
+}
+
+func (s server) Rebalance(ctx context.Context, in *kvv1.RebalanceRequest) (*kvv1.RebalanceResponse, error) {
+	return s.h.Rebalance(ctx, in)
 }
 
 // Client dials peers lazily and keeps one connection per address. It is
