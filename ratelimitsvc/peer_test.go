@@ -298,7 +298,8 @@ func BenchmarkPeer(b *testing.B) {
 	r := rlReq("bench", []string{"consumer", "acme"}, []string{"path", "/x"})
 	for _, callers := range []int{4, 32} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			n := max(b.N, 20000) // make bench runs -benchtime 1x: still enough requests for a p99
+			// make bench runs -benchtime 1x: still enough requests for a p99.
+			n := max(b.N, 20000)
 			load(b, ours.client, r, callers, min(n, 1000)) // warm up both
 			load(b, peer, r, callers, min(n, 1000))
 			b.ResetTimer()
