@@ -290,6 +290,9 @@ func TestJoinAndDecommissionUnderLoad(t *testing.T) {
 	t.Logf("100 acks after %s", time.Since(t0))
 	c.add("n4", JoinManual)
 	c.waitUntil("n4 known to n0", 20*time.Second, func() bool { _, ok := c.node("n0").Membership().Member("n4"); return ok })
+	// Gossip runs both ways; join needs n4 to have heard the ring (else 409,
+	// which an operator would retry).
+	c.waitUntil("n4 to see the ring", 20*time.Second, func() bool { cur, _ := c.node("n4").Membership().Rings(); return !cur.Empty() })
 	c.mustDo("GET", "n4", "/readyz", nil, nil, http.StatusServiceUnavailable)
 	if cur, _ := c.node("n0").Membership().Rings(); len(cur.Nodes()) != 4 {
 		t.Fatal("a manual-join node entered the ring before POST /admin/v1/join")
