@@ -29,6 +29,7 @@ import (
 	"github.com/portico-io/portico/scheduler/notify"
 	"github.com/portico-io/portico/scheduler/reaper"
 	"github.com/portico-io/portico/scheduler/runner"
+	"github.com/portico-io/portico/scheduler/secret"
 	"github.com/portico-io/portico/scheduler/shard"
 	"github.com/portico-io/portico/scheduler/store"
 	"github.com/portico-io/portico/scheduler/target"
@@ -83,6 +84,10 @@ type Config struct {
 	// (empty: not served unless WorkerGRPCListener is set).
 	WorkerGRPCAddr     string
 	WorkerGRPCListener net.Listener
+	// SecretsDir holds one file per secret name (a mounted Kubernetes
+	// Secret) for target.http.secretRef; read at call time. Empty: no
+	// secrets (jobs with a secretRef are accepted but their runs fail).
+	SecretsDir string
 	// Targets adds executors for target kinds besides HTTP (QUEUE,
 	// CONTAINER …), keyed by target.type; the API accepts those kinds.
 	Targets target.Registry
@@ -126,7 +131,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("scheduler: listen: %w", err)
 		}
 	}
-	httpTarget, err := httptarget.New(httptarget.Config{Guard: guard, OnBreakerState: func(host string, s circuitbreaker.State) {
+	secrets := secret.NewDir(cfg.SecretsDir)
+	httpTarget, err := httptarget.New(httptarget.Config{Guard: guard, Secrets: secrets, OnBreakerState: func(host string, s circuitbreaker.State) {
 		m.BreakerTransitions.WithLabelValues(s.String()).Inc()
 		log.Warn("scheduler: target circuit changed", "host", host, "state", s.String())
 	}})
@@ -139,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var handler http.Handler
 	if cfg.Roles.API {
-		a, err := api.New(api.Config{Store: st, Guard: guard, TargetKinds: targets.Kinds(), Logger: log})
+		a, err := api.New(api.Config{Store: st, Guard: guard, TargetKinds: targets.Kinds(), Secrets: secrets, Logger: log})
 		if err != nil {
 			return err
 		}

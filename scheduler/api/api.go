@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/secret"
 	"github.com/portico-io/portico/scheduler/store"
 )
 
@@ -58,7 +60,11 @@ type Config struct {
 	// TargetKinds are the non-HTTP target kinds accepted, with their
 	// validators (target.Registry.Kinds); nil means HTTP only.
 	TargetKinds map[string]jobspec.KindValidator
-	Logger      *slog.Logger
+	// Secrets, when configured, is where target.http.secretRef must name
+	// an existing file at create/PATCH (422 otherwise). Unconfigured, the
+	// reference is accepted and resolved by whichever worker runs it.
+	Secrets *secret.Dir
+	Logger  *slog.Logger
 }
 
 // API serves /v1; safe for concurrent use.
@@ -180,7 +186,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := spec.NormalizeKinds(a.cfg.Guard, a.cfg.TargetKinds); err != nil {
+	if err := a.validate(spec); err != nil {
 		return err
 	}
 	canonical, err := json.Marshal(spec)
@@ -335,7 +341,7 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := spec.NormalizeKinds(a.cfg.Guard, a.cfg.TargetKinds); err != nil {
+	if err := a.validate(spec); err != nil {
 		return err
 	}
 	j, err := a.cfg.Store.ReplaceSpec(r.Context(), id, version, spec)
@@ -343,6 +349,25 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return writeJob(w, http.StatusOK, j)
+}
+
+// validate normalizes spec and checks that a secretRef names an existing
+// secret when this scheduler has a secrets directory.
+func (a *API) validate(spec *jobspec.Spec) error {
+	if err := spec.NormalizeKinds(a.cfg.Guard, a.cfg.TargetKinds); err != nil {
+		return err
+	}
+	if h := spec.Target.HTTP; h != nil && h.SecretRef != nil && a.cfg.Secrets.Configured() {
+		err := a.cfg.Secrets.Check(h.SecretRef.Name)
+		if errors.Is(err, secret.ErrNotFound) {
+			return &jobspec.FieldError{Field: "target.http.secretRef.name",
+				Message: fmt.Sprintf("secret %q is not in the secrets directory %s", h.SecretRef.Name, a.cfg.Secrets.Path())}
+		}
+		if err != nil {
+			return &jobspec.FieldError{Field: "target.http.secretRef.name", Message: err.Error()}
+		}
+	}
+	return nil
 }
 
 // mergePatch applies an RFC 7386 JSON merge patch.

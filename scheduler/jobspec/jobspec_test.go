@@ -156,3 +156,46 @@ func TestPriorityJitterAndReplaceValidation(t *testing.T) {
 		t.Fatalf("jitter hardly spreads: %v", seen)
 	}
 }
+
+func TestSecretRefAndMaxDeferValidation(t *testing.T) {
+	spec := func(http, exec string) *Spec {
+		s, err := Decode(strings.NewReader(`{"tenant":"t","schedule":{"type":"ONE_OFF","at":"2030-01-01T00:00:00Z"},
+			"target":{"type":"HTTP","http":` + http + `},"execution":` + exec + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for in, field := range map[string]string{
+		`{"url":"http://x.test/","secretRef":{"name":"a/b"}}`:                                         "target.http.secretRef.name",
+		`{"url":"http://x.test/","secretRef":{"name":"..data"}}`:                                      "target.http.secretRef.name",
+		`{"url":"http://x.test/","secretRef":{"name":"k","header":"Host"}}`:                           "target.http.secretRef.header",
+		`{"url":"http://x.test/","secretRef":{"name":"k","header":"a:b"}}`:                            "target.http.secretRef.header",
+		`{"url":"http://x.test/","headers":{"authorization":"x"},"secretRef":{"name":"k"}}`:           "target.http.secretRef.header",
+		`{"url":"http://x.test/","secretRef":{"name":"k","prefix":"Bearer \u0000"}}`:                  "target.http.secretRef.prefix",
+		`{"url":"http://x.test/","secretRef":{"name":"token.v2_A-1","header":"X-Key","prefix":"K "}}`: "",
+	} {
+		err := spec(in, `{}`).Normalize(nil)
+		var fe *FieldError
+		switch {
+		case field == "" && err != nil:
+			t.Errorf("%s: %v", in, err)
+		case field != "" && (!errors.As(err, &fe) || fe.Field != field):
+			t.Errorf("%s: %v, want a field error on %s", in, err, field)
+		}
+	}
+	s := spec(`{"url":"http://x.test/","secretRef":{"name":"k"}}`, `{}`)
+	if err := s.Normalize(nil); err != nil || s.Target.HTTP.SecretRef.Header != "Authorization" ||
+		s.Execution.MaxDeferSeconds != DefaultMaxDeferSeconds || s.Execution.MaxDefer() != time.Hour {
+		t.Fatalf("defaults: %v %+v %+v", err, s.Target.HTTP.SecretRef, s.Execution)
+	}
+	if (Execution{}).MaxDefer() != time.Hour {
+		t.Fatal("a spec stored before maxDeferSeconds existed must get the default")
+	}
+	for _, bad := range []string{`{"maxDeferSeconds":-1}`, `{"maxDeferSeconds":604801}`} {
+		var fe *FieldError
+		if err := spec(`{"url":"http://x.test/"}`, bad).Normalize(nil); !errors.As(err, &fe) || fe.Field != "execution.maxDeferSeconds" {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}

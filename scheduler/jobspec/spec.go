@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/scheduler/cron"
+	"github.com/portico-io/portico/scheduler/secret"
 )
 
 // Schedule types, policies and limits.
@@ -55,6 +56,11 @@ const (
 	DefaultInitialBackoffMs = 1000
 	DefaultMaxBackoffMs     = 60000
 	DefaultMisfireCap       = 100
+	// DefaultMaxDeferSeconds: an hour of open circuit is an outage to
+	// dead-letter and notify about, not to wait out silently.
+	DefaultMaxDeferSeconds = 3600
+	// MaxMaxDeferSeconds caps execution.maxDeferSeconds (7 days).
+	MaxMaxDeferSeconds = 7 * 24 * 3600
 	// MinFixedRate is the smallest FIXED_RATE interval accepted.
 	MinFixedRate = time.Second
 )
@@ -118,7 +124,22 @@ type HTTPTarget struct {
 	Method  string            `json:"method,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
 	Body    string            `json:"body,omitempty"`
+	// SecretRef names a secret whose value is read at call time and sent
+	// as a header; only the reference is ever stored or returned.
+	SecretRef *SecretRef `json:"secretRef,omitempty"`
 }
+
+// SecretRef sends Prefix + the value of secret Name (a file in the
+// scheduler's secrets directory) as header Header (default
+// Authorization), e.g. {"name":"billing-token","prefix":"Bearer "}.
+type SecretRef struct {
+	Name   string `json:"name"`
+	Header string `json:"header,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+}
+
+// DefaultSecretHeader is the header a secretRef without one sets.
+const DefaultSecretHeader = "Authorization"
 
 // Execution is how the scheduler runs the job.
 type Execution struct {
@@ -134,6 +155,20 @@ type Execution struct {
 	// amount in [0, JitterSeconds) derived from its idempotency key, to
 	// spread "everyone at midnight" load.
 	JitterSeconds int `json:"jitterSeconds,omitempty"`
+	// MaxDeferSeconds bounds how long a run may keep being deferred by an
+	// open circuit without an attempt (counted from the first deferral
+	// since its last real attempt); past it the run goes DEAD with reason
+	// CIRCUIT_OPEN. Default DefaultMaxDeferSeconds.
+	MaxDeferSeconds int `json:"maxDeferSeconds,omitempty"`
+}
+
+// MaxDefer is the run's deferral bound; specs stored before the field
+// existed (0) get the default.
+func (e Execution) MaxDefer() time.Duration {
+	if e.MaxDeferSeconds <= 0 {
+		return DefaultMaxDeferSeconds * time.Second
+	}
+	return time.Duration(e.MaxDeferSeconds) * time.Second
 }
 
 // PriorityRank maps a priority to its claim order (0 first).
@@ -354,8 +389,30 @@ func (t *Target) normalize(g *Guard, kinds map[string]KindValidator) error {
 		if !headerName.MatchString(k) || strings.ContainsAny(v, "\r\n") {
 			return fieldErr("target.http.headers", "invalid header %q", k)
 		}
-		if strings.EqualFold(k, "Idempotency-Key") || strings.EqualFold(k, "Host") || strings.EqualFold(k, "Content-Length") {
+		if reservedHeader(k) {
 			return fieldErr("target.http.headers", "header %q is set by the scheduler", k)
+		}
+	}
+	if ref := h.SecretRef; ref != nil {
+		if !secret.ValidName(ref.Name) {
+			return fieldErr("target.http.secretRef.name", "must be a Secret key: 1-253 of [-._a-zA-Z0-9], not . or ..*")
+		}
+		if ref.Header == "" {
+			ref.Header = DefaultSecretHeader
+		}
+		if !headerName.MatchString(ref.Header) {
+			return fieldErr("target.http.secretRef.header", "invalid header name %q", ref.Header)
+		}
+		if reservedHeader(ref.Header) {
+			return fieldErr("target.http.secretRef.header", "header %q is set by the scheduler", ref.Header)
+		}
+		for k := range h.Headers {
+			if strings.EqualFold(k, ref.Header) {
+				return fieldErr("target.http.secretRef.header", "header %q is also in target.http.headers", ref.Header)
+			}
+		}
+		if len(ref.Prefix) > 256 || strings.ContainsFunc(ref.Prefix, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+			return fieldErr("target.http.secretRef.prefix", "at most 256 bytes without control characters")
 		}
 	}
 	if len(t.Payload) > 0 && h.Body != "" {
@@ -370,6 +427,16 @@ func (t *Target) normalize(g *Guard, kinds map[string]KindValidator) error {
 		}
 	}
 	return nil
+}
+
+// reservedHeader reports headers the scheduler sets itself.
+func reservedHeader(k string) bool {
+	for _, r := range []string{"Idempotency-Key", "Host", "Content-Length"} {
+		if strings.EqualFold(k, r) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Execution) normalize() error {
@@ -411,6 +478,12 @@ func (e *Execution) normalize() error {
 	}
 	if e.JitterSeconds < 0 || e.JitterSeconds > MaxJitterSeconds {
 		return fieldErr("execution.jitterSeconds", "must be 0..%d", MaxJitterSeconds)
+	}
+	if e.MaxDeferSeconds == 0 {
+		e.MaxDeferSeconds = DefaultMaxDeferSeconds
+	}
+	if e.MaxDeferSeconds < 1 || e.MaxDeferSeconds > MaxMaxDeferSeconds {
+		return fieldErr("execution.maxDeferSeconds", "must be 1..%d", MaxMaxDeferSeconds)
 	}
 	switch e.MisfirePolicy {
 	case "":

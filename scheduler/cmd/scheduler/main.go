@@ -23,6 +23,7 @@ func main() {
 	grpcAddr := envflag.String(fs, "worker-grpc-addr", "PORTICO_SCHEDULER_WORKER_GRPC_ADDR", scheduler.DefaultWorkerGRPCAddr, "gRPC worker API listen address for remote workers (empty: off)")
 	db := envflag.String(fs, "database-url", "PORTICO_DATABASE_URL", scheduler.DefaultDatabaseURL, "PostgreSQL URL")
 	allow := envflag.String(fs, "target-allowlist", "PORTICO_SCHEDULER_TARGET_ALLOWLIST", "", "comma-separated host:port, host or CIDR HTTP targets may use; empty = public addresses only")
+	secretsDir := envflag.String(fs, "secrets-dir", "PORTICO_SCHEDULER_SECRETS_DIR", "", "directory with one file per secret name (a mounted Kubernetes Secret) for HTTP targets' secretRef; re-read on every call")
 	roleAPI := fs.Bool("api", true, "serve the REST API")
 	roleRunner := fs.Bool("runner", true, "fire due runs")
 	roleWorker := fs.Bool("worker", true, "execute runs")
@@ -52,7 +53,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := scheduler.Config{
-		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, WorkerID: *workerID,
+		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, SecretsDir: *secretsDir, WorkerID: *workerID,
 		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
 		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), TenantMaxRunning: int(*tenantCap),
 		TenantRate: rate, TenantBurst: int(*tenantBurst), Unsharded: *unsharded, ShardTTL: *shardTTL, Logger: log,

@@ -23,12 +23,14 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
 	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/secret"
 	"github.com/portico-io/portico/scheduler/target"
 )
 
@@ -48,6 +50,9 @@ type Config struct {
 	BreakerFailures  uint
 	BreakerDelay     time.Duration
 	BreakerSuccesses uint
+	// Secrets resolves target.http.secretRef at call time (nil: a job
+	// with a secretRef fails its attempt as Fatal).
+	Secrets *secret.Dir
 	// OnBreakerState, when set, is told of every host circuit transition
 	// (metrics, tests). It must not block.
 	OnBreakerState func(host string, state circuitbreaker.State)
@@ -142,6 +147,16 @@ func (t *Target) Deliver(ctx context.Context, d target.Delivery) target.Result {
 	if h == nil {
 		return target.Result{Outcome: target.Fatal, Message: "no HTTP target"}
 	}
+	// The secret is read per attempt (rotation needs no restart) and
+	// before the breaker: a missing secret says nothing about the host.
+	var secretValue string
+	if ref := h.SecretRef; ref != nil {
+		v, err := t.cfg.Secrets.Value(ref.Name)
+		if err != nil {
+			return target.Result{Outcome: target.Fatal, Message: fmt.Sprintf("SECRET_UNAVAILABLE: target.http.secretRef %q: %v", ref.Name, err)}
+		}
+		secretValue = v
+	}
 	host := hostKey(h.URL)
 	cb := t.breaker(host)
 	if !cb.TryAcquirePermit() {
@@ -153,7 +168,12 @@ func (t *Target) Deliver(ctx context.Context, d target.Delivery) target.Result {
 		return target.Result{Outcome: target.Deferred, RetryAfter: wait,
 			Message: fmt.Sprintf("circuit open for %s; deferred %s without using an attempt", host, wait.Round(time.Millisecond))}
 	}
-	res := t.call(ctx, d, h)
+	res := t.call(ctx, d, h, secretValue)
+	if secretValue != "" {
+		// A target may echo the header back in an error body, which would
+		// land in the run record and logs.
+		res.Message = strings.ReplaceAll(res.Message, secretValue, "[REDACTED]")
+	}
 	switch {
 	case res.Outcome == target.Retryable && ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded):
 		// Our own cancellation (lost lease, cancelled run, shutdown) says
@@ -169,13 +189,16 @@ func (t *Target) Deliver(ctx context.Context, d target.Delivery) target.Result {
 	return res
 }
 
-func (t *Target) call(ctx context.Context, d target.Delivery, h *jobspec.HTTPTarget) target.Result {
+func (t *Target) call(ctx context.Context, d target.Delivery, h *jobspec.HTTPTarget, secretValue string) target.Result {
 	req, err := http.NewRequestWithContext(ctx, h.Method, h.URL, bytes.NewReader(d.Payload()))
 	if err != nil {
 		return target.Result{Outcome: target.Fatal, Message: err.Error()}
 	}
 	for k, v := range h.Headers {
 		req.Header.Set(k, v)
+	}
+	if ref := h.SecretRef; ref != nil {
+		req.Header.Set(ref.Header, ref.Prefix+secretValue)
 	}
 	if len(d.Spec.Target.Payload) > 0 && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
