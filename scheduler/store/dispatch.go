@@ -464,7 +464,7 @@ func (s *Store) RetryLater(ctx context.Context, runID, token int64, delay time.D
 	var n int64
 	err := s.pool.QueryRow(ctx, `WITH src AS (UPDATE scheduler.scheduled_execution
 		SET status = 'RETRY_WAIT', attempt = attempt + 1, next_attempt_at = now() + $3 * interval '1 millisecond',
-			lease_expires_at = NULL, last_error = $4, updated_at = now()
+			lease_expires_at = NULL, last_error = $4, updated_at = now(), deferred_since = NULL
 		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'
 		RETURNING id, schedule_id, scheduled_at, attempt - 1 AS failed_attempt, last_error AS err, false AS dead)`+notifyCTE+`
 		SELECT count(*) FROM src`, runID, token, delay.Milliseconds(), msg).Scan(&n)
@@ -504,7 +504,7 @@ func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
 			attempt = CASE WHEN x.last THEN e.attempt ELSE e.attempt + 1 END,
 			next_attempt_at = CASE WHEN x.last THEN NULL ELSE now() + random() * x.cap_ms * interval '1 millisecond' END,
 			finished_at = CASE WHEN x.last THEN now() END,
-			lease_token = e.lease_token + 1, lease_expires_at = NULL,
+			lease_token = e.lease_token + 1, lease_expires_at = NULL, deferred_since = NULL,
 			last_error = 'lease expired (worker ' || coalesce(e.worker_id, '?') || ' stopped heartbeating)', updated_at = now()
 		FROM expired x WHERE x.id = e.id
 		RETURNING e.id, e.schedule_id, e.scheduled_at, CASE WHEN x.last THEN e.attempt ELSE e.attempt - 1 END AS failed_attempt,
@@ -528,15 +528,39 @@ func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
 	return r, nil
 }
 
+// ReasonCircuitOpen prefixes the last_error of a run dead-lettered
+// because its target's circuit stayed open past execution.maxDeferSeconds.
+const ReasonCircuitOpen = "CIRCUIT_OPEN"
+
 // Defer puts a run back to RETRY_WAIT for delay without using an attempt
 // (the target refused to try: its circuit is open) and without
-// notifications; ErrLeaseLost/ErrCancelled as for the other writes.
-func (s *Store) Defer(ctx context.Context, runID, token int64, delay time.Duration, msg string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
-		SET status = 'RETRY_WAIT', next_attempt_at = now() + $3 * interval '1 millisecond',
-			lease_expires_at = NULL, last_error = $4, updated_at = now()
-		WHERE id = $1 AND lease_token = $2 AND status = 'RUNNING'`, runID, token, delay.Milliseconds(), msg)
-	return s.fenced(ctx, runID, "defer", tag.RowsAffected(), err)
+// notifications. The first deferral since the run's last real attempt
+// starts its deferral clock (database time); the wait is cut to end when
+// maxDefer has passed on it, and a deferral at or past that point moves
+// the run to DEAD instead, with last_error "CIRCUIT_OPEN: …" and the
+// onFailure/onDeadLetter notifications of Dead, in the same statement.
+// dead reports which happened; ErrLeaseLost/ErrCancelled as for the other
+// writes.
+func (s *Store) Defer(ctx context.Context, runID, token int64, delay, maxDefer time.Duration, msg string) (dead bool, err error) {
+	var n int64
+	err = s.pool.QueryRow(ctx, `WITH upd AS (UPDATE scheduler.scheduled_execution e
+		SET status = CASE WHEN x.past THEN 'DEAD' ELSE 'RETRY_WAIT' END,
+			deferred_since = x.since,
+			next_attempt_at = CASE WHEN x.past THEN e.next_attempt_at
+				ELSE least(now() + $3 * interval '1 millisecond', x.since + $4 * interval '1 millisecond') END,
+			finished_at = CASE WHEN x.past THEN now() END,
+			lease_expires_at = NULL, updated_at = now(),
+			last_error = CASE WHEN x.past THEN '`+ReasonCircuitOpen+`: target circuit still open after execution.maxDeferSeconds=' ||
+				($4 / 1000)::bigint || ' (deferred since ' || to_char(x.since AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || '): ' || $5
+				ELSE $5 END
+		FROM (SELECT id, coalesce(deferred_since, now()) AS since,
+				coalesce(deferred_since, now()) + $4 * interval '1 millisecond' <= now() AS past
+			FROM scheduler.scheduled_execution WHERE id = $1) x
+		WHERE e.id = x.id AND e.lease_token = $2 AND e.status = 'RUNNING'
+		RETURNING e.id, e.schedule_id, e.scheduled_at, e.attempt AS failed_attempt, e.last_error AS err, x.past AS dead),
+		src AS (SELECT * FROM upd WHERE dead)`+notifyCTE+`
+		SELECT count(*), coalesce(bool_or(dead), false) FROM upd`, runID, token, delay.Milliseconds(), maxDefer.Milliseconds(), msg).Scan(&n, &dead)
+	return dead, s.fenced(ctx, runID, "defer", n, err)
 }
 
 // Leased returns the lease a worker holds on a RUNNING run, or

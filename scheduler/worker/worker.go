@@ -48,7 +48,7 @@ type Store interface {
 	Succeed(ctx context.Context, runID, token int64) error
 	RetryLater(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
 	Dead(ctx context.Context, runID, token int64, msg string) error
-	Defer(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
+	Defer(ctx context.Context, runID, token int64, delay, maxDefer time.Duration, msg string) (dead bool, err error)
 }
 
 // BatchSucceeder is optionally implemented by a Store to record many
@@ -380,6 +380,9 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 	}
 	Observe(w.cfg.Metrics, res, to)
 	if to == store.StatusDead {
+		if res.Outcome == target.Deferred {
+			msg = store.ReasonCircuitOpen + ": deferred past execution.maxDeferSeconds; " + msg
+		}
 		w.cfg.Logger.Warn("worker: run dead-lettered", "run", l.RunID, "job", l.ScheduleID, "attempt", l.Attempt, "err", msg)
 	}
 }
@@ -389,13 +392,15 @@ type Recorder interface {
 	Succeed(ctx context.Context, runID, token int64) error
 	RetryLater(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
 	Dead(ctx context.Context, runID, token int64, msg string) error
-	Defer(ctx context.Context, runID, token int64, delay time.Duration, msg string) error
+	Defer(ctx context.Context, runID, token int64, delay, maxDefer time.Duration, msg string) (dead bool, err error)
 }
 
 // Record applies the job's retry policy to an attempt's result and writes
 // the run's new status (SUCCEEDED, RETRY_WAIT or DEAD), every write
 // conditioned on l.Token. u in [0, 1) draws the full-jitter backoff. A
-// Deferred result returns RETRY_WAIT without using an attempt. Local
+// Deferred result returns RETRY_WAIT without using an attempt, or DEAD
+// (reason CIRCUIT_OPEN) once the run has been deferred for the job's
+// execution.maxDeferSeconds since its last real attempt. Local
 // workers and the gRPC worker API both record through it.
 func Record(ctx context.Context, st Recorder, l store.Lease, res target.Result, u float64) (string, error) {
 	exec := l.Spec.Execution
@@ -403,7 +408,11 @@ func Record(ctx context.Context, st Recorder, l store.Lease, res target.Result, 
 	case res.Outcome == target.Succeeded:
 		return store.StatusSucceeded, st.Succeed(ctx, l.RunID, l.Token)
 	case res.Outcome == target.Deferred:
-		return store.StatusRetryWait, st.Defer(ctx, l.RunID, l.Token, res.RetryAfter, res.Message)
+		dead, err := st.Defer(ctx, l.RunID, l.Token, res.RetryAfter, exec.MaxDefer(), res.Message)
+		if dead {
+			return store.StatusDead, err
+		}
+		return store.StatusRetryWait, err
 	case res.Outcome == target.Retryable && l.Attempt < exec.Retry.MaxAttempts:
 		return store.StatusRetryWait, st.RetryLater(ctx, l.RunID, l.Token, Backoff(exec.Retry, l.Attempt, u), res.Message)
 	default:
@@ -415,12 +424,12 @@ func Record(ctx context.Context, st Recorder, l store.Lease, res target.Result, 
 func Observe(m *metrics.Metrics, res target.Result, to string) {
 	m.Transitions.WithLabelValues(to).Inc()
 	switch {
+	case to == store.StatusDead:
+		m.DeadLetters.Inc()
 	case res.Outcome == target.Deferred:
 		m.Deferred.Inc()
 	case to == store.StatusRetryWait:
 		m.Retries.Inc()
-	case to == store.StatusDead:
-		m.DeadLetters.Inc()
 	}
 }
 

@@ -58,8 +58,8 @@ func (c *claimRecorder) RetryLater(context.Context, int64, int64, time.Duration,
 	return nil
 }
 func (c *claimRecorder) Dead(context.Context, int64, int64, string) error { return nil }
-func (c *claimRecorder) Defer(context.Context, int64, int64, time.Duration, string) error {
-	return nil
+func (c *claimRecorder) Defer(context.Context, int64, int64, time.Duration, time.Duration, string) (bool, error) {
+	return false, nil
 }
 
 // TestReservedHighCapacity: with 4 slots and 1 reserved, NORMAL runs may
