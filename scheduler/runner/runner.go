@@ -31,6 +31,9 @@ const (
 	// wheelResolution is the wheel's slot width (how late past its slot
 	// a wheel-driven fire may start).
 	wheelResolution = 20 * time.Millisecond
+	// maxEarlyRechecks bounds the re-looks after a wheel wake that found
+	// nothing due (see Run).
+	maxEarlyRechecks = 6
 	// maxWheelLoad bounds the instants loaded per pass.
 	maxWheelLoad = 100_000
 	// maxMissedScan bounds the slots FIRE_ALL walks through after an outage.
@@ -92,6 +95,9 @@ type Runner struct {
 	wheel *wheel.Wheel
 	// skew is database time − local time, from the last wheel load.
 	skew atomic.Int64
+	// clockError is added to the skew estimate (tests: an estimate that
+	// believes the database clock is ahead makes the wheel wake early).
+	clockError time.Duration
 }
 
 // New validates cfg and fills defaults.
@@ -143,18 +149,43 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { r.wheel.Run(ctx, r.dbNow) })
 		wg.Go(func() { r.loadLoop(ctx) })
 	}
+	// A wake whose pass finds nothing due may have come early (a skew
+	// estimate off by more than the wheel's one-slot margin, e.g. measured
+	// under load), and the wheel has already dropped those instants: look
+	// again after 20, 40 … 640 ms (1.26 s in all) before leaving them to
+	// the sweep. A wake that was right costs at most six empty passes.
+	var (
+		recheck  <-chan time.Time
+		early    int
+		fromWake bool
+	)
 	for {
-		r.tick(ctx)
+		claimed := r.tick(ctx)
+		if fromWake {
+			recheck = nil
+			if claimed == 0 && early < maxEarlyRechecks {
+				recheck = time.After(wheelResolution << early)
+				early++
+			} else {
+				early = 0
+			}
+		}
+		fromWake = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-wake:
+			fromWake, early = true, 0
+		case <-recheck:
+			fromWake = true
 		}
 	}
 }
 
-func (r *Runner) dbNow() time.Time { return time.Now().Add(time.Duration(r.skew.Load())) }
+func (r *Runner) dbNow() time.Time {
+	return time.Now().Add(time.Duration(r.skew.Load()) + r.clockError)
+}
 
 // loadLoop loads the next Lookahead of due instants of the held shards
 // into the wheel every Lookahead/4 (and soon after start).
@@ -203,7 +234,9 @@ func (r *Runner) Load(ctx context.Context) error {
 	return nil
 }
 
-func (r *Runner) tick(ctx context.Context) {
+// tick runs fire passes until one claims nothing (at most MaxPasses) and
+// returns how many due runs they claimed.
+func (r *Runner) tick(ctx context.Context) (claimed int) {
 	for range r.cfg.MaxPasses {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		decide := func(d store.DueRun, now time.Time) store.FireDecision { return Decide(d, now, r.cfg.MisfireThreshold) }
@@ -241,10 +274,12 @@ func (r *Runner) tick(ctx context.Context) {
 		for _, l := range res.Lags {
 			r.cfg.Metrics.Lag.Observe(l.Seconds())
 		}
+		claimed += res.Claimed
 		if res.Claimed == 0 {
-			return
+			return claimed
 		}
 	}
+	return claimed
 }
 
 // Decide is the firing policy for one due run at database time now. It is
