@@ -13,6 +13,7 @@ import (
 
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/cp"
 	"github.com/portico-io/portico/kvnode/hint"
 	"github.com/portico-io/portico/kvnode/membership"
 	"github.com/portico-io/portico/kvnode/ring"
@@ -20,8 +21,11 @@ import (
 
 // Defaults for Config.
 const (
-	DefaultHTTPAddr     = ":18400"
-	DefaultGRPCAddr     = ":18500"
+	DefaultHTTPAddr = ":18400"
+	DefaultGRPCAddr = ":18500"
+	// DefaultRaftAddr is the binary's default for CP.BindAddr (an empty
+	// Config.CP.BindAddr leaves the consensus tier off).
+	DefaultRaftAddr     = ":18600"
 	DefaultReplication  = 3
 	DefaultGossipFanout = 3
 	DefaultStartupWait  = 5 * time.Second
@@ -75,6 +79,12 @@ type Config struct {
 	VClockKeyspaces []string
 	// NoSync acknowledges writes before fsync (tests and benchmarks only).
 	NoSync bool
+	// CP configures the consensus tier (/v1/cp/). It is enabled when
+	// CP.BindAddr is set (the binary's default is :18600); NodeID, Logger,
+	// NoSync, DataDir (default DataDir/raft) and HTTPAddr (default: the
+	// bound HTTP address, host name when unspecified) are filled in by the
+	// node when empty.
+	CP cp.Config
 
 	Logger *slog.Logger
 	// Registry receives the node's metrics (default: a new registry).

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/cp"
 	"github.com/portico-io/portico/kvnode/hint"
 	"github.com/portico-io/portico/kvnode/hlc"
 	"github.com/portico-io/portico/kvnode/internode"
@@ -48,6 +50,8 @@ type Node struct {
 	rep    *antientropy.Repairer
 	client *internode.Client
 	pause  internode.Pause
+	// cp is the consensus tier's group member, nil when not enabled.
+	cp *cp.Group
 
 	// gate is the ring-change barrier: writes hold it shared while they
 	// place and replicate; a ring change takes it exclusively once, so every
@@ -127,7 +131,29 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		return nil
 	})
-	handler := api.Handler(n.engine(), nil, n)
+	var cpEngine api.CPEngine
+	if n.cfg.CP.BindAddr != "" {
+		c := n.cfg.CP
+		c.NodeID = n.cfg.NodeID
+		if c.DataDir == "" {
+			c.DataDir = filepath.Join(n.cfg.DataDir, "raft")
+		}
+		if c.HTTPAddr == "" {
+			c.HTTPAddr = advertise("", n.httpLis.Addr())
+		}
+		if c.Logger == nil {
+			c.Logger = n.cfg.Logger
+		}
+		c.NoSync = c.NoSync || n.cfg.NoSync
+		if n.cp, err = cp.Open(c); err != nil {
+			n.cancel()
+			_ = n.grpcLis.Close()
+			_ = n.httpLis.Close()
+			return err
+		}
+		cpEngine = n.cp
+	}
+	handler := api.Handler(n.engine(), cpEngine, n)
 	n.goLoop(func() {
 		if err := gs.Serve(ctx, n.grpcLis, 2*time.Second); err != nil {
 			n.cfg.Logger.Error("kvnode: internode server", "err", err)
@@ -165,9 +191,18 @@ func (n *Node) Stop() error {
 		if n.cancel != nil {
 			n.cancel()
 		}
+		if n.cp != nil {
+			// Before the HTTP server drains: requests waiting on Raft end
+			// at once (503/504) instead of running out their timeouts.
+			if e := n.cp.Close(); e != nil {
+				err = e
+			}
+		}
 		n.wg.Wait()
 		n.client.Close()
-		err = n.st.Close()
+		if e := n.st.Close(); e != nil {
+			err = e
+		}
 	})
 	return err
 }
@@ -199,6 +234,9 @@ func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
 // block, gossip and hint replay stop) until Pause(false): a stalled
 // process, for fault drills.
 func (n *Node) Pause(p bool) { n.pause.Set(p) }
+
+// CP exposes the consensus tier's group member (nil when not enabled).
+func (n *Node) CP() *cp.Group { return n.cp }
 
 // Membership exposes the node's view of the cluster.
 func (n *Node) Membership() *membership.Membership { return n.mem }

@@ -1,8 +1,8 @@
 // Package api is kvnode's HTTP surface: the key-value API under /v1/kv/,
 // the token map at /v1/ring and the admin calls under /admin/v1/. Requests
 // are parsed and validated here and handed to an engine per keyspace
-// family: /v1/kv/ goes to the leaderless store, /v1/cp/ is reserved for the
-// consensus tier (501 until it exists). Errors map to HTTP only here.
+// family: /v1/kv/ goes to the leaderless store, /v1/cp/ to the consensus
+// tier (501 on a node without it). Errors map to HTTP only here.
 package api
 
 import (
@@ -49,8 +49,9 @@ type Admin interface {
 	Decommission(ctx context.Context) error
 }
 
-// Handler returns the HTTP routes. cp may be nil (no consensus tier yet).
-func Handler(kv, cp Engine, admin Admin) http.Handler {
+// Handler returns the HTTP routes. cp may be nil (the consensus tier is
+// not enabled on this node: /v1/cp/ answers 501).
+func Handler(kv Engine, cp CPEngine, admin Admin) http.Handler {
 	mux := http.NewServeMux()
 	mount := func(prefix string, e Engine) {
 		mux.HandleFunc("GET "+prefix+"{key...}", func(w http.ResponseWriter, r *http.Request) { get(w, r, e) })
@@ -60,7 +61,7 @@ func Handler(kv, cp Engine, admin Admin) http.Handler {
 	mount("/v1/kv/", kv)
 	mux.HandleFunc("POST /v1/kv:batchGet", func(w http.ResponseWriter, r *http.Request) { batchGet(w, r, kv) })
 	if cp != nil {
-		mount("/v1/cp/", cp)
+		mountCP(mux, cp)
 	} else {
 		mux.HandleFunc("/v1/cp/", func(w http.ResponseWriter, _ *http.Request) {
 			writeError(w, http.StatusNotImplemented, "not_implemented", "the consensus tier (/v1/cp/) is not available on this node", "")
@@ -164,18 +165,23 @@ func ParseWrite(r *http.Request, del bool) (WriteRequest, error) {
 	if del {
 		return wr, nil
 	}
+	wr.Value, err = readValue(r)
+	return wr, err
+}
+
+// readValue reads a PUT body of at most MaxValueBytes.
+func readValue(r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxValueBytes {
-		return wr, &BadRequest{http.StatusRequestEntityTooLarge, "value_too_large", "value", fmt.Sprintf("value is %d bytes, at most %d", r.ContentLength, MaxValueBytes)}
+		return nil, &BadRequest{http.StatusRequestEntityTooLarge, "value_too_large", "value", fmt.Sprintf("value is %d bytes, at most %d", r.ContentLength, MaxValueBytes)}
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxValueBytes+1))
 	if err != nil {
-		return wr, &BadRequest{http.StatusBadRequest, "invalid_value", "value", "reading body: " + err.Error()}
+		return nil, &BadRequest{http.StatusBadRequest, "invalid_value", "value", "reading body: " + err.Error()}
 	}
 	if len(body) > MaxValueBytes {
-		return wr, &BadRequest{http.StatusRequestEntityTooLarge, "value_too_large", "value", fmt.Sprintf("value is over %d bytes", MaxValueBytes)}
+		return nil, &BadRequest{http.StatusRequestEntityTooLarge, "value_too_large", "value", fmt.Sprintf("value is over %d bytes", MaxValueBytes)}
 	}
-	wr.Value = body
-	return wr, nil
+	return body, nil
 }
 
 func write(w http.ResponseWriter, r *http.Request, e Engine, del bool) {

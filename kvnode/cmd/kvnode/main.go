@@ -1,6 +1,6 @@
 // Command kvnode runs one node of Portico's Dynamo-style key-value store:
 // the API on :18400, the internode protocol (replication, gossip, repair)
-// on :18500.
+// on :18500, and the consensus tier's Raft transport on :18600.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"github.com/portico-io/portico/kvnode"
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/cp"
 	"github.com/portico-io/portico/kvnode/hint"
 	"github.com/portico-io/portico/kvnode/membership"
 )
@@ -41,6 +42,10 @@ func main() {
 	writeTimeout := envflag.Duration(fs, "write-timeout", "PORTICO_KV_WRITE_TIMEOUT", coordinator.DefaultTimeout, "how long a write waits for its quorum")
 	readTimeout := envflag.Duration(fs, "read-timeout", "PORTICO_KV_READ_TIMEOUT", coordinator.DefaultTimeout, "how long a read waits for its quorum")
 	vclock := envflag.String(fs, "vclock-keyspaces", "PORTICO_KV_VCLOCK_KEYSPACES", "", "comma-separated keyspaces (key prefix before ':') kept with vector clocks and siblings instead of LWW")
+	raftAddr := envflag.String(fs, "raft-addr", "PORTICO_KV_RAFT_ADDR", kvnode.DefaultRaftAddr, "consensus tier (/v1/cp/) Raft transport listen address; empty disables the tier")
+	raftAdvertise := envflag.String(fs, "raft-advertise-addr", "PORTICO_KV_RAFT_ADVERTISE_ADDR", "", "host:port peers dial for Raft (default: raft-addr, host name when unspecified)")
+	raftBootstrap := envflag.Bool(fs, "raft-bootstrap", "PORTICO_KV_RAFT_BOOTSTRAP", false, "found the Raft group with --raft-peers as voters if this node has no Raft state (safe on every node given the same peers)")
+	raftPeers := envflag.String(fs, "raft-peers", "PORTICO_KV_RAFT_PEERS", "", "initial voters for --raft-bootstrap: comma-separated id=host:raftport, this node included (default: this node alone)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	_ = fs.Parse(os.Args[1:])
@@ -50,12 +55,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	peers, err := cp.ParsePeers(*raftPeers)
+	if err != nil {
+		log.Error("kvnode: --raft-peers", "err", err)
+		os.Exit(2)
+	}
 	cfg := kvnode.Config{
 		NodeID: *nodeID, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdvertiseAddr: *advertiseAddr,
 		Seeds: split(*seeds), DataDir: *dataDir, Replication: int(*replication), Vnodes: int(*vnodes), Rack: *rack,
 		JoinMode: *joinMode, StartupWait: *startupWait, TombstoneGrace: *grace, HintWindow: *hintWindow,
 		RepairInterval: *repairInterval, GossipInterval: *gossipInterval, WriteTimeout: *writeTimeout,
 		ReadTimeout: *readTimeout, VClockKeyspaces: split(*vclock), Logger: log,
+		CP: cp.Config{BindAddr: *raftAddr, AdvertiseAddr: *raftAdvertise, Bootstrap: *raftBootstrap, Peers: peers},
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

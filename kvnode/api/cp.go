@@ -1,0 +1,243 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/portico-io/portico/kvnode/cp"
+)
+
+// CPEngine is the consensus tier as the HTTP layer uses it.
+type CPEngine interface {
+	Get(ctx context.Context, keyspace, key string, stale bool) (cp.Entry, error)
+	Put(ctx context.Context, keyspace, key string, value []byte, ifRevision *uint64) (cp.Entry, error)
+	Delete(ctx context.Context, keyspace, key string, ifRevision *uint64) (uint64, error)
+}
+
+var _ CPEngine = (*cp.Group)(nil)
+
+// Headers of the consensus tier.
+const (
+	// HeaderRevision carries the key's revision (ETag without quotes); on
+	// a DELETE, the revision the delete was applied at.
+	HeaderRevision = "X-KV-Revision"
+	// HeaderForwarded marks a request a follower forwarded to the leader
+	// (a forwarded request is never forwarded again); on the answer it
+	// names the node that served it.
+	HeaderForwarded = "X-KV-Forwarded"
+	// HeaderLeader* name the leader in 503 answers when one is known.
+	HeaderLeaderID       = "X-KV-Leader-Id"
+	HeaderLeaderHTTPAddr = "X-KV-Leader-Http-Addr"
+	HeaderLeaderRaftAddr = "X-KV-Leader-Raft-Addr"
+	// MaxKeyspaceBytes bounds a keyspace name.
+	MaxKeyspaceBytes = 64
+	// forwardTimeout bounds a forwarded request; the leader bounds its own
+	// work by the group's apply timeout, which is shorter.
+	forwardTimeout = 10 * time.Second
+)
+
+// CPRequest is a parsed /v1/cp/{keyspace}/{key} request.
+type CPRequest struct {
+	Keyspace, Key string
+	Value         []byte
+	// IfRevision is If-Match: the key's expected revision, 0 = absent.
+	IfRevision *uint64
+	Stale      bool
+}
+
+// ParseKeyspace validates a keyspace name: 1–64 of [A-Za-z0-9_.-].
+func ParseKeyspace(s string) (string, error) {
+	if s == "" || len(s) > MaxKeyspaceBytes {
+		return "", &BadRequest{http.StatusBadRequest, "invalid_keyspace", "keyspace", fmt.Sprintf("keyspace must be 1-%d bytes", MaxKeyspaceBytes)}
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return "", &BadRequest{http.StatusBadRequest, "invalid_keyspace", "keyspace", fmt.Sprintf("keyspace %q: only letters, digits, '_', '.', '-'", s)}
+		}
+	}
+	return s, nil
+}
+
+// ParseIfMatch parses If-Match: a revision, quoted or not ("" = none).
+func ParseIfMatch(s string) (*uint64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	t := strings.TrimSpace(s)
+	if len(t) >= 2 && t[0] == '"' && t[len(t)-1] == '"' {
+		t = t[1 : len(t)-1]
+	}
+	n, err := strconv.ParseUint(t, 10, 64)
+	if err != nil {
+		return nil, &BadRequest{http.StatusBadRequest, "invalid_if_match", "If-Match", fmt.Sprintf("If-Match %q is not a revision (a decimal number, 0 = the key must not exist)", s)}
+	}
+	return &n, nil
+}
+
+// ParseCP validates a consensus-tier request.
+func ParseCP(r *http.Request) (CPRequest, error) {
+	var cr CPRequest
+	var err error
+	if cr.Keyspace, err = ParseKeyspace(r.PathValue("keyspace")); err != nil {
+		return cr, err
+	}
+	key, err := ParseKey(r.PathValue("key"))
+	if err != nil {
+		return cr, err
+	}
+	cr.Key = string(key)
+	switch v := r.URL.Query().Get("stale"); v {
+	case "", "false":
+	case "true":
+		cr.Stale = true
+	default:
+		return cr, &BadRequest{http.StatusBadRequest, "invalid_stale", "stale", fmt.Sprintf("stale %q is not true or false", v)}
+	}
+	if cr.IfRevision, err = ParseIfMatch(r.Header.Get("If-Match")); err != nil {
+		return cr, err
+	}
+	if r.Method == http.MethodPut {
+		cr.Value, err = readValue(r)
+	}
+	return cr, err
+}
+
+type cpHandler struct {
+	e      CPEngine
+	client *http.Client
+}
+
+func mountCP(mux *http.ServeMux, e CPEngine) {
+	h := &cpHandler{e: e, client: &http.Client{Timeout: forwardTimeout}}
+	mux.HandleFunc("GET /v1/cp/{keyspace}/{key...}", h.serve)
+	mux.HandleFunc("PUT /v1/cp/{keyspace}/{key...}", h.serve)
+	mux.HandleFunc("DELETE /v1/cp/{keyspace}/{key...}", h.serve)
+}
+
+func setRevision(w http.ResponseWriter, etag, rev uint64) {
+	w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(etag, 10)))
+	w.Header().Set(HeaderRevision, strconv.FormatUint(rev, 10))
+}
+
+func (h *cpHandler) serve(w http.ResponseWriter, r *http.Request) {
+	req, err := ParseCP(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		var e cp.Entry
+		if e, err = h.e.Get(r.Context(), req.Keyspace, req.Key, req.Stale); err == nil {
+			setRevision(w, e.Revision, e.Revision)
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(e.Value)
+			return
+		}
+	case http.MethodPut:
+		var e cp.Entry
+		if e, err = h.e.Put(r.Context(), req.Keyspace, req.Key, req.Value, req.IfRevision); err == nil {
+			setRevision(w, e.Revision, e.Revision)
+			writeJSON(w, http.StatusOK, map[string]uint64{"revision": e.Revision})
+			return
+		}
+	case http.MethodDelete:
+		var rev uint64
+		if rev, err = h.e.Delete(r.Context(), req.Keyspace, req.Key, req.IfRevision); err == nil {
+			setRevision(w, 0, rev)
+			writeJSON(w, http.StatusOK, map[string]uint64{"revision": rev})
+			return
+		}
+	}
+	var nl *cp.NotLeaderError
+	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
+		h.forward(w, r, req, nl)
+		return
+	}
+	writeCPErr(w, r.Method, err)
+}
+
+// forward sends the request to the leader and relays its answer. Only one
+// hop: the leader answers 503 itself if it has lost leadership.
+func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, req CPRequest, nl *cp.NotLeaderError) {
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+nl.LeaderHTTPAddr+r.URL.RequestURI(), bytes.NewReader(req.Value))
+	if err != nil {
+		writeCPErr(w, r.Method, err)
+		return
+	}
+	out.Header.Set(HeaderForwarded, "1")
+	if v := r.Header.Get("If-Match"); v != "" {
+		out.Header.Set("If-Match", v)
+	}
+	resp, err := h.client.Do(out)
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			// Never reached the leader: nothing was written.
+			writeCPErr(w, r.Method, fmt.Errorf("forwarding to %s: %w", nl.LeaderID, &cp.NotLeaderError{}))
+			return
+		}
+		writeCPErr(w, r.Method, fmt.Errorf("forwarding to %s: %w: %w", nl.LeaderID, cp.ErrUnknownOutcome, err))
+		return
+	}
+	defer resp.Body.Close()
+	for _, k := range []string{"Content-Type", "ETag", HeaderRevision, HeaderLeaderID, HeaderLeaderHTTPAddr, HeaderLeaderRaftAddr} {
+		if v := resp.Header.Get(k); v != "" {
+			w.Header().Set(k, v)
+		}
+	}
+	w.Header().Set(HeaderForwarded, nl.LeaderID)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// CPLeader is the leader hint in a 503 body.
+type CPLeader struct {
+	ID       string `json:"id,omitempty"`
+	HTTPAddr string `json:"httpAddr,omitempty"`
+	RaftAddr string `json:"raftAddr,omitempty"`
+}
+
+func writeCPErr(w http.ResponseWriter, method string, err error) {
+	var br *BadRequest
+	var ce *cp.ConflictError
+	var nl *cp.NotLeaderError
+	switch {
+	case errors.As(err, &br):
+		writeErr(w, err)
+	case errors.As(err, &ce):
+		setRevision(w, ce.Current, ce.Current)
+		writeError(w, http.StatusPreconditionFailed, "revision_conflict", err.Error(), "If-Match")
+	case errors.Is(err, cp.ErrNotFound):
+		setRevision(w, 0, 0)
+		writeError(w, http.StatusNotFound, "not_found", "no value for key", "key")
+	case errors.Is(err, cp.ErrUnknownOutcome), errors.Is(err, context.DeadlineExceeded) && method != http.MethodGet:
+		writeError(w, http.StatusGatewayTimeout, "outcome_unknown", err.Error()+" (the write may or may not have been applied; read back before retrying)", "")
+	case errors.As(err, &nl), errors.Is(err, cp.ErrClosed), errors.Is(err, context.DeadlineExceeded):
+		code := "no_leader"
+		var hint CPLeader
+		if nl != nil && nl.LeaderID != "" {
+			code = "not_leader"
+			hint = CPLeader{ID: nl.LeaderID, HTTPAddr: nl.LeaderHTTPAddr, RaftAddr: nl.LeaderRaftAddr}
+			w.Header().Set(HeaderLeaderID, hint.ID)
+			w.Header().Set(HeaderLeaderHTTPAddr, hint.HTTPAddr)
+			w.Header().Set(HeaderLeaderRaftAddr, hint.RaftAddr)
+		}
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+			"error":  ErrBody{Code: code, Message: err.Error() + " (nothing was written)"},
+			"leader": hint,
+		})
+	default:
+		writeErr(w, err)
+	}
+}

@@ -1,0 +1,344 @@
+package cp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/portico-io/portico/kvnode/api"
+	"github.com/portico-io/portico/kvnode/cp"
+)
+
+// group is a Raft group of real cp.Groups in this process on loopback:
+// the real Raft TCP transport, pebble logs and file snapshots in temp dirs,
+// each node behind the real HTTP front door (api.Handler).
+type group struct {
+	t      testing.TB
+	mu     sync.Mutex
+	nodes  []*tnode
+	peers  []cp.Peer
+	client *http.Client
+}
+
+type tnode struct {
+	id, raftAddr, httpAddr, dir string
+	g                           *cp.Group
+	srv                         *http.Server
+	restored                    chan struct{}
+}
+
+func newGroup(t testing.TB, size int) *group {
+	t.Helper()
+	gr := &group{t: t, client: &http.Client{Timeout: 5 * time.Second}}
+	addrs := freeAddrs(t, 2*size)
+	for i := range size {
+		n := &tnode{id: fmt.Sprintf("c%d", i), raftAddr: addrs[2*i], httpAddr: addrs[2*i+1], dir: t.TempDir(), restored: make(chan struct{}, 16)}
+		gr.nodes = append(gr.nodes, n)
+		gr.peers = append(gr.peers, cp.Peer{ID: n.id, Addr: n.raftAddr})
+	}
+	t.Cleanup(func() {
+		for i := range gr.nodes {
+			gr.kill(i)
+		}
+	})
+	for i := range gr.nodes {
+		gr.start(i)
+	}
+	return gr
+}
+
+// freeAddrs reserves n loopback ports (released just before use; restarts
+// reuse them, as a restarted process would).
+func freeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return out
+}
+
+// start opens node i (bootstrapping with every node as voter on first
+// start, as every node of the launcher would) and serves its HTTP API.
+func (gr *group) start(i int) {
+	gr.t.Helper()
+	n := gr.nodes[i]
+	g, err := cp.Open(cp.Config{
+		NodeID: n.id, BindAddr: n.raftAddr, HTTPAddr: n.httpAddr, DataDir: n.dir,
+		Bootstrap: true, Peers: gr.peers,
+		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond, ApplyTimeout: 2 * time.Second, NoSync: true,
+		OnRestore: func() {
+			select {
+			case n.restored <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		gr.t.Fatalf("open %s: %v", n.id, err)
+	}
+	lis, err := net.Listen("tcp", n.httpAddr)
+	if err != nil {
+		gr.t.Fatalf("listen %s: %v", n.id, err)
+	}
+	srv := &http.Server{Handler: api.Handler(nil, g, nil), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	gr.mu.Lock()
+	n.g, n.srv = g, srv
+	gr.mu.Unlock()
+}
+
+// kill stops node i abruptly: open HTTP connections are cut and Raft is
+// shut down; its data dir stays for a restart.
+func (gr *group) kill(i int) {
+	gr.mu.Lock()
+	n := gr.nodes[i]
+	g, srv := n.g, n.srv
+	n.g, n.srv = nil, nil
+	gr.mu.Unlock()
+	if g == nil {
+		return
+	}
+	_ = srv.Close()
+	if err := g.Close(); err != nil {
+		gr.t.Errorf("close %s: %v", n.id, err)
+	}
+}
+
+func (gr *group) groupOf(i int) *cp.Group {
+	gr.mu.Lock()
+	defer gr.mu.Unlock()
+	return gr.nodes[i].g
+}
+
+// poll re-checks cond every 10ms until it holds or timeout passes.
+func poll(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+// waitLeader waits until a running node leads and every running node
+// knows the leader's HTTP address (so followers can forward); it returns
+// the leader's index.
+func (gr *group) waitLeader() int {
+	gr.t.Helper()
+	leader := -1
+	poll(gr.t, "a leader known to every running node", 20*time.Second, func() bool {
+		leader = -1
+		for i := range gr.nodes {
+			if g := gr.groupOf(i); g != nil && g.IsLeader() {
+				leader = i
+			}
+		}
+		if leader < 0 {
+			return false
+		}
+		for i := range gr.nodes {
+			g := gr.groupOf(i)
+			if g == nil {
+				continue
+			}
+			if l := g.Leader(); l.LeaderID != gr.nodes[leader].id || l.LeaderHTTPAddr != gr.nodes[leader].httpAddr {
+				return false
+			}
+		}
+		return true
+	})
+	return leader
+}
+
+func (gr *group) follower(leader int) int {
+	for i := range gr.nodes {
+		if i != leader && gr.groupOf(i) != nil {
+			return i
+		}
+	}
+	gr.t.Fatal("no running follower")
+	return -1
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r resp) rev() uint64 {
+	n, _ := strconv.ParseUint(r.header.Get(api.HeaderRevision), 10, 64)
+	return n
+}
+
+func (r resp) etag() string { return r.header.Get("ETag") }
+
+func do(ctx context.Context, c *http.Client, method, addr, path string, body []byte, hdr map[string]string) (resp, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return resp{}, err
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return resp{}, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return resp{res.StatusCode, res.Header, b}, err
+}
+
+func (gr *group) must(method string, node int, path string, body []byte, hdr map[string]string, want int) resp {
+	gr.t.Helper()
+	r, err := do(context.Background(), gr.client, method, gr.nodes[node].httpAddr, path, body, hdr)
+	if err != nil {
+		gr.t.Fatalf("%s %s on %s: %v", method, path, gr.nodes[node].id, err)
+	}
+	if r.status != want {
+		gr.t.Fatalf("%s %s on %s: status %d, want %d: %s", method, path, gr.nodes[node].id, r.status, want, r.body)
+	}
+	return r
+}
+
+func ifMatch(rev uint64) map[string]string { return map[string]string{"If-Match": strconv.FormatUint(rev, 10)} }
+
+func errCode(t testing.TB, r resp) (code, field string) {
+	t.Helper()
+	var body struct {
+		Error api.ErrBody `json:"error"`
+	}
+	if err := json.Unmarshal(r.body, &body); err != nil {
+		t.Fatalf("error body %q: %v", r.body, err)
+	}
+	return body.Error.Code, body.Error.Field
+}
+
+func TestCompareAndSetAndForwarding(t *testing.T) {
+	gr := newGroup(t, 3)
+	leader := gr.waitLeader()
+	f := gr.follower(leader)
+	leaderID := gr.nodes[leader].id
+
+	// A create-only PUT on a follower is forwarded to the leader.
+	r := gr.must("PUT", f, "/v1/cp/locks/a", []byte("v1"), ifMatch(0), http.StatusOK)
+	if r.header.Get(api.HeaderForwarded) != leaderID {
+		t.Fatalf("follower write not forwarded to %s: %v", leaderID, r.header)
+	}
+	rev1 := r.rev()
+	if rev1 == 0 || r.etag() != strconv.Quote(strconv.FormatUint(rev1, 10)) {
+		t.Fatalf("revision %d etag %q", rev1, r.etag())
+	}
+	// A second create fails: 412 with the current revision.
+	r = gr.must("PUT", leader, "/v1/cp/locks/a", []byte("v2"), ifMatch(0), http.StatusPreconditionFailed)
+	if code, field := errCode(t, r); code != "revision_conflict" || field != "If-Match" || r.rev() != rev1 {
+		t.Fatalf("conflict %s %s rev %d", code, field, r.rev())
+	}
+	gr.must("PUT", f, "/v1/cp/locks/a", []byte("v2"), ifMatch(rev1+1000), http.StatusPreconditionFailed)
+	r = gr.must("PUT", f, "/v1/cp/locks/a", []byte("v2"), ifMatch(rev1), http.StatusOK)
+	rev2 := r.rev()
+	if rev2 <= rev1 {
+		t.Fatalf("revision went from %d to %d", rev1, rev2)
+	}
+	// Same key in another keyspace is another key.
+	gr.must("GET", leader, "/v1/cp/other/a", nil, nil, http.StatusNotFound)
+	// A linearizable read on a follower is forwarded and sees the write.
+	r = gr.must("GET", f, "/v1/cp/locks/a", nil, nil, http.StatusOK)
+	if string(r.body) != "v2" || r.rev() != rev2 || r.header.Get(api.HeaderForwarded) != leaderID {
+		t.Fatalf("follower read %q rev %d forwarded %q", r.body, r.rev(), r.header.Get(api.HeaderForwarded))
+	}
+	// A stale read is served locally and converges.
+	poll(t, "stale read on the follower to see v2", 5*time.Second, func() bool {
+		r := gr.must("GET", f, "/v1/cp/locks/a?stale=true", nil, nil, r.status)
+		return string(r.body) == "v2" && r.header.Get(api.HeaderForwarded) == ""
+	})
+	// Conditional delete.
+	gr.must("DELETE", f, "/v1/cp/locks/a", nil, ifMatch(rev1), http.StatusPreconditionFailed)
+	r = gr.must("DELETE", f, "/v1/cp/locks/a", nil, ifMatch(rev2), http.StatusOK)
+	if r.rev() <= rev2 || r.etag() != `"0"` {
+		t.Fatalf("delete rev %d etag %s", r.rev(), r.etag())
+	}
+	r = gr.must("GET", leader, "/v1/cp/locks/a", nil, nil, http.StatusNotFound)
+	if r.etag() != `"0"` {
+		t.Fatalf("404 etag %q", r.etag())
+	}
+	gr.must("DELETE", leader, "/v1/cp/locks/a", nil, nil, http.StatusNotFound)
+	// Created again from absent, with a quoted ETag as If-Match.
+	gr.must("PUT", leader, "/v1/cp/locks/a", []byte("v3"), map[string]string{"If-Match": `"0"`}, http.StatusOK)
+
+	// Bad input is 400 naming the field and changes nothing.
+	for _, tc := range []struct {
+		method, path string
+		hdr          map[string]string
+		field        string
+	}{
+		{"PUT", "/v1/cp/bad%20space/a", nil, "keyspace"},
+		{"PUT", "/v1/cp/" + strings.Repeat("k", 65) + "/a", nil, "keyspace"},
+		{"PUT", "/v1/cp/locks/" + strings.Repeat("x", 257), nil, "key"},
+		{"PUT", "/v1/cp/locks/a", map[string]string{"If-Match": "W/\"3\""}, "If-Match"},
+		{"DELETE", "/v1/cp/locks/a", map[string]string{"If-Match": "-1"}, "If-Match"},
+		{"GET", "/v1/cp/locks/a?stale=maybe", nil, "stale"},
+	} {
+		r := gr.must(tc.method, f, tc.path, []byte("zz"), tc.hdr, http.StatusBadRequest)
+		if _, field := errCode(t, r); field != tc.field {
+			t.Errorf("%s %s: field %q, want %q", tc.method, tc.path, field, tc.field)
+		}
+	}
+	r = gr.must("GET", leader, "/v1/cp/locks/a", nil, nil, http.StatusOK)
+	if string(r.body) != "v3" {
+		t.Fatalf("bad input changed the value to %q", r.body)
+	}
+
+	// Without a quorum there is no leader: 503 with a JSON error, nothing
+	// written.
+	for i := range gr.nodes {
+		if i != f {
+			gr.kill(i)
+		}
+	}
+	poll(t, "the lone node to answer 503", 10*time.Second, func() bool {
+		r, err := do(context.Background(), gr.client, "PUT", gr.nodes[f].httpAddr, "/v1/cp/locks/b", []byte("x"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status == http.StatusServiceUnavailable {
+			code, _ := errCode(t, r)
+			return (code == "no_leader" || code == "not_leader") && r.header.Get("Retry-After") != ""
+		}
+		return false
+	})
+	gr.must("GET", f, "/v1/cp/locks/b?stale=true", nil, nil, http.StatusNotFound)
+}
+
+// errIsDial reports whether err happened before the request left the
+// client (so nothing reached the server).
+func errIsDial(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

@@ -1,0 +1,205 @@
+package cp
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// Entry is one key's value and its revision: the Raft log index of the
+// command that last wrote it. Revisions only grow (across keys too), so a
+// revision is usable as a fencing token. Revision 0 means "absent".
+type Entry struct {
+	Value    []byte
+	Revision uint64
+}
+
+// Op is a command kind.
+type Op string
+
+// Commands.
+const (
+	OpPut    Op = "put"
+	OpDelete Op = "delete"
+	// OpNode publishes a node's HTTP address (the leader publishes its own
+	// on election, so followers know where to forward).
+	OpNode Op = "node"
+)
+
+// command is one Raft log entry's payload.
+type command struct {
+	Op    Op     `json:"op"`
+	Key   string `json:"key,omitempty"` // keyspace + "/" + key
+	Value []byte `json:"value,omitempty"`
+	// IfRevision, when set, makes the command conditional on the key's
+	// current revision (0 = the key must not exist).
+	IfRevision *uint64 `json:"ifRevision,omitempty"`
+	NodeID     string  `json:"nodeId,omitempty"`
+	HTTPAddr   string  `json:"httpAddr,omitempty"`
+}
+
+// applyResult is what FSM.Apply returns through the ApplyFuture.
+type applyResult struct {
+	Entry Entry // after the command (Revision 0: absent)
+	// Revision is the index the command was applied at.
+	Revision uint64
+	Err      error
+}
+
+// fsm is the replicated state machine: keys → entries, plus the HTTP
+// address of every node that has led. Apply runs on Raft's FSM goroutine;
+// reads take the read lock and may run concurrently with it.
+type fsm struct {
+	mu      sync.RWMutex
+	kv      map[string]Entry
+	nodes   map[string]string // node id → HTTP address
+	applied uint64            // index of the last command applied
+	// onRestore is a test signal fired after a snapshot is restored.
+	onRestore func()
+}
+
+var _ raft.FSM = (*fsm)(nil)
+
+func newFSM() *fsm {
+	return &fsm{kv: map[string]Entry{}, nodes: map[string]string{}}
+}
+
+func (f *fsm) Apply(l *raft.Log) any {
+	var c command
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		// Every node decodes the same bytes the same way, so skipping a
+		// bad entry keeps replicas identical.
+		return applyResult{Revision: l.Index, Err: fmt.Errorf("cp: bad command at %d: %w", l.Index, err)}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = l.Index
+	cur := f.kv[c.Key]
+	switch c.Op {
+	case OpNode:
+		f.nodes[c.NodeID] = c.HTTPAddr
+		return applyResult{Revision: l.Index}
+	case OpPut, OpDelete:
+		if c.IfRevision != nil && *c.IfRevision != cur.Revision {
+			return applyResult{Entry: cur, Revision: l.Index, Err: &ConflictError{Expected: *c.IfRevision, Current: cur.Revision}}
+		}
+		if c.Op == OpDelete {
+			if cur.Revision == 0 {
+				return applyResult{Revision: l.Index, Err: ErrNotFound}
+			}
+			delete(f.kv, c.Key)
+			return applyResult{Revision: l.Index}
+		}
+		e := Entry{Value: c.Value, Revision: l.Index}
+		f.kv[c.Key] = e
+		return applyResult{Entry: e, Revision: l.Index}
+	}
+	return applyResult{Revision: l.Index, Err: fmt.Errorf("cp: unknown op %q at %d", c.Op, l.Index)}
+}
+
+func (f *fsm) get(key string) Entry {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.kv[key]
+}
+
+func (f *fsm) revision() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.applied
+}
+
+func (f *fsm) nodeHTTP(id string) string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.nodes[id]
+}
+
+// snapshotState is the serialized form: a header line, then one JSON line
+// per key, so restoring does not need the whole snapshot in one buffer.
+type snapshotState struct {
+	Applied uint64            `json:"applied"`
+	Nodes   map[string]string `json:"nodes"`
+	Keys    int               `json:"keys"`
+}
+
+type snapshotKey struct {
+	Key      string `json:"k"`
+	Value    []byte `json:"v"`
+	Revision uint64 `json:"r"`
+}
+
+type fsmSnapshot struct {
+	state snapshotState
+	kv    map[string]Entry
+}
+
+// Snapshot copies the maps (entries are immutable values, so a shallow
+// copy is a consistent point-in-time view) and writes them in Persist,
+// off the FSM goroutine.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := &fsmSnapshot{state: snapshotState{Applied: f.applied, Nodes: make(map[string]string, len(f.nodes)), Keys: len(f.kv)}, kv: make(map[string]Entry, len(f.kv))}
+	for k, v := range f.nodes {
+		s.state.Nodes[k] = v
+	}
+	for k, v := range f.kv {
+		s.kv[k] = v
+	}
+	return s, nil
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	w := bufio.NewWriter(sink)
+	enc := json.NewEncoder(w)
+	err := enc.Encode(s.state)
+	for k, v := range s.kv {
+		if err != nil {
+			break
+		}
+		err = enc.Encode(snapshotKey{Key: k, Value: v.Value, Revision: v.Revision})
+	}
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("cp: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}
+
+// Restore replaces the state with a snapshot's.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	dec := json.NewDecoder(bufio.NewReader(rc))
+	var st snapshotState
+	if err := dec.Decode(&st); err != nil {
+		return fmt.Errorf("cp: restore snapshot header: %w", err)
+	}
+	kv := make(map[string]Entry, st.Keys)
+	for i := 0; i < st.Keys; i++ {
+		var k snapshotKey
+		if err := dec.Decode(&k); err != nil {
+			return fmt.Errorf("cp: restore snapshot key %d of %d: %w", i, st.Keys, err)
+		}
+		kv[k.Key] = Entry{Value: k.Value, Revision: k.Revision}
+	}
+	if st.Nodes == nil {
+		st.Nodes = map[string]string{}
+	}
+	f.mu.Lock()
+	f.kv, f.nodes, f.applied = kv, st.Nodes, st.Applied
+	f.mu.Unlock()
+	if f.onRestore != nil {
+		f.onRestore()
+	}
+	return nil
+}
