@@ -227,7 +227,9 @@ func (gr *group) must(method string, node int, path string, body []byte, hdr map
 	return r
 }
 
-func ifMatch(rev uint64) map[string]string { return map[string]string{"If-Match": strconv.FormatUint(rev, 10)} }
+func ifMatch(rev uint64) map[string]string {
+	return map[string]string{"If-Match": strconv.FormatUint(rev, 10)}
+}
 
 func errCode(t testing.TB, r resp) (code, field string) {
 	t.Helper()
