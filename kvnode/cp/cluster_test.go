@@ -77,6 +77,10 @@ func freeAddrs(t testing.TB, n int) []string {
 	return out
 }
 
+// trailingLogs is small so a snapshot compacts the log: catching up and
+// restarting then need the snapshot.
+const trailingLogs = 8
+
 // start opens node i (bootstrapping with every node as voter on first
 // start, as every node of the launcher would) and serves its HTTP API.
 func (gr *group) start(i int) {
@@ -87,6 +91,7 @@ func (gr *group) start(i int) {
 		Bootstrap: true, Peers: gr.peers,
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond, ApplyTimeout: 2 * time.Second, NoSync: true,
+		TrailingLogs: trailingLogs,
 		OnRestore: func() {
 			select {
 			case n.restored <- struct{}{}:
