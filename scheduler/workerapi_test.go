@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,4 +184,22 @@ func TestGRPCRemoteWorker(t *testing.T) {
 		t.Fatalf("invalid calls changed the run: %v", r)
 	}
 
+	// A remote worker deferring (its own breaker open) gets the same
+	// deadline: past execution.maxDeferSeconds the run is DEAD, CIRCUIT_OPEN.
+	id3 := e.createJob(t, strings.Replace(oneOff("http://127.0.0.1:9/hook", `{"maxAttempts":3}`),
+		`"execution":{`, `"execution":{"maxDeferSeconds":1,`, 1))
+	for i, want := range []string{store.StatusRetryWait, store.StatusDead} {
+		r := lease("a deferred run of the third job")
+		if strconv.FormatInt(r.JobId, 10) != id3 || r.Attempt != 1 {
+			t.Fatalf("leased %v, want job %s attempt 1", r, id3)
+		}
+		res, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r.RunId, LeaseToken: r.LeaseToken,
+			Outcome: schedulerv1.Outcome_OUTCOME_DEFERRED, RetryAfter: durationpb.New(time.Hour), Message: "remote breaker open"})
+		if err != nil || res.Status != want {
+			t.Fatalf("deferral %d: %v %v, want %s", i, res, err, want)
+		}
+	}
+	if r := e.runs(t, id3)[0]; !strings.HasPrefix(r["lastError"].(string), "CIRCUIT_OPEN: ") {
+		t.Fatalf("run %v", r)
+	}
 }
