@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
@@ -132,6 +133,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	secrets := secret.NewDir(cfg.SecretsDir)
+	if fi, err := os.Stat(cfg.SecretsDir); cfg.SecretsDir != "" && (err != nil || !fi.IsDir()) {
+		// Not fatal: a volume may be mounted after start; every read retries.
+		log.Warn("scheduler: secrets directory not readable yet; jobs referencing secrets will fail until it is", "dir", cfg.SecretsDir)
+	}
 	httpTarget, err := httptarget.New(httptarget.Config{Guard: guard, Secrets: secrets, OnBreakerState: func(host string, s circuitbreaker.State) {
 		m.BreakerTransitions.WithLabelValues(s.String()).Inc()
 		log.Warn("scheduler: target circuit changed", "host", host, "state", s.String())

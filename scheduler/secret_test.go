@@ -152,7 +152,15 @@ func TestSecretRefEndToEnd(t *testing.T) {
 			t.Fatal("the rotated secret never reached the target")
 		}
 	}
-	code, _ := e.do(t, "POST", "/v1/jobs/"+id+":pause", "", nil)
+	code, out := e.do(t, "PATCH", "/v1/jobs/"+id, `{"target":{"http":{"secretRef":{"name":"no-such-secret"}}}}`,
+		map[string]string{"If-Match": `"1"`})
+	if errBody, _ := out["error"].(map[string]any); code != http.StatusUnprocessableEntity || errBody["field"] != "target.http.secretRef.name" {
+		t.Fatalf("PATCH to a missing secret: %d %v", code, out)
+	}
+	if _, j := e.do(t, "GET", "/v1/jobs/"+id, "", nil); j["version"] != 1.0 {
+		t.Fatalf("a refused PATCH changed the job: %v", j)
+	}
+	code, _ = e.do(t, "POST", "/v1/jobs/"+id+":pause", "", nil)
 	if code != http.StatusOK {
 		t.Fatalf("pause: %d", code)
 	}
