@@ -166,7 +166,7 @@ func Open(cfg Config) (*Group, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cp: %w", err)
 	}
-	store, err := raftlog.Open(filepath.Join(cfg.DataDir, "log"), raftlog.Options{NoSync: cfg.NoSync})
+	store, err := raftlog.Open(filepath.Join(cfg.DataDir, "log"), raftlog.Options{NoSync: cfg.NoSync, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

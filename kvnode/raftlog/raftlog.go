@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -38,6 +39,8 @@ type Options struct {
 	// NoSync acknowledges writes before fsync (tests and benchmarks only:
 	// Raft's safety needs the log and term on disk before it answers).
 	NoSync bool
+	// Logger receives pebble's messages (informational ones at debug).
+	Logger *slog.Logger
 }
 
 // Store is a pebble-backed raft.LogStore and raft.StableStore.
@@ -48,7 +51,11 @@ type Store struct {
 
 // Open opens (or creates) the store in dir.
 func Open(dir string, o Options) (*Store, error) {
-	db, err := pebble.Open(dir, &pebble.Options{})
+	l := o.Logger
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{l}})
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open %s: %w", dir, err)
 	}
@@ -243,4 +250,22 @@ func decodeLog(b []byte, l *raft.Log) error {
 		return ErrCorrupt
 	}
 	return nil
+}
+
+// pebbleLogger adapts slog to pebble's logger.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug("raftlog: " + fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("raftlog: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf must not return (pebble's contract): the store is unusable.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error("raftlog: fatal: " + msg)
+	panic("raftlog: " + msg)
 }
