@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/scheduler/api"
 	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/secret"
 	"github.com/portico-io/portico/scheduler/store"
 )
 
@@ -222,11 +225,17 @@ func FuzzCreateJob(f *testing.F) {
 	f.Add(`{"tenant":"t","schedule":{"type":"CRON","expression":"*/0 * * * *"}}`)
 	f.Add(`[]`)
 	f.Add(`{"schedule":null}`)
+	f.Add(`{"tenant":"t","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},"target":{"type":"HTTP","http":{"url":"http://127.0.0.1/","secretRef":{"name":"tok","prefix":"Bearer "}}},"execution":{"maxDeferSeconds":60}}`)
+	f.Add(`{"tenant":"t","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},"target":{"type":"HTTP","http":{"url":"http://127.0.0.1/","secretRef":{"name":"../x","header":""}}}}`)
+	secrets := f.TempDir()
+	if err := os.WriteFile(filepath.Join(secrets, "tok"), []byte("v"), 0o600); err != nil {
+		f.Fatal(err)
+	}
 	g, err := jobspec.NewGuard("127.0.0.0/8,::1/128", noDNS{})
 	if err != nil {
 		f.Fatal(err)
 	}
-	a, err := api.New(api.Config{Store: fakeStore{}, Guard: g})
+	a, err := api.New(api.Config{Store: fakeStore{}, Guard: g, Secrets: secret.NewDir(secrets)})
 	if err != nil {
 		f.Fatal(err)
 	}
