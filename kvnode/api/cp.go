@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,9 @@ type CPEngine interface {
 	Get(ctx context.Context, keyspace, key string, stale bool) (cp.Entry, error)
 	Put(ctx context.Context, keyspace, key string, value []byte, ifRevision *uint64) (cp.Entry, error)
 	Delete(ctx context.Context, keyspace, key string, ifRevision *uint64) (uint64, error)
+	Members(ctx context.Context) ([]cp.Member, error)
+	AddVoter(ctx context.Context, id, raftAddr string) error
+	RemoveServer(ctx context.Context, id string) error
 }
 
 var _ CPEngine = (*cp.Group)(nil)
@@ -120,6 +124,72 @@ func mountCP(mux *http.ServeMux, e CPEngine) {
 	mux.HandleFunc("GET /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("PUT /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("DELETE /v1/cp/{keyspace}/{key...}", h.serve)
+	mux.HandleFunc("GET /admin/v1/cp/members", h.members)
+	mux.HandleFunc("POST /admin/v1/cp/members", h.members)
+	mux.HandleFunc("DELETE /admin/v1/cp/members/{id}", h.members)
+}
+
+// CPMemberRequest is the body of POST /admin/v1/cp/members.
+type CPMemberRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+}
+
+// ParseCPMember validates an add-voter body.
+func ParseCPMember(body []byte) (CPMemberRequest, error) {
+	var m CPMemberRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return m, &BadRequest{http.StatusBadRequest, "invalid_body", "body", "body: " + err.Error()}
+	}
+	if m.ID == "" || len(m.ID) > MaxKeyBytes {
+		return m, &BadRequest{http.StatusBadRequest, "invalid_id", "id", "id must be 1-256 bytes (the node's --node-id)"}
+	}
+	if _, _, err := net.SplitHostPort(m.RaftAddr); err != nil {
+		return m, &BadRequest{http.StatusBadRequest, "invalid_raft_addr", "raftAddr", fmt.Sprintf("raftAddr %q is not host:port", m.RaftAddr)}
+	}
+	return m, nil
+}
+
+// members serves the group's configuration: GET lists it, POST adds a
+// voter, DELETE removes a server. Changes run on the leader (forwarded).
+func (h *cpHandler) members(w http.ResponseWriter, r *http.Request) {
+	var err error
+	var body []byte
+	switch r.Method {
+	case http.MethodGet:
+		ms, err := h.e.Members(r.Context())
+		if err != nil {
+			writeCPErr(w, r.Method, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"items": ms})
+		return
+	case http.MethodPost:
+		if body, err = io.ReadAll(io.LimitReader(r.Body, 1<<16)); err != nil {
+			writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_body", "body", err.Error()})
+			return
+		}
+		var m CPMemberRequest
+		if m, err = ParseCPMember(body); err != nil {
+			writeErr(w, err)
+			return
+		}
+		err = h.e.AddVoter(r.Context(), m.ID, m.RaftAddr)
+	case http.MethodDelete:
+		err = h.e.RemoveServer(r.Context(), r.PathValue("id"))
+	}
+	if err == nil {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	}
+	var nl *cp.NotLeaderError
+	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
+		h.forward(w, r, body, nl)
+		return
+	}
+	writeCPErr(w, r.Method, err)
 }
 
 func setRevision(w http.ResponseWriter, etag, rev uint64) {
@@ -160,7 +230,7 @@ func (h *cpHandler) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	var nl *cp.NotLeaderError
 	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
-		h.forward(w, r, req, nl)
+		h.forward(w, r, req.Value, nl)
 		return
 	}
 	writeCPErr(w, r.Method, err)
@@ -168,8 +238,8 @@ func (h *cpHandler) serve(w http.ResponseWriter, r *http.Request) {
 
 // forward sends the request to the leader and relays its answer. Only one
 // hop: the leader answers 503 itself if it has lost leadership.
-func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, req CPRequest, nl *cp.NotLeaderError) {
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+nl.LeaderHTTPAddr+r.URL.RequestURI(), bytes.NewReader(req.Value))
+func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, body []byte, nl *cp.NotLeaderError) {
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+nl.LeaderHTTPAddr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeCPErr(w, r.Method, err)
 		return

@@ -35,6 +35,8 @@ type tnode struct {
 	g                           *cp.Group
 	srv                         *http.Server
 	restored                    chan struct{}
+	// joiner: started without bootstrap, to be added as a voter.
+	joiner bool
 }
 
 func newGroup(t testing.TB, size int) *group {
@@ -88,7 +90,7 @@ func (gr *group) start(i int) {
 	n := gr.nodes[i]
 	g, err := cp.Open(cp.Config{
 		NodeID: n.id, BindAddr: n.raftAddr, HTTPAddr: n.httpAddr, DataDir: n.dir,
-		Bootstrap: true, Peers: gr.peers,
+		Bootstrap: !n.joiner, Peers: gr.peers,
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond, ApplyTimeout: 2 * time.Second, NoSync: true,
 		TrailingLogs: trailingLogs,
@@ -111,6 +113,19 @@ func (gr *group) start(i int) {
 	gr.mu.Lock()
 	n.g, n.srv = g, srv
 	gr.mu.Unlock()
+}
+
+// addNode starts a node outside the configuration (no bootstrap) and
+// returns its index.
+func (gr *group) addNode() int {
+	gr.t.Helper()
+	addrs := freeAddrs(gr.t, 2)
+	n := &tnode{id: fmt.Sprintf("c%d", len(gr.nodes)), raftAddr: addrs[0], httpAddr: addrs[1], dir: gr.t.TempDir(), restored: make(chan struct{}, 16), joiner: true}
+	gr.mu.Lock()
+	gr.nodes = append(gr.nodes, n)
+	gr.mu.Unlock()
+	gr.start(len(gr.nodes) - 1)
+	return len(gr.nodes) - 1
 }
 
 // kill stops node i abruptly: open HTTP connections are cut and Raft is
