@@ -354,13 +354,14 @@ func checkRender(t *testing.T, objs []object, e expect) {
 		}
 	}
 	// Secrets the operator creates: the database URL on a default install,
-	// and the Redis password the all-enabled values name.
+	// and the Redis password and job secrets the all-enabled values name.
 	external := map[string]bool{}
 	if !e.optional || e.disabled == "postgresql" {
 		external[fullName("database")] = true
 	}
 	if e.optional {
 		external["redis-auth"] = true
+		external["scheduler-job-secrets"] = true
 	}
 
 	for _, w := range ws {
