@@ -24,6 +24,7 @@ type CPEngine interface {
 	Members(ctx context.Context) ([]cp.Member, error)
 	AddVoter(ctx context.Context, id, raftAddr string) error
 	RemoveServer(ctx context.Context, id string) error
+	Txn(ctx context.Context, compares []cp.Compare, ops []cp.TxnOp) (uint64, error)
 }
 
 var _ CPEngine = (*cp.Group)(nil)
@@ -124,9 +125,108 @@ func mountCP(mux *http.ServeMux, e CPEngine) {
 	mux.HandleFunc("GET /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("PUT /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("DELETE /v1/cp/{keyspace}/{key...}", h.serve)
+	mux.HandleFunc("POST /v1/cp:txn", h.txn)
 	mux.HandleFunc("GET /admin/v1/cp/members", h.members)
 	mux.HandleFunc("POST /admin/v1/cp/members", h.members)
 	mux.HandleFunc("DELETE /admin/v1/cp/members/{id}", h.members)
+}
+
+// CPTxnRequest is the body of POST /v1/cp:txn: if every compare holds,
+// every op is applied, atomically, at one revision.
+type CPTxnRequest struct {
+	Compare []cp.Compare `json:"compare"`
+	Ops     []cp.TxnOp   `json:"ops"`
+}
+
+// maxTxnBody bounds a transaction body (values are base64 in JSON).
+const maxTxnBody = 8 << 20
+
+// ParseCPTxn validates a transaction body: known fields only, valid
+// keyspaces and keys, put/delete ops, values within MaxValueBytes, counts
+// within cp.MaxTxnCompares and cp.MaxTxnOps.
+func ParseCPTxn(body []byte) (CPTxnRequest, error) {
+	var t CPTxnRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return t, &BadRequest{http.StatusBadRequest, "invalid_body", "body", "body: " + err.Error()}
+	}
+	if len(t.Compare) > cp.MaxTxnCompares {
+		return t, &BadRequest{http.StatusBadRequest, "too_many_compares", "compare", fmt.Sprintf("at most %d compares", cp.MaxTxnCompares)}
+	}
+	if len(t.Ops) == 0 || len(t.Ops) > cp.MaxTxnOps {
+		return t, &BadRequest{http.StatusBadRequest, "invalid_ops", "ops", fmt.Sprintf("1 to %d ops", cp.MaxTxnOps)}
+	}
+	check := func(field, keyspace, key string) error {
+		if _, err := ParseKeyspace(keyspace); err != nil {
+			return &BadRequest{http.StatusBadRequest, "invalid_keyspace", field + ".keyspace", err.(*BadRequest).Message}
+		}
+		if _, err := ParseKey(key); err != nil {
+			return &BadRequest{http.StatusBadRequest, "invalid_key", field + ".key", err.(*BadRequest).Message}
+		}
+		return nil
+	}
+	for i, c := range t.Compare {
+		field := fmt.Sprintf("compare[%d]", i)
+		if err := check(field, c.Keyspace, c.Key); err != nil {
+			return t, err
+		}
+		if c.Revision == nil && c.Value == nil {
+			return t, &BadRequest{http.StatusBadRequest, "invalid_compare", field, "a compare needs a revision or a value"}
+		}
+	}
+	for i, op := range t.Ops {
+		field := fmt.Sprintf("ops[%d]", i)
+		if err := check(field, op.Keyspace, op.Key); err != nil {
+			return t, err
+		}
+		switch {
+		case op.Op != cp.OpPut && op.Op != cp.OpDelete:
+			return t, &BadRequest{http.StatusBadRequest, "invalid_op", field + ".op", fmt.Sprintf("op %q is not put or delete", op.Op)}
+		case len(op.Value) > MaxValueBytes:
+			return t, &BadRequest{http.StatusRequestEntityTooLarge, "value_too_large", field + ".value", fmt.Sprintf("value is %d bytes, at most %d", len(op.Value), MaxValueBytes)}
+		case op.Op == cp.OpDelete && op.Value != nil:
+			return t, &BadRequest{http.StatusBadRequest, "invalid_op", field + ".value", "a delete takes no value"}
+		}
+	}
+	return t, nil
+}
+
+func (h *cpHandler) txn(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxTxnBody+1))
+	if err != nil {
+		writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_body", "body", err.Error()})
+		return
+	}
+	if len(body) > maxTxnBody {
+		writeErr(w, &BadRequest{http.StatusRequestEntityTooLarge, "body_too_large", "body", fmt.Sprintf("at most %d bytes", maxTxnBody)})
+		return
+	}
+	t, err := ParseCPTxn(body)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	rev, err := h.e.Txn(r.Context(), t.Compare, t.Ops)
+	var tc *cp.TxnConflictError
+	switch {
+	case err == nil:
+		w.Header().Set(HeaderRevision, strconv.FormatUint(rev, 10))
+		writeJSON(w, http.StatusOK, map[string]any{"succeeded": true, "revision": rev})
+		return
+	case errors.As(err, &tc):
+		writeJSON(w, http.StatusPreconditionFailed, map[string]any{
+			"error":     ErrBody{Code: "txn_conflict", Message: err.Error(), Field: fmt.Sprintf("compare[%d]", tc.Failed[0])},
+			"succeeded": false, "failed": tc.Failed, "current": tc.Current,
+		})
+		return
+	}
+	var nl *cp.NotLeaderError
+	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
+		h.forward(w, r, body, nl)
+		return
+	}
+	writeCPErr(w, r.Method, err)
 }
 
 // CPMemberRequest is the body of POST /admin/v1/cp/members.

@@ -28,6 +28,8 @@ const (
 	// OpNode publishes a node's HTTP address (the leader publishes its own
 	// on election, so followers know where to forward).
 	OpNode Op = "node"
+	// OpTxn applies Ops if every one of Compares holds.
+	OpTxn Op = "txn"
 )
 
 // command is one Raft log entry's payload.
@@ -37,9 +39,11 @@ type command struct {
 	Value []byte `json:"value,omitempty"`
 	// IfRevision, when set, makes the command conditional on the key's
 	// current revision (0 = the key must not exist).
-	IfRevision *uint64 `json:"ifRevision,omitempty"`
-	NodeID     string  `json:"nodeId,omitempty"`
-	HTTPAddr   string  `json:"httpAddr,omitempty"`
+	IfRevision *uint64   `json:"ifRevision,omitempty"`
+	NodeID     string    `json:"nodeId,omitempty"`
+	HTTPAddr   string    `json:"httpAddr,omitempty"`
+	Compares   []Compare `json:"compares,omitempty"`
+	Ops        []TxnOp   `json:"ops,omitempty"`
 }
 
 // applyResult is what FSM.Apply returns through the ApplyFuture.
@@ -83,6 +87,8 @@ func (f *fsm) Apply(l *raft.Log) any {
 	case OpNode:
 		f.nodes[c.NodeID] = c.HTTPAddr
 		return applyResult{Revision: l.Index}
+	case OpTxn:
+		return f.applyTxn(c, l.Index)
 	case OpPut, OpDelete:
 		if c.IfRevision != nil && *c.IfRevision != cur.Revision {
 			return applyResult{Entry: cur, Revision: l.Index, Err: &ConflictError{Expected: *c.IfRevision, Current: cur.Revision}}

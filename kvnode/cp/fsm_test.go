@@ -119,3 +119,37 @@ func TestParsePeers(t *testing.T) {
 		}
 	}
 }
+
+func TestFSMTxnAllOrNothing(t *testing.T) {
+	f := newFSM()
+	applyCmd(t, f, 1, command{Op: OpPut, Key: "acct/a", Value: []byte("10")})
+	applyCmd(t, f, 2, command{Op: OpPut, Key: "acct/b", Value: []byte("5")})
+	v10 := []byte("10")
+	// One failing compare (b is at 2, not 1): nothing applies.
+	r := applyCmd(t, f, 3, command{Op: OpTxn,
+		Compares: []Compare{{Keyspace: "acct", Key: "a", Revision: rev(1)}, {Keyspace: "acct", Key: "b", Revision: rev(1)}},
+		Ops:      []TxnOp{{Op: OpPut, Keyspace: "acct", Key: "a", Value: []byte("7")}, {Op: OpDelete, Keyspace: "acct", Key: "b"}}})
+	var tc *TxnConflictError
+	if !errors.As(r.Err, &tc) || fmt.Sprint(tc.Failed) != "[1]" || fmt.Sprint(tc.Current) != "[1 2]" {
+		t.Fatalf("conflict: %+v", r)
+	}
+	if e := f.get("acct/a"); string(e.Value) != "10" || f.get("acct/b").Revision != 2 {
+		t.Fatalf("failed txn changed state: a=%+v b=%+v", e, f.get("acct/b"))
+	}
+	// A value compare on an absent key fails; a revision-0 compare holds.
+	r = applyCmd(t, f, 4, command{Op: OpTxn, Compares: []Compare{{Keyspace: "acct", Key: "c", Value: &v10}}, Ops: []TxnOp{{Op: OpPut, Keyspace: "acct", Key: "c", Value: []byte("x")}}})
+	if !errors.Is(r.Err, ErrConflict) {
+		t.Fatalf("value compare on absent key: %+v", r)
+	}
+	// All compares hold: every op applies at one revision.
+	r = applyCmd(t, f, 5, command{Op: OpTxn,
+		Compares: []Compare{{Keyspace: "acct", Key: "a", Revision: rev(1), Value: &v10}, {Keyspace: "acct", Key: "b", Revision: rev(2)}, {Keyspace: "acct", Key: "c", Revision: rev(0)}},
+		Ops: []TxnOp{{Op: OpPut, Keyspace: "acct", Key: "a", Value: []byte("7")}, {Op: OpDelete, Keyspace: "acct", Key: "b"},
+			{Op: OpPut, Keyspace: "acct", Key: "c", Value: []byte("8")}}})
+	if r.Err != nil || r.Revision != 5 {
+		t.Fatalf("txn: %+v", r)
+	}
+	if a, b, c := f.get("acct/a"), f.get("acct/b"), f.get("acct/c"); string(a.Value) != "7" || a.Revision != 5 || b.Revision != 0 || string(c.Value) != "8" || c.Revision != 5 {
+		t.Fatalf("after txn a=%+v b=%+v c=%+v", a, b, c)
+	}
+}
