@@ -19,12 +19,15 @@ import (
 // CPEngine is the consensus tier as the HTTP layer uses it.
 type CPEngine interface {
 	Get(ctx context.Context, keyspace, key string, stale bool) (cp.Entry, error)
-	Put(ctx context.Context, keyspace, key string, value []byte, ifRevision *uint64) (cp.Entry, error)
+	Put(ctx context.Context, keyspace, key string, value []byte, ifRevision *uint64, lease uint64) (cp.Entry, error)
 	Delete(ctx context.Context, keyspace, key string, ifRevision *uint64) (uint64, error)
 	Members(ctx context.Context) ([]cp.Member, error)
 	AddVoter(ctx context.Context, id, raftAddr string) error
 	RemoveServer(ctx context.Context, id string) error
 	Txn(ctx context.Context, compares []cp.Compare, ops []cp.TxnOp) (uint64, error)
+	GrantLease(ctx context.Context, ttlSeconds int64) (uint64, error)
+	KeepAlive(ctx context.Context, id uint64) (int64, error)
+	RevokeLease(ctx context.Context, id uint64) error
 }
 
 var _ CPEngine = (*cp.Group)(nil)
@@ -42,6 +45,8 @@ const (
 	HeaderLeaderID       = "X-KV-Leader-Id"
 	HeaderLeaderHTTPAddr = "X-KV-Leader-Http-Addr"
 	HeaderLeaderRaftAddr = "X-KV-Leader-Raft-Addr"
+	// LeasesKeyspace is reserved: /v1/cp/leases/… is the lease API.
+	LeasesKeyspace = "leases"
 	// MaxKeyspaceBytes bounds a keyspace name.
 	MaxKeyspaceBytes = 64
 	// forwardTimeout bounds a forwarded request; the leader bounds its own
@@ -56,12 +61,17 @@ type CPRequest struct {
 	// IfRevision is If-Match: the key's expected revision, 0 = absent.
 	IfRevision *uint64
 	Stale      bool
+	// Lease (PUT ?lease=ID) attaches the key to a lease.
+	Lease uint64
 }
 
 // ParseKeyspace validates a keyspace name: 1–64 of [A-Za-z0-9_.-].
 func ParseKeyspace(s string) (string, error) {
 	if s == "" || len(s) > MaxKeyspaceBytes {
 		return "", &BadRequest{http.StatusBadRequest, "invalid_keyspace", "keyspace", fmt.Sprintf("keyspace must be 1-%d bytes", MaxKeyspaceBytes)}
+	}
+	if s == LeasesKeyspace {
+		return "", &BadRequest{http.StatusBadRequest, "invalid_keyspace", "keyspace", fmt.Sprintf("keyspace %q is reserved for /v1/cp/leases", s)}
 	}
 	for _, c := range s {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
@@ -109,6 +119,11 @@ func ParseCP(r *http.Request) (CPRequest, error) {
 	if cr.IfRevision, err = ParseIfMatch(r.Header.Get("If-Match")); err != nil {
 		return cr, err
 	}
+	if v := r.URL.Query().Get("lease"); v != "" {
+		if cr.Lease, err = strconv.ParseUint(v, 10, 64); err != nil || cr.Lease == 0 || r.Method != http.MethodPut {
+			return cr, &BadRequest{http.StatusBadRequest, "invalid_lease", "lease", fmt.Sprintf("lease %q: a lease id, on PUT only", v)}
+		}
+	}
 	if r.Method == http.MethodPut {
 		cr.Value, err = readValue(r)
 	}
@@ -126,6 +141,9 @@ func mountCP(mux *http.ServeMux, e CPEngine) {
 	mux.HandleFunc("PUT /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("DELETE /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("POST /v1/cp:txn", h.txn)
+	mux.HandleFunc("POST /v1/cp/leases", h.leases)
+	mux.HandleFunc("POST /v1/cp/leases/{id}/keepalive", h.leases)
+	mux.HandleFunc("DELETE /v1/cp/leases/{id}", h.leases)
 	mux.HandleFunc("GET /admin/v1/cp/members", h.members)
 	mux.HandleFunc("POST /admin/v1/cp/members", h.members)
 	mux.HandleFunc("DELETE /admin/v1/cp/members/{id}", h.members)
@@ -229,6 +247,68 @@ func (h *cpHandler) txn(w http.ResponseWriter, r *http.Request) {
 	writeCPErr(w, r.Method, err)
 }
 
+// CPLeaseRequest is the body of POST /v1/cp/leases.
+type CPLeaseRequest struct {
+	TTLSeconds int64 `json:"ttlSeconds"`
+}
+
+// leases serves grant (POST /v1/cp/leases), keepalive (POST
+// /v1/cp/leases/{id}/keepalive) and revoke (DELETE /v1/cp/leases/{id}).
+// Keepalives must reach the leader (followers forward).
+func (h *cpHandler) leases(w http.ResponseWriter, r *http.Request) {
+	var err error
+	var body []byte
+	var id uint64
+	if v := r.PathValue("id"); v != "" {
+		if id, err = strconv.ParseUint(v, 10, 64); err != nil || id == 0 {
+			writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_lease", "lease", fmt.Sprintf("lease id %q", v)})
+			return
+		}
+	}
+	var res any
+	switch {
+	case r.Method == http.MethodDelete:
+		if err = h.e.RevokeLease(r.Context(), id); err == nil {
+			res = map[string]any{"id": id, "revoked": true}
+		}
+	case id != 0:
+		var ttl int64
+		if ttl, err = h.e.KeepAlive(r.Context(), id); err == nil {
+			res = map[string]any{"id": id, "ttlSeconds": ttl}
+		}
+	default:
+		if body, err = io.ReadAll(io.LimitReader(r.Body, 1<<16)); err != nil {
+			writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_body", "body", err.Error()})
+			return
+		}
+		var req CPLeaseRequest
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_body", "body", "body: " + err.Error()})
+			return
+		}
+		if req.TTLSeconds < cp.MinLeaseTTLSeconds || req.TTLSeconds > cp.MaxLeaseTTLSeconds {
+			writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_ttl", "ttlSeconds", fmt.Sprintf("ttlSeconds must be %d to %d", cp.MinLeaseTTLSeconds, cp.MaxLeaseTTLSeconds)})
+			return
+		}
+		if id, err = h.e.GrantLease(r.Context(), req.TTLSeconds); err == nil {
+			writeJSON(w, http.StatusCreated, map[string]any{"id": id, "ttlSeconds": req.TTLSeconds})
+			return
+		}
+	}
+	if err == nil {
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	var nl *cp.NotLeaderError
+	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
+		h.forward(w, r, body, nl)
+		return
+	}
+	writeCPErr(w, r.Method, err)
+}
+
 // CPMemberRequest is the body of POST /admin/v1/cp/members.
 type CPMemberRequest struct {
 	ID       string `json:"id"`
@@ -315,7 +395,7 @@ func (h *cpHandler) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	case http.MethodPut:
 		var e cp.Entry
-		if e, err = h.e.Put(r.Context(), req.Keyspace, req.Key, req.Value, req.IfRevision); err == nil {
+		if e, err = h.e.Put(r.Context(), req.Keyspace, req.Key, req.Value, req.IfRevision, req.Lease); err == nil {
 			setRevision(w, e.Revision, e.Revision)
 			writeJSON(w, http.StatusOK, map[string]uint64{"revision": e.Revision})
 			return
@@ -387,6 +467,8 @@ func writeCPErr(w http.ResponseWriter, method string, err error) {
 	case errors.As(err, &ce):
 		setRevision(w, ce.Current, ce.Current)
 		writeError(w, http.StatusPreconditionFailed, "revision_conflict", err.Error(), "If-Match")
+	case errors.Is(err, cp.ErrLeaseNotFound):
+		writeError(w, http.StatusNotFound, "lease_not_found", err.Error(), "lease")
 	case errors.Is(err, cp.ErrNotFound):
 		setRevision(w, 0, 0)
 		writeError(w, http.StatusNotFound, "not_found", "no value for key", "key")

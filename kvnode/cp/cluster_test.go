@@ -321,6 +321,7 @@ func TestCompareAndSetAndForwarding(t *testing.T) {
 		field        string
 	}{
 		{"PUT", "/v1/cp/bad%20space/a", nil, "keyspace"},
+		{"PUT", "/v1/cp/leases/a", nil, "keyspace"},
 		{"PUT", "/v1/cp/" + strings.Repeat("k", 65) + "/a", nil, "keyspace"},
 		{"PUT", "/v1/cp/locks/" + strings.Repeat("x", 257), nil, "key"},
 		{"PUT", "/v1/cp/locks/a", map[string]string{"If-Match": "W/\"3\""}, "If-Match"},

@@ -19,6 +19,9 @@ var (
 	// unknown (leadership lost, shutdown, timeout): it may or may not be
 	// committed. Read back before retrying a non-idempotent change.
 	ErrUnknownOutcome = errors.New("cp: outcome unknown")
+	// ErrLeaseNotFound: the lease does not exist (never granted, expired
+	// or revoked).
+	ErrLeaseNotFound = errors.New("cp: lease not found")
 	// ErrClosed: the group has been shut down.
 	ErrClosed = errors.New("cp: closed")
 )

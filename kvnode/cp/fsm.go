@@ -16,6 +16,9 @@ import (
 type Entry struct {
 	Value    []byte
 	Revision uint64
+	// Lease is the lease the key is attached to (0 = none): the key is
+	// deleted when the lease expires or is revoked.
+	Lease uint64
 }
 
 // Op is a command kind.
@@ -30,6 +33,11 @@ const (
 	OpNode Op = "node"
 	// OpTxn applies Ops if every one of Compares holds.
 	OpTxn Op = "txn"
+	// OpLeaseGrant creates a lease whose id is the command's index.
+	OpLeaseGrant Op = "leaseGrant"
+	// OpLeaseRevoke deletes a lease and every key attached to it (the
+	// leader proposes it when the lease expires).
+	OpLeaseRevoke Op = "leaseRevoke"
 )
 
 // command is one Raft log entry's payload.
@@ -39,9 +47,14 @@ type command struct {
 	Value []byte `json:"value,omitempty"`
 	// IfRevision, when set, makes the command conditional on the key's
 	// current revision (0 = the key must not exist).
-	IfRevision *uint64   `json:"ifRevision,omitempty"`
-	NodeID     string    `json:"nodeId,omitempty"`
-	HTTPAddr   string    `json:"httpAddr,omitempty"`
+	IfRevision *uint64 `json:"ifRevision,omitempty"`
+	NodeID     string  `json:"nodeId,omitempty"`
+	HTTPAddr   string  `json:"httpAddr,omitempty"`
+	// Lease attaches a put key to a lease; LeaseID names the lease to
+	// revoke; TTLSeconds is a granted lease's TTL.
+	Lease      uint64    `json:"lease,omitempty"`
+	LeaseID    uint64    `json:"leaseId,omitempty"`
+	TTLSeconds int64     `json:"ttlSeconds,omitempty"`
 	Compares   []Compare `json:"compares,omitempty"`
 	Ops        []TxnOp   `json:"ops,omitempty"`
 }
@@ -61,7 +74,8 @@ type fsm struct {
 	mu      sync.RWMutex
 	kv      map[string]Entry
 	nodes   map[string]string // node id → HTTP address
-	applied uint64            // index of the last command applied
+	leases  map[uint64]*lease
+	applied uint64 // index of the last command applied
 	// onRestore is a test signal fired after a snapshot is restored.
 	onRestore func()
 }
@@ -69,7 +83,38 @@ type fsm struct {
 var _ raft.FSM = (*fsm)(nil)
 
 func newFSM() *fsm {
-	return &fsm{kv: map[string]Entry{}, nodes: map[string]string{}}
+	return &fsm{kv: map[string]Entry{}, nodes: map[string]string{}, leases: map[uint64]*lease{}}
+}
+
+// lease is a granted lease: its TTL and the keys attached to it. Expiry is
+// not decided here (the FSM has no clock): the leader tracks deadlines and
+// proposes OpLeaseRevoke.
+type lease struct {
+	ttlSeconds int64
+	keys       map[string]struct{}
+}
+
+// set writes key, moving its lease attachment; f.mu must be held.
+func (f *fsm) set(key string, e Entry) {
+	f.detach(key)
+	if l := f.leases[e.Lease]; l != nil {
+		l.keys[key] = struct{}{}
+	}
+	f.kv[key] = e
+}
+
+// del deletes key; f.mu must be held.
+func (f *fsm) del(key string) {
+	f.detach(key)
+	delete(f.kv, key)
+}
+
+func (f *fsm) detach(key string) {
+	if old := f.kv[key]; old.Lease != 0 {
+		if l := f.leases[old.Lease]; l != nil {
+			delete(l.keys, key)
+		}
+	}
 }
 
 func (f *fsm) Apply(l *raft.Log) any {
@@ -89,6 +134,19 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return applyResult{Revision: l.Index}
 	case OpTxn:
 		return f.applyTxn(c, l.Index)
+	case OpLeaseGrant:
+		f.leases[l.Index] = &lease{ttlSeconds: c.TTLSeconds, keys: map[string]struct{}{}}
+		return applyResult{Revision: l.Index}
+	case OpLeaseRevoke:
+		ls := f.leases[c.LeaseID]
+		if ls == nil {
+			return applyResult{Revision: l.Index, Err: ErrLeaseNotFound}
+		}
+		for k := range ls.keys {
+			delete(f.kv, k)
+		}
+		delete(f.leases, c.LeaseID)
+		return applyResult{Revision: l.Index}
 	case OpPut, OpDelete:
 		if c.IfRevision != nil && *c.IfRevision != cur.Revision {
 			return applyResult{Entry: cur, Revision: l.Index, Err: &ConflictError{Expected: *c.IfRevision, Current: cur.Revision}}
@@ -97,11 +155,14 @@ func (f *fsm) Apply(l *raft.Log) any {
 			if cur.Revision == 0 {
 				return applyResult{Revision: l.Index, Err: ErrNotFound}
 			}
-			delete(f.kv, c.Key)
+			f.del(c.Key)
 			return applyResult{Revision: l.Index}
 		}
-		e := Entry{Value: c.Value, Revision: l.Index}
-		f.kv[c.Key] = e
+		if c.Lease != 0 && f.leases[c.Lease] == nil {
+			return applyResult{Entry: cur, Revision: l.Index, Err: ErrLeaseNotFound}
+		}
+		e := Entry{Value: c.Value, Revision: l.Index, Lease: c.Lease}
+		f.set(c.Key, e)
 		return applyResult{Entry: e, Revision: l.Index}
 	}
 	return applyResult{Revision: l.Index, Err: fmt.Errorf("cp: unknown op %q at %d", c.Op, l.Index)}
@@ -111,6 +172,17 @@ func (f *fsm) get(key string) Entry {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.kv[key]
+}
+
+// leaseTTLs lists every lease and its TTL.
+func (f *fsm) leaseTTLs() map[uint64]int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[uint64]int64, len(f.leases))
+	for id, l := range f.leases {
+		out[id] = l.ttlSeconds
+	}
+	return out
 }
 
 func (f *fsm) revision() uint64 {
@@ -131,12 +203,15 @@ type snapshotState struct {
 	Applied uint64            `json:"applied"`
 	Nodes   map[string]string `json:"nodes"`
 	Keys    int               `json:"keys"`
+	// Leases maps lease id → TTL seconds; keys carry their lease.
+	Leases map[uint64]int64 `json:"leases,omitempty"`
 }
 
 type snapshotKey struct {
 	Key      string `json:"k"`
 	Value    []byte `json:"v"`
 	Revision uint64 `json:"r"`
+	Lease    uint64 `json:"l,omitempty"`
 }
 
 type fsmSnapshot struct {
@@ -150,7 +225,10 @@ type fsmSnapshot struct {
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	s := &fsmSnapshot{state: snapshotState{Applied: f.applied, Nodes: make(map[string]string, len(f.nodes)), Keys: len(f.kv)}, kv: make(map[string]Entry, len(f.kv))}
+	s := &fsmSnapshot{state: snapshotState{Applied: f.applied, Nodes: make(map[string]string, len(f.nodes)), Keys: len(f.kv), Leases: map[uint64]int64{}}, kv: make(map[string]Entry, len(f.kv))}
+	for id, l := range f.leases {
+		s.state.Leases[id] = l.ttlSeconds
+	}
 	for k, v := range f.nodes {
 		s.state.Nodes[k] = v
 	}
@@ -168,7 +246,7 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		if err != nil {
 			break
 		}
-		err = enc.Encode(snapshotKey{Key: k, Value: v.Value, Revision: v.Revision})
+		err = enc.Encode(snapshotKey{Key: k, Value: v.Value, Revision: v.Revision, Lease: v.Lease})
 	}
 	if err == nil {
 		err = w.Flush()
@@ -191,18 +269,25 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("cp: restore snapshot header: %w", err)
 	}
 	kv := make(map[string]Entry, st.Keys)
+	leases := make(map[uint64]*lease, len(st.Leases))
+	for id, ttl := range st.Leases {
+		leases[id] = &lease{ttlSeconds: ttl, keys: map[string]struct{}{}}
+	}
 	for i := 0; i < st.Keys; i++ {
 		var k snapshotKey
 		if err := dec.Decode(&k); err != nil {
 			return fmt.Errorf("cp: restore snapshot key %d of %d: %w", i, st.Keys, err)
 		}
-		kv[k.Key] = Entry{Value: k.Value, Revision: k.Revision}
+		kv[k.Key] = Entry{Value: k.Value, Revision: k.Revision, Lease: k.Lease}
+		if l := leases[k.Lease]; l != nil {
+			l.keys[k.Key] = struct{}{}
+		}
 	}
 	if st.Nodes == nil {
 		st.Nodes = map[string]string{}
 	}
 	f.mu.Lock()
-	f.kv, f.nodes, f.applied = kv, st.Nodes, st.Applied
+	f.kv, f.nodes, f.applied, f.leases = kv, st.Nodes, st.Applied, leases
 	f.mu.Unlock()
 	if f.onRestore != nil {
 		f.onRestore()

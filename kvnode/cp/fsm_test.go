@@ -153,3 +153,44 @@ func TestFSMTxnAllOrNothing(t *testing.T) {
 		t.Fatalf("after txn a=%+v b=%+v c=%+v", a, b, c)
 	}
 }
+
+func TestFSMLeases(t *testing.T) {
+	f := newFSM()
+	applyCmd(t, f, 1, command{Op: OpLeaseGrant, TTLSeconds: 5})
+	if r := applyCmd(t, f, 2, command{Op: OpPut, Key: "s/a", Value: []byte("a"), Lease: 1}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	applyCmd(t, f, 3, command{Op: OpPut, Key: "s/b", Value: []byte("b"), Lease: 1})
+	// Overwritten without the lease: detached, survives the revoke.
+	applyCmd(t, f, 4, command{Op: OpPut, Key: "s/b", Value: []byte("b2")})
+	applyCmd(t, f, 5, command{Op: OpPut, Key: "s/c", Value: []byte("c"), Lease: 1})
+	if r := applyCmd(t, f, 6, command{Op: OpPut, Key: "s/d", Value: []byte("d"), Lease: 99}); !errors.Is(r.Err, ErrLeaseNotFound) || f.get("s/d").Revision != 0 {
+		t.Fatalf("put on unknown lease: %+v", r)
+	}
+	// The lease and its keys survive a snapshot.
+	snap, _ := f.Snapshot()
+	store := raft.NewInmemSnapshotStore()
+	sink, _ := store.Create(raft.SnapshotVersionMax, 6, 1, raft.Configuration{}, 1, nil)
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	_, rc, _ := store.Open(sink.ID())
+	g := newFSM()
+	if err := g.Restore(rc); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*fsm{f, g} {
+		if ttl := m.leaseTTLs(); ttl[1] != 5 || len(ttl) != 1 {
+			t.Fatalf("leases %v", ttl)
+		}
+		if r := applyCmd(t, m, 7, command{Op: OpLeaseRevoke, LeaseID: 1}); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		if m.get("s/a").Revision != 0 || m.get("s/c").Revision != 0 || string(m.get("s/b").Value) != "b2" {
+			t.Fatalf("after revoke a=%+v b=%+v c=%+v", m.get("s/a"), m.get("s/b"), m.get("s/c"))
+		}
+		if r := applyCmd(t, m, 8, command{Op: OpLeaseRevoke, LeaseID: 1}); !errors.Is(r.Err, ErrLeaseNotFound) {
+			t.Fatalf("second revoke: %+v", r)
+		}
+	}
+}

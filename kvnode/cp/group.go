@@ -106,6 +106,10 @@ type Config struct {
 	// NoSync acknowledges log writes before fsync (tests only).
 	NoSync bool
 	Logger *slog.Logger
+	// LeaseCheckInterval is how often the leader looks for expired leases.
+	LeaseCheckInterval time.Duration
+	// Now is the clock for lease deadlines (default time.Now).
+	Now func() time.Time
 	// OnRestore is a test signal fired after the state is restored from a
 	// snapshot (on start or when a leader sends one).
 	OnRestore func()
@@ -130,6 +134,10 @@ func (c *Config) setDefaults() error {
 	def(&c.LeaderLeaseTimeout, DefaultLeaderLeaseTimeout)
 	def(&c.ApplyTimeout, DefaultApplyTimeout)
 	def(&c.SnapshotInterval, DefaultSnapshotInterval)
+	def(&c.LeaseCheckInterval, DefaultLeaseCheckInterval)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = DefaultSnapshotThreshold
 	}
@@ -149,6 +157,9 @@ type Group struct {
 	fsm   *fsm
 	store *raftlog.Store
 	trans *raft.NetworkTransport
+
+	leaseMu   sync.Mutex
+	deadlines map[uint64]time.Time // leader only: lease id → expiry
 
 	notify chan bool
 	done   chan struct{}
@@ -185,7 +196,7 @@ func Open(cfg Config) (*Group, error) {
 		_ = store.Close()
 		return nil, fmt.Errorf("cp: raft transport on %s: %w", cfg.BindAddr, err)
 	}
-	g := &Group{cfg: cfg, fsm: newFSM(), store: store, trans: trans, notify: make(chan bool, 1), done: make(chan struct{})}
+	g := &Group{cfg: cfg, fsm: newFSM(), store: store, trans: trans, notify: make(chan bool, 1), done: make(chan struct{}), deadlines: map[uint64]time.Time{}}
 	g.fsm.onRestore = cfg.OnRestore
 
 	rc := raft.DefaultConfig()
@@ -232,8 +243,9 @@ func Open(cfg Config) (*Group, error) {
 		_ = store.Close()
 		return nil, fmt.Errorf("cp: start raft: %w", err)
 	}
-	g.wg.Add(1)
+	g.wg.Add(2)
 	go g.watchLeadership()
+	go g.expireLeases()
 	return g, nil
 }
 
@@ -375,8 +387,10 @@ func (g *Group) readErr(err error) error {
 
 // Put writes a key. With ifRevision set, only if the key's revision equals
 // *ifRevision (0: only if absent); otherwise *ConflictError.
-func (g *Group) Put(ctx context.Context, keyspace, key string, value []byte, ifRevision *uint64) (Entry, error) {
-	res, err := g.apply(ctx, command{Op: OpPut, Key: storeKey(keyspace, key), Value: value, IfRevision: ifRevision})
+// A non-zero lease attaches the key to that lease (ErrLeaseNotFound if it
+// does not exist).
+func (g *Group) Put(ctx context.Context, keyspace, key string, value []byte, ifRevision *uint64, lease uint64) (Entry, error) {
+	res, err := g.apply(ctx, command{Op: OpPut, Key: storeKey(keyspace, key), Value: value, IfRevision: ifRevision, Lease: lease})
 	if err != nil {
 		return Entry{}, err
 	}

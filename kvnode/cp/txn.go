@@ -64,9 +64,9 @@ func (f *fsm) applyTxn(c command, index uint64) applyResult {
 	for _, op := range c.Ops {
 		k := storeKey(op.Keyspace, op.Key)
 		if op.Op == OpDelete {
-			delete(f.kv, k)
+			f.del(k)
 		} else {
-			f.kv[k] = Entry{Value: op.Value, Revision: index}
+			f.set(k, Entry{Value: op.Value, Revision: index})
 		}
 	}
 	return applyResult{Revision: index}
