@@ -26,16 +26,19 @@ import (
 // last request's headers. status is what it answers; slow paths wait.
 type upstream struct {
 	*httptest.Server
-	hits   atomic.Int64
-	status int
-	mu     sync.Mutex
-	last   http.Header
+	hits     atomic.Int64
+	inflight atomic.Int64 // requests inside the handler
+	status   int
+	mu       sync.Mutex
+	last     http.Header
 }
 
 func newUpstream(t *testing.T, status int) *upstream {
 	u := &upstream{status: status}
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.hits.Add(1)
+		u.inflight.Add(1)
+		defer u.inflight.Add(-1)
 		u.mu.Lock()
 		u.last = r.Header.Clone()
 		u.mu.Unlock()
@@ -230,7 +233,9 @@ func TestLiveEnvoyStack(t *testing.T) {
 			codes <- resp.StatusCode
 		})
 	}
-	time.Sleep(200 * time.Millisecond) // the requests are at the upstream, waiting
+	xdstest.Eventually(t, 10*time.Second, "the slow requests to reach the upstream", func() bool {
+		return good.inflight.Load() == int64(cap(codes))
+	})
 	api.patch("routes/open", map[string]any{"timeout": "5s"})
 	api.create("routes", map[string]any{"name": "later", "match": map[string]any{"pathPrefix": "/later"}, "cluster": "good",
 		"auth": map[string]any{"mode": "none"}}, nil)

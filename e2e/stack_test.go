@@ -343,13 +343,3 @@ func gatewayFetch(t *testing.T, xdsAddr, nodeID string, v int64, subs map[string
 	}
 	return out
 }
-
-// knownBug skips a test that demonstrates an open bug unless
-// PORTICO_E2E_KNOWN_BUGS is set, so the suite stays green while the bug is
-// open and the test can be run (and fails) until it is fixed.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("PORTICO_E2E_KNOWN_BUGS") == "" {
-		t.Skipf("SKIPPED: known bug (%s); set PORTICO_E2E_KNOWN_BUGS=1 to run this test, which fails until it is fixed", what)
-	}
-}
