@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,9 +24,12 @@ import (
 const (
 	DefaultHTTPAddr = ":18400"
 	DefaultGRPCAddr = ":18500"
-	// DefaultRaftAddr is the binary's default for CP.BindAddr (an empty
-	// Config.CP.BindAddr leaves the consensus tier off).
-	DefaultRaftAddr     = ":18600"
+	// RaftPortOffset derives the binary's default Raft address from its
+	// HTTP address: 18400+i → 18600+i, the port plan of ARCHITECTURE.md.
+	// (An empty Config.CP.BindAddr leaves the consensus tier off.)
+	RaftPortOffset = 200
+	// RaftOff as --raft-addr turns the consensus tier off.
+	RaftOff             = "off"
 	DefaultReplication  = 3
 	DefaultGossipFanout = 3
 	DefaultStartupWait  = 5 * time.Second
@@ -188,4 +192,29 @@ func advertise(configured string, bound net.Addr) string {
 		}
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// RaftBindAddr resolves the --raft-addr flag: "" derives host:port+200 from
+// the HTTP address (so nodes started side by side on 18400+i get 18600+i),
+// RaftOff returns "" (tier off), anything else is used as given.
+func RaftBindAddr(flag, httpAddr string) (string, error) {
+	switch flag {
+	case RaftOff:
+		return "", nil
+	case "":
+	default:
+		return flag, nil
+	}
+	if httpAddr == "" {
+		httpAddr = DefaultHTTPAddr
+	}
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return "", fmt.Errorf("kvnode: deriving the raft address from %q: %w", httpAddr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p <= 0 || p+RaftPortOffset > 65535 {
+		return "", fmt.Errorf("kvnode: deriving the raft address from %q: port %q (set --raft-addr)", httpAddr, port)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+RaftPortOffset)), nil
 }

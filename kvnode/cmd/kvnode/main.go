@@ -42,7 +42,7 @@ func main() {
 	writeTimeout := envflag.Duration(fs, "write-timeout", "PORTICO_KV_WRITE_TIMEOUT", coordinator.DefaultTimeout, "how long a write waits for its quorum")
 	readTimeout := envflag.Duration(fs, "read-timeout", "PORTICO_KV_READ_TIMEOUT", coordinator.DefaultTimeout, "how long a read waits for its quorum")
 	vclock := envflag.String(fs, "vclock-keyspaces", "PORTICO_KV_VCLOCK_KEYSPACES", "", "comma-separated keyspaces (key prefix before ':') kept with vector clocks and siblings instead of LWW")
-	raftAddr := envflag.String(fs, "raft-addr", "PORTICO_KV_RAFT_ADDR", kvnode.DefaultRaftAddr, "consensus tier (/v1/cp/) Raft transport listen address; empty disables the tier")
+	raftAddr := envflag.String(fs, "raft-addr", "PORTICO_KV_RAFT_ADDR", "", "consensus tier (/v1/cp/) Raft transport listen address (default: the http-addr port + 200, so :18400 → :18600); off disables the tier")
 	raftAdvertise := envflag.String(fs, "raft-advertise-addr", "PORTICO_KV_RAFT_ADVERTISE_ADDR", "", "host:port peers dial for Raft (default: raft-addr, host name when unspecified)")
 	raftBootstrap := envflag.Bool(fs, "raft-bootstrap", "PORTICO_KV_RAFT_BOOTSTRAP", false, "found the Raft group with --raft-peers as voters if this node has no Raft state (safe on every node given the same peers)")
 	raftPeers := envflag.String(fs, "raft-peers", "PORTICO_KV_RAFT_PEERS", "", "initial voters for --raft-bootstrap: comma-separated id=host:raftport, this node included (default: this node alone)")
@@ -53,6 +53,11 @@ func main() {
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	raftBind, err := kvnode.RaftBindAddr(*raftAddr, *httpAddr)
+	if err != nil {
+		log.Error("kvnode: --raft-addr", "err", err)
 		os.Exit(2)
 	}
 	peers, err := cp.ParsePeers(*raftPeers)
@@ -66,7 +71,7 @@ func main() {
 		JoinMode: *joinMode, StartupWait: *startupWait, TombstoneGrace: *grace, HintWindow: *hintWindow,
 		RepairInterval: *repairInterval, GossipInterval: *gossipInterval, WriteTimeout: *writeTimeout,
 		ReadTimeout: *readTimeout, VClockKeyspaces: split(*vclock), Logger: log,
-		CP: cp.Config{BindAddr: *raftAddr, AdvertiseAddr: *raftAdvertise, Bootstrap: *raftBootstrap, Peers: peers},
+		CP: cp.Config{BindAddr: raftBind, AdvertiseAddr: *raftAdvertise, Bootstrap: *raftBootstrap, Peers: peers},
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
