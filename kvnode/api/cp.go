@@ -28,6 +28,7 @@ type CPEngine interface {
 	GrantLease(ctx context.Context, ttlSeconds int64) (uint64, error)
 	KeepAlive(ctx context.Context, id uint64) (int64, error)
 	RevokeLease(ctx context.Context, id uint64) error
+	Watch(ctx context.Context, keyspace, prefix string, from uint64, send func([]cp.Event) error) error
 }
 
 var _ CPEngine = (*cp.Group)(nil)
@@ -141,6 +142,7 @@ func mountCP(mux *http.ServeMux, e CPEngine) {
 	mux.HandleFunc("PUT /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("DELETE /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("POST /v1/cp:txn", h.txn)
+	mux.HandleFunc("GET /v1/cp/{keyspace}", h.watch)
 	mux.HandleFunc("POST /v1/cp/leases", h.leases)
 	mux.HandleFunc("POST /v1/cp/leases/{id}/keepalive", h.leases)
 	mux.HandleFunc("DELETE /v1/cp/leases/{id}", h.leases)
@@ -245,6 +247,66 @@ func (h *cpHandler) txn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeCPErr(w, r.Method, err)
+}
+
+// watch streams changes: GET /v1/cp/{keyspace}?watch=true&prefix=…&fromRevision=N
+// answers 200 with one JSON event per line ({"revision","type","key","value"}),
+// flushed per revision, until the client goes away; 410 when fromRevision is
+// compacted. Served by the node asked (no forwarding).
+func (h *cpHandler) watch(w http.ResponseWriter, r *http.Request) {
+	ks, err := ParseKeyspace(r.PathValue("keyspace"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	q := r.URL.Query()
+	if q.Get("watch") != "true" {
+		writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_watch", "watch", "listing a keyspace is not supported; use watch=true"})
+		return
+	}
+	prefix := q.Get("prefix")
+	if len(prefix) > MaxKeyBytes {
+		writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_prefix", "prefix", fmt.Sprintf("at most %d bytes", MaxKeyBytes)})
+		return
+	}
+	var from uint64
+	if v := q.Get("fromRevision"); v != "" {
+		if from, err = strconv.ParseUint(v, 10, 64); err != nil || from == 0 {
+			writeErr(w, &BadRequest{http.StatusBadRequest, "invalid_from_revision", "fromRevision", fmt.Sprintf("fromRevision %q is not a revision >= 1", v)})
+			return
+		}
+	}
+	fl, _ := w.(http.Flusher)
+	started := false
+	enc := json.NewEncoder(w)
+	err = h.e.Watch(r.Context(), ks, prefix, from, func(evs []cp.Event) error {
+		if !started {
+			started = true
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+		}
+		for _, e := range evs {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return nil
+	})
+	var ce *cp.CompactedError
+	switch {
+	case errors.As(err, &ce) && !started:
+		writeJSON(w, http.StatusGone, map[string]any{
+			"error":         ErrBody{Code: "compacted", Message: err.Error(), Field: "fromRevision"},
+			"firstRevision": ce.FirstRevision,
+		})
+	case err != nil && started && r.Context().Err() == nil:
+		_ = enc.Encode(map[string]any{"error": ErrBody{Code: "watch_ended", Message: err.Error()}})
+	case !started && r.Context().Err() == nil:
+		writeCPErr(w, r.Method, err)
+	}
 }
 
 // CPLeaseRequest is the body of POST /v1/cp/leases.

@@ -22,6 +22,9 @@ var (
 	// ErrLeaseNotFound: the lease does not exist (never granted, expired
 	// or revoked).
 	ErrLeaseNotFound = errors.New("cp: lease not found")
+	// ErrCompacted: a watch asked for history that is no longer kept.
+	// Returned wrapped in *CompactedError.
+	ErrCompacted = errors.New("cp: revision compacted")
 	// ErrClosed: the group has been shut down.
 	ErrClosed = errors.New("cp: closed")
 )

@@ -71,11 +71,18 @@ type applyResult struct {
 // address of every node that has led. Apply runs on Raft's FSM goroutine;
 // reads take the read lock and may run concurrently with it.
 type fsm struct {
-	mu      sync.RWMutex
-	kv      map[string]Entry
-	nodes   map[string]string // node id → HTTP address
-	leases  map[uint64]*lease
-	applied uint64 // index of the last command applied
+	mu     sync.RWMutex
+	kv     map[string]Entry
+	nodes  map[string]string // node id → HTTP address
+	leases map[uint64]*lease
+	// events is the recent change history, for watches: complete from
+	// revision firstRev on. changed is closed (and replaced) whenever
+	// events are added or the state is restored.
+	events   []Event
+	firstRev uint64
+	changed  chan struct{}
+	dirty    bool
+	applied  uint64 // index of the last command applied
 	// onRestore is a test signal fired after a snapshot is restored.
 	onRestore func()
 }
@@ -83,7 +90,7 @@ type fsm struct {
 var _ raft.FSM = (*fsm)(nil)
 
 func newFSM() *fsm {
-	return &fsm{kv: map[string]Entry{}, nodes: map[string]string{}, leases: map[uint64]*lease{}}
+	return &fsm{kv: map[string]Entry{}, nodes: map[string]string{}, leases: map[uint64]*lease{}, firstRev: 1, changed: make(chan struct{})}
 }
 
 // lease is a granted lease: its TTL and the keys attached to it. Expiry is
@@ -101,12 +108,14 @@ func (f *fsm) set(key string, e Entry) {
 		l.keys[key] = struct{}{}
 	}
 	f.kv[key] = e
+	f.record(Event{Revision: e.Revision, Type: OpPut, Key: key, Value: e.Value})
 }
 
-// del deletes key; f.mu must be held.
-func (f *fsm) del(key string) {
+// del deletes key at revision rev; f.mu must be held.
+func (f *fsm) del(key string, rev uint64) {
 	f.detach(key)
 	delete(f.kv, key)
+	f.record(Event{Revision: rev, Type: OpDelete, Key: key})
 }
 
 func (f *fsm) detach(key string) {
@@ -126,6 +135,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	defer f.notify()
 	f.applied = l.Index
 	cur := f.kv[c.Key]
 	switch c.Op {
@@ -143,7 +153,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 			return applyResult{Revision: l.Index, Err: ErrLeaseNotFound}
 		}
 		for k := range ls.keys {
-			delete(f.kv, k)
+			f.del(k, l.Index)
 		}
 		delete(f.leases, c.LeaseID)
 		return applyResult{Revision: l.Index}
@@ -155,7 +165,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 			if cur.Revision == 0 {
 				return applyResult{Revision: l.Index, Err: ErrNotFound}
 			}
-			f.del(c.Key)
+			f.del(c.Key, l.Index)
 			return applyResult{Revision: l.Index}
 		}
 		if c.Lease != 0 && f.leases[c.Lease] == nil {
@@ -288,6 +298,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.kv, f.nodes, f.applied, f.leases = kv, st.Nodes, st.Applied, leases
+	// The history before the snapshot is gone.
+	f.events, f.firstRev, f.dirty = nil, st.Applied+1, true
+	f.notify()
 	f.mu.Unlock()
 	if f.onRestore != nil {
 		f.onRestore()

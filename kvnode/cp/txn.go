@@ -64,7 +64,7 @@ func (f *fsm) applyTxn(c command, index uint64) applyResult {
 	for _, op := range c.Ops {
 		k := storeKey(op.Keyspace, op.Key)
 		if op.Op == OpDelete {
-			f.del(k)
+			f.del(k, index)
 		} else {
 			f.set(k, Entry{Value: op.Value, Revision: index})
 		}
