@@ -168,13 +168,17 @@ func poll(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 // waitLeader waits until a running node leads and every running node
 // knows the leader's HTTP address (so followers can forward); it returns
 // the leader's index.
-func (gr *group) waitLeader() int {
+func (gr *group) waitLeader() int { return gr.waitLeaderExcept(-1) }
+
+// waitLeaderExcept is waitLeader ignoring node skip (a partitioned node,
+// which may still believe it leads).
+func (gr *group) waitLeaderExcept(skip int) int {
 	gr.t.Helper()
 	leader := -1
 	poll(gr.t, "a leader known to every running node", 20*time.Second, func() bool {
 		leader = -1
 		for i := range gr.nodes {
-			if g := gr.groupOf(i); g != nil && g.IsLeader() {
+			if g := gr.groupOf(i); g != nil && i != skip && g.IsLeader() {
 				leader = i
 			}
 		}
@@ -183,7 +187,7 @@ func (gr *group) waitLeader() int {
 		}
 		for i := range gr.nodes {
 			g := gr.groupOf(i)
-			if g == nil {
+			if g == nil || i == skip {
 				continue
 			}
 			if l := g.Leader(); l.LeaderID != gr.nodes[leader].id || l.LeaderHTTPAddr != gr.nodes[leader].httpAddr {

@@ -157,6 +157,8 @@ type Group struct {
 	fsm   *fsm
 	store *raftlog.Store
 	trans *raft.NetworkTransport
+	// stream is trans's stream layer (fault drills: Partition).
+	stream *stream
 
 	leaseMu   sync.Mutex
 	deadlines map[uint64]time.Time // leader only: lease id → expiry
@@ -191,12 +193,13 @@ func Open(cfg Config) (*Group, error) {
 		_ = store.Close()
 		return nil, err
 	}
-	trans, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, 2*time.Second, hlog)
+	st, err := newStream(cfg.BindAddr, adv)
 	if err != nil {
 		_ = store.Close()
 		return nil, fmt.Errorf("cp: raft transport on %s: %w", cfg.BindAddr, err)
 	}
-	g := &Group{cfg: cfg, fsm: newFSM(), store: store, trans: trans, notify: make(chan bool, 1), done: make(chan struct{}), deadlines: map[uint64]time.Time{}}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: st, MaxPool: 3, Timeout: 2 * time.Second, Logger: hlog})
+	g := &Group{cfg: cfg, fsm: newFSM(), store: store, trans: trans, stream: st, notify: make(chan bool, 1), done: make(chan struct{}), deadlines: map[uint64]time.Time{}}
 	g.fsm.onRestore = cfg.OnRestore
 
 	rc := raft.DefaultConfig()
@@ -314,6 +317,11 @@ func (g *Group) Close() error {
 	})
 	return err
 }
+
+// Partition cuts (true) or heals (false) this node's Raft network, for
+// fault drills: its Raft connections close and new ones are refused both
+// ways; HTTP keeps working.
+func (g *Group) Partition(on bool) { g.stream.partition(on) }
 
 // Addr is the Raft transport address peers dial.
 func (g *Group) Addr() string { return string(g.trans.LocalAddr()) }

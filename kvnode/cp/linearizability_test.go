@@ -281,8 +281,9 @@ func (gr *group) runClients(t *testing.T, staleReads bool) (h *history, waitOps 
 }
 
 // TestLinearizableUnderLeaderKill: concurrent clients do get/put/CAS/delete
-// on a few keys through every node while the test kills the leader and
-// later restarts it; the history must be linearizable.
+// on a few keys through every node while the test kills the leader, later
+// restarts it, then cuts the new leader's Raft network and heals it; the
+// history must be linearizable.
 func TestLinearizableUnderLeaderKill(t *testing.T) {
 	gr := newGroup(t, 3)
 	leader := gr.waitLeader()
@@ -296,6 +297,17 @@ func TestLinearizableUnderLeaderKill(t *testing.T) {
 	waitOps(150)
 	gr.start(leader)
 	waitOps(150)
+
+	// Partition the current leader's Raft network (its HTTP still answers,
+	// and it may believe it leads for a while): the others elect a leader;
+	// then heal it.
+	cut := gr.waitLeader()
+	gr.groupOf(cut).Partition(true)
+	gr.waitLeaderExcept(cut)
+	waitOps(150)
+	gr.groupOf(cut).Partition(false)
+	gr.waitLeader()
+	waitOps(100)
 	stopClients()
 
 	ops := h.finish()

@@ -1,0 +1,110 @@
+package cp
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// errPartitioned is what a partitioned node's Raft dials and accepts fail
+// with.
+var errPartitioned = errors.New("cp: raft transport partitioned (fault drill)")
+
+// stream is Raft's TCP stream layer with a fault-drill switch: while
+// partitioned, every Raft connection of this node is closed and new ones
+// are refused in both directions, as if its network were cut. It is plain
+// TCP otherwise.
+type stream struct {
+	net.Listener
+	advertise net.Addr
+
+	mu          sync.Mutex
+	partitioned bool
+	conns       map[net.Conn]struct{}
+}
+
+var _ raft.StreamLayer = (*stream)(nil)
+
+func newStream(bind string, advertise net.Addr) (*stream, error) {
+	l, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, err
+	}
+	if advertise == nil {
+		advertise = l.Addr()
+	}
+	return &stream{Listener: l, advertise: advertise, conns: map[net.Conn]struct{}{}}, nil
+}
+
+// Addr is the advertised address (raft.NetworkTransport uses it as the
+// node's own address).
+func (s *stream) Addr() net.Addr { return s.advertise }
+
+func (s *stream) track(c net.Conn) (net.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.partitioned {
+		_ = c.Close()
+		return nil, errPartitioned
+	}
+	tc := &trackedConn{Conn: c, s: s}
+	s.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+// Dial opens a Raft connection to a peer.
+func (s *stream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	s.mu.Lock()
+	p := s.partitioned
+	s.mu.Unlock()
+	if p {
+		return nil, errPartitioned
+	}
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	return s.track(c)
+}
+
+// Accept returns the next peer connection, dropping those that arrive
+// while partitioned.
+func (s *stream) Accept() (net.Conn, error) {
+	for {
+		c, err := s.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if tc, err := s.track(c); err == nil {
+			return tc, nil
+		}
+	}
+}
+
+// partition cuts (true) or heals (false) this node's Raft network.
+func (s *stream) partition(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.partitioned = on
+	if on {
+		for c := range s.conns {
+			_ = c.(*trackedConn).Conn.Close()
+			delete(s.conns, c)
+		}
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	s *stream
+}
+
+func (c *trackedConn) Close() error {
+	c.s.mu.Lock()
+	delete(c.s.conns, c)
+	c.s.mu.Unlock()
+	return c.Conn.Close()
+}
