@@ -35,6 +35,9 @@ type tnode struct {
 	g                           *cp.Group
 	srv                         *http.Server
 	restored                    chan struct{}
+	// stalled blocks HTTP requests (with the Raft stall: a stopped
+	// process); nil when running.
+	stalled chan struct{}
 	// joiner: started without bootstrap, to be added as a voter.
 	joiner bool
 }
@@ -108,7 +111,21 @@ func (gr *group) start(i int) {
 	if err != nil {
 		gr.t.Fatalf("listen %s: %v", n.id, err)
 	}
-	srv := &http.Server{Handler: api.Handler(nil, g, nil), ReadHeaderTimeout: 5 * time.Second}
+	h := api.Handler(nil, g, nil)
+	gate := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gr.mu.Lock()
+		ch := n.stalled
+		gr.mu.Unlock()
+		if ch != nil {
+			select {
+			case <-ch:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: gate, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	gr.mu.Lock()
 	n.g, n.srv = g, srv
@@ -128,6 +145,24 @@ func (gr *group) addNode() int {
 	return len(gr.nodes) - 1
 }
 
+// stall freezes node i (Raft I/O and HTTP) until resume.
+func (gr *group) stall(i int) {
+	gr.mu.Lock()
+	gr.nodes[i].stalled = make(chan struct{})
+	gr.mu.Unlock()
+	gr.groupOf(i).Stall(true)
+}
+
+func (gr *group) resume(i int) {
+	gr.groupOf(i).Stall(false)
+	gr.mu.Lock()
+	if ch := gr.nodes[i].stalled; ch != nil {
+		close(ch)
+		gr.nodes[i].stalled = nil
+	}
+	gr.mu.Unlock()
+}
+
 // kill stops node i abruptly: open HTTP connections are cut and Raft is
 // shut down; its data dir stays for a restart.
 func (gr *group) kill(i int) {
@@ -135,6 +170,10 @@ func (gr *group) kill(i int) {
 	n := gr.nodes[i]
 	g, srv := n.g, n.srv
 	n.g, n.srv = nil, nil
+	if n.stalled != nil {
+		close(n.stalled)
+		n.stalled = nil
+	}
 	gr.mu.Unlock()
 	if g == nil {
 		return

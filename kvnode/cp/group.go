@@ -305,6 +305,7 @@ func (g *Group) watchLeadership() {
 func (g *Group) Close() error {
 	var err error
 	g.once.Do(func() {
+		g.stream.stall(false)
 		err = g.raft.Shutdown().Error()
 		close(g.done)
 		g.wg.Wait()
@@ -322,6 +323,11 @@ func (g *Group) Close() error {
 // fault drills: its Raft connections close and new ones are refused both
 // ways; HTTP keeps working.
 func (g *Group) Partition(on bool) { g.stream.partition(on) }
+
+// Stall stops (true) or resumes (false) this node's Raft I/O, for fault
+// drills: connections stay open but nothing moves, like a stopped process
+// (Raft's timers keep running). Close resumes it.
+func (g *Group) Stall(on bool) { g.stream.stall(on) }
 
 // Addr is the Raft transport address peers dial.
 func (g *Group) Addr() string { return string(g.trans.LocalAddr()) }

@@ -143,7 +143,7 @@ func (h *history) finish() []porcupine.Operation {
 func (gr *group) runClient(id int, keys []string, staleReads bool, h *history, stop <-chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
 	rng := rand.New(rand.NewPCG(uint64(id), 42))
-	hc := &http.Client{Timeout: 3 * time.Second}
+	hc := &http.Client{Timeout: time.Second}
 	type seen struct {
 		value string
 		rev   uint64
@@ -282,8 +282,9 @@ func (gr *group) runClients(t *testing.T, staleReads bool) (h *history, waitOps 
 
 // TestLinearizableUnderLeaderKill: concurrent clients do get/put/CAS/delete
 // on a few keys through every node while the test kills the leader, later
-// restarts it, then cuts the new leader's Raft network and heals it; the
-// history must be linearizable.
+// restarts it, cuts the next leader's Raft network and heals it, and stalls
+// the next one past the election timeout and resumes it; the history must be
+// linearizable.
 func TestLinearizableUnderLeaderKill(t *testing.T) {
 	gr := newGroup(t, 3)
 	leader := gr.waitLeader()
@@ -306,6 +307,16 @@ func TestLinearizableUnderLeaderKill(t *testing.T) {
 	gr.waitLeaderExcept(cut)
 	waitOps(150)
 	gr.groupOf(cut).Partition(false)
+	gr.waitLeader()
+	waitOps(100)
+
+	// Stall the leader (Raft I/O and HTTP frozen, like a stopped process)
+	// past the election timeout, then resume it.
+	paused := gr.waitLeader()
+	gr.stall(paused)
+	gr.waitLeaderExcept(paused)
+	waitOps(40) // requests that reach the stalled node hang until the client's timeout
+	gr.resume(paused)
 	gr.waitLeader()
 	waitOps(100)
 	stopClients()

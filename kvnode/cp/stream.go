@@ -13,10 +13,12 @@ import (
 // with.
 var errPartitioned = errors.New("cp: raft transport partitioned (fault drill)")
 
-// stream is Raft's TCP stream layer with a fault-drill switch: while
+// stream is Raft's TCP stream layer with fault-drill switches: while
 // partitioned, every Raft connection of this node is closed and new ones
-// are refused in both directions, as if its network were cut. It is plain
-// TCP otherwise.
+// are refused in both directions, as if its network were cut; while
+// stalled, connections stay open but nothing read is handed to Raft and
+// nothing is written until resumed, as if the process were stopped. It is
+// plain TCP otherwise.
 type stream struct {
 	net.Listener
 	advertise net.Addr
@@ -24,6 +26,30 @@ type stream struct {
 	mu          sync.Mutex
 	partitioned bool
 	conns       map[net.Conn]struct{}
+	// resumed is nil when not stalled; otherwise closed on resume.
+	resumed chan struct{}
+}
+
+// stall stops (true) or resumes (false) this node's Raft I/O.
+func (s *stream) stall(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case on && s.resumed == nil:
+		s.resumed = make(chan struct{})
+	case !on && s.resumed != nil:
+		close(s.resumed)
+		s.resumed = nil
+	}
+}
+
+func (s *stream) waitResumed() {
+	s.mu.Lock()
+	ch := s.resumed
+	s.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 var _ raft.StreamLayer = (*stream)(nil)
@@ -100,6 +126,17 @@ func (s *stream) partition(on bool) {
 type trackedConn struct {
 	net.Conn
 	s *stream
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.s.waitResumed()
+	return n, err
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	c.s.waitResumed()
+	return c.Conn.Write(p)
 }
 
 func (c *trackedConn) Close() error {
