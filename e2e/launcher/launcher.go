@@ -75,7 +75,11 @@ func Processes(root string) []Process {
 			fmt.Sprintf("--node-id=kv-%d", i),
 			fmt.Sprintf("--http-addr=127.0.0.1:%d", 18400+i), fmt.Sprintf("--grpc-addr=127.0.0.1:%d", 18500+i),
 			"--data-dir=" + filepath.Join(root, ".run", fmt.Sprintf("kvnode-%d", i)), "--seeds=" + strings.Join(seeds, ","),
-			"--startup-wait=2s"}, Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18400+i)})
+			"--startup-wait=2s",
+			// The Raft tier (/v1/cp/) on 18600+i: every node bootstraps with
+			// the same three voters, which is safe (Raft keeps one config).
+			"--raft-bootstrap", "--raft-peers=kv-0=127.0.0.1:18600,kv-1=127.0.0.1:18601,kv-2=127.0.0.1:18602"},
+			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18400+i)})
 	}
 	return ps
 }
@@ -219,6 +223,7 @@ Portico is running. Next:
   curl -s -X POST localhost:18300/v1/jobs -H 'Idempotency-Key: j1' -d @job.json   # scheduler (see scheduler/README.md)
   curl -s -X PUT localhost:18400/v1/kv/hello?consistency=QUORUM -d world    # kvnode ring (18400-18402)
   curl -s localhost:18401/v1/kv/hello?consistency=QUORUM
+  curl -s -X PUT localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier: CAS, create-only
   redis-cli -p 7000 SET greeting hi EX 60 && redis-cli -p 7000 GET greeting  # cachenode
 Ctrl-C stops everything (or 'make stop' from another shell).
 `
