@@ -151,6 +151,13 @@ func (n *Node) Start(ctx context.Context) error {
 			_ = n.httpLis.Close()
 			return err
 		}
+		if err = n.cfg.Registry.Register(n.cp.Collector()); err != nil {
+			n.cancel()
+			_ = n.cp.Close()
+			_ = n.grpcLis.Close()
+			_ = n.httpLis.Close()
+			return fmt.Errorf("kvnode: cp metrics: %w", err)
+		}
 		cpEngine = n.cp
 	}
 	handler := api.Handler(n.engine(), cpEngine, n)
