@@ -10,22 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/xdstest"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
 	"github.com/portico-io/portico/ratelimitsvc/service"
 )
-
-// waitFor polls cond every 50ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // startCluster starts n redis-server processes and joins them into a
 // Cluster of n masters. Full coverage is not required, so the masters left
@@ -48,7 +37,7 @@ func startCluster(t *testing.T, n int) []*testdeps.RedisProc {
 
 func waitClusterOK(t *testing.T, procs ...*testdeps.RedisProc) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "cluster_state:ok on every node", func() bool {
+	xdstest.Eventually(t, 20*time.Second, "cluster_state:ok on every node", func() bool {
 		for _, p := range procs {
 			if out, err := p.CLI("cluster", "info"); err != nil || !strings.Contains(out, "cluster_state:ok") {
 				return false
@@ -141,7 +130,7 @@ func TestRedisCluster(t *testing.T) {
 	// closes it and alpha is shared again.
 	dead.Start()
 	waitClusterOK(t, procs...)
-	waitFor(t, 20*time.Second, "alpha back on Redis", func() bool {
+	xdstest.Eventually(t, 20*time.Second, "alpha back on Redis", func() bool {
 		call(t, s, req("alpha", desc("path", "/probe")))
 		return rd.Degraded() == 0
 	})
@@ -161,7 +150,7 @@ func TestRedisCluster(t *testing.T) {
 func TestRedisSentinelFailover(t *testing.T) {
 	master := testdeps.RedisServer(t)
 	replica := testdeps.RedisServer(t, "--replicaof", "127.0.0.1", fmt.Sprint(master.Port))
-	waitFor(t, 10*time.Second, "the replica in sync", func() bool {
+	xdstest.Eventually(t, 10*time.Second, "the replica in sync", func() bool {
 		out, err := replica.CLI("info", "replication")
 		return err == nil && strings.Contains(out, "master_link_status:up")
 	})
@@ -184,18 +173,18 @@ func TestRedisSentinelFailover(t *testing.T) {
 	}
 	// Replication is asynchronous, so wait until the replica has the bucket
 	// before the crash (the documented loss window is what was not copied).
-	waitFor(t, 10*time.Second, "the bucket replicated", func() bool {
+	xdstest.Eventually(t, 10*time.Second, "the bucket replicated", func() bool {
 		out, err := replica.CLI("dbsize")
 		return err == nil && strings.TrimSpace(out) != "0"
 	})
 	master.Kill()
-	waitFor(t, 30*time.Second, "Sentinel to promote the replica", func() bool {
+	xdstest.Eventually(t, 30*time.Second, "Sentinel to promote the replica", func() bool {
 		out, err := sentinel.CLI("sentinel", "get-master-addr-by-name", "rl")
 		return err == nil && strings.Contains(out, fmt.Sprint(replica.Port))
 	})
 	// The promoted replica holds acme's spent bucket: still denied, and a
 	// new consumer gets the shared bucket again.
-	waitFor(t, 20*time.Second, "requests decided on the new master", func() bool {
+	xdstest.Eventually(t, 20*time.Second, "requests decided on the new master", func() bool {
 		return call(t, s, acme).GetOverallCode() == OVER && rd.Degraded() == 0
 	})
 	got = got[:0]
