@@ -14,8 +14,10 @@ export PORTICO_RATELIMIT_PEER_BIN ?= $(CURDIR)/.run/bin/service_cmd
 # helm for the chart checks (charts/charttest), built once into .run/bin.
 HELM := helm.sh/helm/v3/cmd/helm@v3.22.0
 export PORTICO_HELM_BIN ?= $(CURDIR)/.run/bin/helm
+# etcd 3.7 (kvnode CP tier's peer), built from the tools/etcd module.
+export PORTICO_ETCD_BIN ?= $(CURDIR)/.run/bin/etcd
 
-.PHONY: run test build deps stop bench lint proto proto-check fmt-check vet peers helm
+.PHONY: run test build deps stop bench lint proto proto-check fmt-check vet peers helm etcd
 
 run: deps build
 	@$(BIN)/launch
@@ -33,13 +35,20 @@ deps:
 stop:
 	@bash e2e/scripts/stop.sh
 
-bench: deps peers
+bench: deps peers etcd
 	set -o pipefail; $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee .run/bench.txt
 
 # envoyproxy/ratelimit's service_cmd: ratelimitsvc's peer test and benchmark.
 peers: $(PORTICO_RATELIMIT_PEER_BIN)
 $(PORTICO_RATELIMIT_PEER_BIN):
 	GOBIN=$(dir $@) $(GO) install $(RATELIMIT_PEER)
+
+# etcd's own server from a module of its own (tools/etcd), so Portico's
+# go.mod does not gain etcd's dependencies: kvnode/cp BenchmarkCPVsEtcd.
+etcd: $(PORTICO_ETCD_BIN)
+$(PORTICO_ETCD_BIN): tools/etcd/go.mod tools/etcd/go.sum tools/etcd/main.go
+	@mkdir -p $(dir $@)
+	cd tools/etcd && $(GO) build -o $@ .
 
 # helm lint and helm template run from charts/charttest (go test).
 helm: $(PORTICO_HELM_BIN)

@@ -28,6 +28,9 @@ type group struct {
 	nodes  []*tnode
 	peers  []cp.Peer
 	client *http.Client
+	// tune adjusts each node's configuration before it opens (benchmarks:
+	// fsync on, production timeouts); nil keeps the test settings.
+	tune func(*cp.Config)
 }
 
 type tnode struct {
@@ -44,7 +47,13 @@ type tnode struct {
 
 func newGroup(t testing.TB, size int) *group {
 	t.Helper()
-	gr := &group{t: t, client: &http.Client{Timeout: 5 * time.Second}}
+	return newGroupTuned(t, size, nil)
+}
+
+// newGroupTuned is newGroup with tune applied to every node's Config.
+func newGroupTuned(t testing.TB, size int, tune func(*cp.Config)) *group {
+	t.Helper()
+	gr := &group{t: t, client: &http.Client{Timeout: 5 * time.Second}, tune: tune}
 	addrs := freeAddrs(t, 2*size)
 	for i := range size {
 		n := &tnode{id: fmt.Sprintf("c%d", i), raftAddr: addrs[2*i], httpAddr: addrs[2*i+1], dir: t.TempDir(), restored: make(chan struct{}, 16)}
@@ -91,7 +100,7 @@ const trailingLogs = 8
 func (gr *group) start(i int) {
 	gr.t.Helper()
 	n := gr.nodes[i]
-	g, err := cp.Open(cp.Config{
+	cfg := cp.Config{
 		NodeID: n.id, BindAddr: n.raftAddr, HTTPAddr: n.httpAddr, DataDir: n.dir,
 		Bootstrap: !n.joiner, Peers: gr.peers,
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
@@ -103,7 +112,11 @@ func (gr *group) start(i int) {
 			default:
 			}
 		},
-	})
+	}
+	if gr.tune != nil {
+		gr.tune(&cfg)
+	}
+	g, err := cp.Open(cfg)
 	if err != nil {
 		gr.t.Fatalf("open %s: %v", n.id, err)
 	}
