@@ -2,6 +2,7 @@ package cp
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -83,6 +84,10 @@ type fsm struct {
 	changed  chan struct{}
 	dirty    bool
 	applied  uint64 // index of the last command applied
+	// appliedCh is closed (and replaced) when applied moves while a
+	// reader waits for it (waitApplied sets appliedWait).
+	appliedCh   chan struct{}
+	appliedWait bool
 	// onRestore is a test signal fired after a snapshot is restored.
 	onRestore func()
 }
@@ -90,7 +95,7 @@ type fsm struct {
 var _ raft.FSM = (*fsm)(nil)
 
 func newFSM() *fsm {
-	return &fsm{kv: map[string]Entry{}, nodes: map[string]string{}, leases: map[uint64]*lease{}, firstRev: 1, changed: make(chan struct{})}
+	return &fsm{kv: map[string]Entry{}, nodes: map[string]string{}, leases: map[uint64]*lease{}, firstRev: 1, changed: make(chan struct{}), appliedCh: make(chan struct{})}
 }
 
 // lease is a granted lease: its TTL and the keys attached to it. Expiry is
@@ -128,15 +133,16 @@ func (f *fsm) detach(key string) {
 
 func (f *fsm) Apply(l *raft.Log) any {
 	var c command
-	if err := json.Unmarshal(l.Data, &c); err != nil {
-		// Every node decodes the same bytes the same way, so skipping a
-		// bad entry keeps replicas identical.
-		return applyResult{Revision: l.Index, Err: fmt.Errorf("cp: bad command at %d: %w", l.Index, err)}
-	}
+	err := json.Unmarshal(l.Data, &c)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.notify()
 	f.applied = l.Index
+	if err != nil {
+		// Every node decodes the same bytes the same way, so skipping a
+		// bad entry keeps replicas identical.
+		return applyResult{Revision: l.Index, Err: fmt.Errorf("cp: bad command at %d: %w", l.Index, err)}
+	}
 	cur := f.kv[c.Key]
 	switch c.Op {
 	case OpNode:
@@ -199,6 +205,26 @@ func (f *fsm) revision() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.applied
+}
+
+// waitApplied waits until the command at index (or a later one) has been
+// applied, or ctx ends.
+func (f *fsm) waitApplied(ctx context.Context, index uint64) error {
+	for {
+		f.mu.Lock()
+		if f.applied >= index {
+			f.mu.Unlock()
+			return nil
+		}
+		ch := f.appliedCh
+		f.appliedWait = true
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (f *fsm) nodeHTTP(id string) string {

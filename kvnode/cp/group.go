@@ -8,9 +8,9 @@
 //
 // Writes go through the leader's log; a follower answers with a
 // *NotLeaderError naming the leader (the HTTP layer forwards). Linearizable
-// reads run on the leader after a Barrier (every entry committed before the
-// read was received is applied) and a VerifyLeader (a quorum still follows
-// this node); stale reads answer from the local state.
+// reads run on the leader with a read index (no log entry: the commit
+// index, a VerifyLeader heartbeat round, then waiting until that index is
+// applied; see Group.linearize); stale reads answer from the local state.
 package cp
 
 import (
@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -159,6 +160,11 @@ type Group struct {
 	trans *raft.NetworkTransport
 	// stream is trans's stream layer (fault drills: Partition).
 	stream *stream
+	// readyTerm is the latest term in which a read Barrier issued by this
+	// node as leader completed: from then on the leader's commit index
+	// covers every entry committed before its term (see linearize).
+	readyTerm atomic.Uint64
+	metrics   *requestMetrics
 
 	leaseMu   sync.Mutex
 	deadlines map[uint64]time.Time // leader only: lease id → expiry
@@ -199,7 +205,7 @@ func Open(cfg Config) (*Group, error) {
 		return nil, fmt.Errorf("cp: raft transport on %s: %w", cfg.BindAddr, err)
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: st, MaxPool: 3, Timeout: 2 * time.Second, Logger: hlog})
-	g := &Group{cfg: cfg, fsm: newFSM(), store: store, trans: trans, stream: st, notify: make(chan bool, 1), done: make(chan struct{}), deadlines: map[uint64]time.Time{}}
+	g := &Group{cfg: cfg, fsm: newFSM(), store: store, trans: trans, stream: st, notify: make(chan bool, 1), done: make(chan struct{}), deadlines: map[uint64]time.Time{}, metrics: newRequestMetrics()}
 	g.fsm.onRestore = cfg.OnRestore
 
 	rc := raft.DefaultConfig()
@@ -358,22 +364,104 @@ func storeKey(keyspace, key string) string { return keyspace + "/" + key }
 
 // Get reads a key: from the local state when stale, otherwise linearizably
 // on the leader (*NotLeaderError on a follower). ErrNotFound when absent.
-func (g *Group) Get(ctx context.Context, keyspace, key string, stale bool) (Entry, error) {
+func (g *Group) Get(ctx context.Context, keyspace, key string, stale bool) (e Entry, err error) {
+	defer g.metrics.observe(opGet, time.Now(), &err)
 	if !stale {
-		if err := g.readBarrier(ctx); err != nil {
+		if err := g.linearize(ctx); err != nil {
 			return Entry{}, err
 		}
 	}
-	e := g.fsm.get(storeKey(keyspace, key))
+	e = g.fsm.get(storeKey(keyspace, key))
 	if e.Revision == 0 {
 		return Entry{}, ErrNotFound
 	}
 	return e, nil
 }
 
-// readBarrier makes the next local read linearizable: the Barrier applies
-// every entry committed before it (so before the read arrived), and
-// VerifyLeader checks a quorum still follows this node afterwards.
+// maxReadIndexScan bounds how far back linearize looks for the last
+// command at or before the read index; past it the read takes a Barrier.
+const maxReadIndexScan = 256
+
+// linearize makes the next local read linearizable, without writing to the
+// log (Raft's read index, §6.4 of Ongaro's thesis):
+//
+//  1. The leader records its commit index C. Once the leader has committed
+//     an entry of its own term, C is at least the index of every entry
+//     committed before the read arrived: all earlier terms' committed
+//     entries precede its first own-term entry, and its own acknowledged
+//     writes were committed (C moved past them) before they were answered.
+//     A new leader's commit index may lag until then, so the first read of
+//     each term runs a Barrier instead (readBarrier), and records the term.
+//  2. VerifyLeader: after the read arrived, a quorum still acknowledged
+//     this node as leader, so no other leader can have committed anything
+//     in a later term before that point; and the term being unchanged
+//     across 1–2 means this node led throughout (a node cannot lead twice
+//     in one term).
+//  3. Wait until the state machine has applied everything up to C. Only
+//     command entries reach the FSM (no-op, barrier and configuration
+//     entries do not), so the wait is for the last command at or before
+//     C, found in the log (committed entries never change).
+//
+// The read then sees every write acknowledged before it arrived, and
+// nothing that was not committed: the state it reads is C or later.
+func (g *Group) linearize(ctx context.Context) error {
+	if g.raft.State() != raft.Leader {
+		return g.Leader()
+	}
+	term := g.raft.CurrentTerm()
+	if g.readyTerm.Load() != term {
+		if err := g.readBarrier(ctx); err != nil {
+			return err
+		}
+		// The Barrier was appended in term or later: if later, this term
+		// never matches again, so recording term is always safe.
+		for old := g.readyTerm.Load(); old < term && !g.readyTerm.CompareAndSwap(old, term); old = g.readyTerm.Load() {
+		}
+		return nil
+	}
+	commit := g.raft.CommitIndex()
+	if err := wait(ctx, g.raft.VerifyLeader()); err != nil {
+		return g.readErr(err)
+	}
+	if g.raft.CurrentTerm() != term {
+		return g.readErr(raft.ErrLeadershipLost)
+	}
+	target, ok := g.lastCommand(commit)
+	if !ok {
+		return g.readBarrier(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.timeout(ctx))
+	defer cancel()
+	if err := g.fsm.waitApplied(wctx, target); err != nil {
+		return g.readErr(err)
+	}
+	return nil
+}
+
+// lastCommand is the index of the last command entry at or before index
+// that the FSM has not applied yet (0 when it has applied them all); ok is
+// false when the log cannot tell (the caller then falls back to a Barrier).
+func (g *Group) lastCommand(index uint64) (uint64, bool) {
+	applied := g.fsm.revision()
+	var l raft.Log
+	for i, n := index, 0; i > applied; i, n = i-1, n+1 {
+		if n == maxReadIndexScan {
+			return 0, false
+		}
+		if err := g.store.GetLog(i, &l); err != nil {
+			return 0, false
+		}
+		if l.Type == raft.LogCommand {
+			return i, true
+		}
+	}
+	return 0, true
+}
+
+// readBarrier makes the next local read linearizable the expensive way:
+// the Barrier (a log entry) applies every entry committed before it (so
+// before the read arrived), and VerifyLeader checks a quorum still follows
+// this node afterwards.
 func (g *Group) readBarrier(ctx context.Context) error {
 	if g.raft.State() != raft.Leader {
 		return g.Leader()
@@ -403,7 +491,12 @@ func (g *Group) readErr(err error) error {
 // *ifRevision (0: only if absent); otherwise *ConflictError.
 // A non-zero lease attaches the key to that lease (ErrLeaseNotFound if it
 // does not exist).
-func (g *Group) Put(ctx context.Context, keyspace, key string, value []byte, ifRevision *uint64, lease uint64) (Entry, error) {
+func (g *Group) Put(ctx context.Context, keyspace, key string, value []byte, ifRevision *uint64, lease uint64) (_ Entry, err error) {
+	op := opPut
+	if ifRevision != nil {
+		op = opCAS
+	}
+	defer g.metrics.observe(op, time.Now(), &err)
 	res, err := g.apply(ctx, command{Op: OpPut, Key: storeKey(keyspace, key), Value: value, IfRevision: ifRevision, Lease: lease})
 	if err != nil {
 		return Entry{}, err
@@ -413,7 +506,8 @@ func (g *Group) Put(ctx context.Context, keyspace, key string, value []byte, ifR
 
 // Delete removes a key, conditionally like Put; ErrNotFound when absent.
 // It returns the revision the delete was applied at.
-func (g *Group) Delete(ctx context.Context, keyspace, key string, ifRevision *uint64) (uint64, error) {
+func (g *Group) Delete(ctx context.Context, keyspace, key string, ifRevision *uint64) (_ uint64, err error) {
+	defer g.metrics.observe(opDelete, time.Now(), &err)
 	res, err := g.apply(ctx, command{Op: OpDelete, Key: storeKey(keyspace, key), IfRevision: ifRevision})
 	if err != nil {
 		return 0, err

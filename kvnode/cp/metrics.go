@@ -1,11 +1,64 @@
 package cp
 
 import (
+	"context"
+	"errors"
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// Request ops (label op of portico_kvnode_cp_request_duration_seconds).
+const (
+	opGet    = "get" // linearizable or stale
+	opPut    = "put" // unconditional
+	opCAS    = "cas" // PUT with If-Match
+	opDelete = "delete"
+	opTxn    = "txn"
+)
+
+// requestMetrics is the latency of the requests this node served itself,
+// by op and result. A follower's not_leader answers are forwarded by the
+// HTTP layer; the leader records the forwarded request too.
+type requestMetrics struct {
+	duration *prometheus.HistogramVec
+}
+
+func newRequestMetrics() *requestMetrics {
+	return &requestMetrics{duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "portico_kvnode_cp_request_duration_seconds",
+		Help:    "Consensus-tier request latency on this node by op (get, put, cas, delete, txn) and result (ok, not_found, conflict, not_leader, unknown_outcome, lease_not_found, canceled, error).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17),
+	}, []string{"op", "result"})}
+}
+
+// observe records one request; call it deferred with a pointer to the
+// named error result.
+func (m *requestMetrics) observe(op string, start time.Time, err *error) {
+	m.duration.WithLabelValues(op, result(*err)).Observe(time.Since(start).Seconds())
+}
+
+func result(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrConflict):
+		return "conflict"
+	case errors.Is(err, ErrUnknownOutcome):
+		return "unknown_outcome"
+	case errors.Is(err, ErrNotLeader), errors.Is(err, ErrClosed):
+		return "not_leader"
+	case errors.Is(err, ErrLeaseNotFound):
+		return "lease_not_found"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	return "error"
+}
 
 // collector exposes the group's Raft state at scrape time: whether this
 // node leads, the term, the log indexes (commit − applied is apply lag),
@@ -17,7 +70,7 @@ type collector struct {
 }
 
 // Collector returns the group's metrics (portico_kvnode_cp_*), for the
-// node's registry.
+// node's registry, and the request latency histogram.
 func (g *Group) Collector() prometheus.Collector {
 	d := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc("portico_kvnode_cp_"+name, help, nil, nil)
@@ -37,6 +90,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.leader, c.term, c.commit, c.applied, c.last, c.peers, c.revision} {
 		ch <- d
 	}
+	c.g.metrics.duration.Describe(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -64,4 +118,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.last, prometheus.GaugeValue, num("last_log_index"))
 	ch <- prometheus.MustNewConstMetric(c.peers, prometheus.GaugeValue, voters)
 	ch <- prometheus.MustNewConstMetric(c.revision, prometheus.GaugeValue, float64(c.g.Revision()))
+	c.g.metrics.duration.Collect(ch)
 }

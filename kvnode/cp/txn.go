@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 )
 
 // Limits of a transaction.
@@ -75,7 +76,8 @@ func (f *fsm) applyTxn(c command, index uint64) applyResult {
 // Txn applies ops atomically if every compare holds (*TxnConflictError
 // otherwise); it returns the revision the transaction was applied at.
 // Keyspaces and keys are validated by the caller.
-func (g *Group) Txn(ctx context.Context, compares []Compare, ops []TxnOp) (uint64, error) {
+func (g *Group) Txn(ctx context.Context, compares []Compare, ops []TxnOp) (_ uint64, err error) {
+	defer g.metrics.observe(opTxn, time.Now(), &err)
 	if len(compares) > MaxTxnCompares || len(ops) > MaxTxnOps {
 		return 0, fmt.Errorf("cp: transaction of %d compares and %d ops, at most %d and %d", len(compares), len(ops), MaxTxnCompares, MaxTxnOps)
 	}

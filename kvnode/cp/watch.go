@@ -49,8 +49,14 @@ func (f *fsm) record(e Event) {
 	}
 }
 
-// notify wakes watchers if anything changed; f.mu must be held.
+// notify wakes watchers if anything changed, and readers waiting for an
+// applied index; f.mu must be held.
 func (f *fsm) notify() {
+	if f.appliedWait {
+		close(f.appliedCh)
+		f.appliedCh = make(chan struct{})
+		f.appliedWait = false
+	}
 	if f.dirty {
 		close(f.changed)
 		f.changed = make(chan struct{})
