@@ -136,8 +136,15 @@ type cpHandler struct {
 	client *http.Client
 }
 
+// forwardIdleConns is how many idle connections a follower keeps to the
+// leader. Every forwarded request goes to that one host, so the default
+// (2 per host) would close and re-dial connections under any concurrency.
+const forwardIdleConns = 256
+
 func mountCP(mux *http.ServeMux, e CPEngine) {
-	h := &cpHandler{e: e, client: &http.Client{Timeout: forwardTimeout}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = forwardIdleConns, forwardIdleConns
+	h := &cpHandler{e: e, client: &http.Client{Transport: tr, Timeout: forwardTimeout}}
 	mux.HandleFunc("GET /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("PUT /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("DELETE /v1/cp/{keyspace}/{key...}", h.serve)

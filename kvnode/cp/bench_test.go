@@ -30,9 +30,11 @@ const (
 	cpBenchClients = 16
 	cpBenchKeys    = 100
 	cpBenchValue   = 256
-	// cpBenchPhase is how long each measured phase runs (four phases:
-	// ours and etcd's, put and CAS); cpBenchWarmup runs first, unmeasured.
-	cpBenchPhase  = 5 * time.Second
+	// Each side runs each workload cpBenchRounds times for cpBenchPhase,
+	// the sides alternating, so a change in the machine's load (it is
+	// shared) falls on both; cpBenchWarmup runs first, unmeasured.
+	cpBenchRounds = 3
+	cpBenchPhase  = 2 * time.Second
 	cpBenchWarmup = time.Second
 )
 
@@ -49,6 +51,24 @@ type phaseStats struct {
 	opsPerSec      float64
 	p50, p99       time.Duration
 	ops, conflicts int
+	lat            []time.Duration // sorted
+	elapsed        time.Duration
+}
+
+// merge pools rounds: throughput over their total time, percentiles over
+// all their latencies.
+func merge(rounds []phaseStats) phaseStats {
+	var m phaseStats
+	for _, r := range rounds {
+		m.lat = append(m.lat, r.lat...)
+		m.elapsed += r.elapsed
+		m.ops += r.ops
+		m.conflicts += r.conflicts
+	}
+	slices.Sort(m.lat)
+	m.opsPerSec = float64(m.ops) / m.elapsed.Seconds()
+	m.p50, m.p99 = m.lat[len(m.lat)/2], m.lat[len(m.lat)*99/100]
+	return m
 }
 
 // runPhase runs op from cpBenchClients clients for d and summarises the
@@ -109,6 +129,8 @@ func runPhase(d time.Duration, op func(ctx context.Context, r *rand.Rand, client
 		p99:       all[len(all)*99/100],
 		ops:       len(all),
 		conflicts: conflicts,
+		lat:       all,
+		elapsed:   elapsed,
 	}, nil
 }
 
@@ -353,10 +375,16 @@ func BenchmarkCPVsEtcd(b *testing.B) {
 	for b.Loop() {
 		phase("ours warm-up", cpBenchWarmup, benchPut(ours, val))
 		phase("etcd warm-up", cpBenchWarmup, benchPut(etcd, val))
-		oursPut = phase("ours put", cpBenchPhase, benchPut(ours, val))
-		etcdPut = phase("etcd put", cpBenchPhase, benchPut(etcd, val))
-		oursCAS = phase("ours cas", cpBenchPhase, benchCAS(ours, val))
-		etcdCAS = phase("etcd cas", cpBenchPhase, benchCAS(etcd, val))
+		var op, ep, oc, ec []phaseStats
+		for range cpBenchRounds {
+			op = append(op, phase("ours put", cpBenchPhase, benchPut(ours, val)))
+			ep = append(ep, phase("etcd put", cpBenchPhase, benchPut(etcd, val)))
+		}
+		for range cpBenchRounds {
+			oc = append(oc, phase("ours cas", cpBenchPhase, benchCAS(ours, val)))
+			ec = append(ec, phase("etcd cas", cpBenchPhase, benchCAS(etcd, val)))
+		}
+		oursPut, etcdPut, oursCAS, etcdCAS = merge(op), merge(ep), merge(oc), merge(ec)
 	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -376,8 +404,8 @@ func BenchmarkCPVsEtcd(b *testing.B) {
 	b.ReportMetric(oursCAS.opsPerSec/etcdCAS.opsPerSec, "cas_cp/etcd")
 	b.ReportMetric(float64(oursPut.p99)/float64(etcdPut.p99), "put_p99_cp/etcd")
 	b.ReportMetric(float64(oursCAS.p99)/float64(etcdCAS.p99), "cas_p99_cp/etcd")
-	b.Logf("%d clients over 3 members, %d keys, %d B values, %s per phase, fsync on both sides",
-		cpBenchClients, cpBenchKeys, cpBenchValue, cpBenchPhase)
+	b.Logf("%d clients over 3 members, %d keys, %d B values, %d alternating rounds of %s per side and workload, fsync on both sides",
+		cpBenchClients, cpBenchKeys, cpBenchValue, cpBenchRounds, cpBenchPhase)
 	b.Logf("%-18s %9s %9s %9s %9s", "", "ops/s", "p50", "p99", "lost CAS")
 	for _, row := range []struct {
 		name string

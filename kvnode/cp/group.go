@@ -217,6 +217,10 @@ func Open(cfg Config) (*Group, error) {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.NotifyCh = g.notify
+	// Concurrent Apply calls queue up to MaxAppendEntries in the apply
+	// channel and are appended (one synced log batch) and replicated
+	// together: group commit.
+	rc.BatchApplyCh = true
 	rc.Logger = hlog
 	if err := raft.ValidateConfig(rc); err != nil {
 		_ = trans.Close()
