@@ -360,7 +360,13 @@ func BenchmarkCPVsEtcd(b *testing.B) {
 		ourAddrs = append(ourAddrs, n.httpAddr)
 	}
 	ours := &cpTarget{addrs: ourAddrs, client: benchClient()}
-	etcd := &etcdTarget{addrs: startEtcd(b, bin), client: benchClient()}
+	etcdAddrs := startEtcd(b, bin)
+	etcd := &etcdTarget{addrs: etcdAddrs, client: benchClient()}
+	etcdRPC, err := newEtcdGRPCTarget(etcdAddrs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer etcdRPC.close()
 	val := bytes.Repeat([]byte("v"), cpBenchValue)
 
 	phase := func(name string, d time.Duration, op func(context.Context, *rand.Rand, int) (bool, error)) phaseStats {
@@ -371,49 +377,62 @@ func BenchmarkCPVsEtcd(b *testing.B) {
 		return s
 	}
 	b.ResetTimer()
-	var oursPut, etcdPut, oursCAS, etcdCAS phaseStats
+	var oursPut, etcdPut, rpcPut, oursCAS, etcdCAS, rpcCAS phaseStats
 	for b.Loop() {
 		phase("ours warm-up", cpBenchWarmup, benchPut(ours, val))
 		phase("etcd warm-up", cpBenchWarmup, benchPut(etcd, val))
-		var op, ep, oc, ec []phaseStats
+		phase("etcd gRPC warm-up", cpBenchWarmup, benchPut(etcdRPC, val))
+		var op, ep, rp, oc, ec, rc []phaseStats
 		for range cpBenchRounds {
 			op = append(op, phase("ours put", cpBenchPhase, benchPut(ours, val)))
 			ep = append(ep, phase("etcd put", cpBenchPhase, benchPut(etcd, val)))
+			rp = append(rp, phase("etcd gRPC put", cpBenchPhase, benchPut(etcdRPC, val)))
 		}
 		for range cpBenchRounds {
 			oc = append(oc, phase("ours cas", cpBenchPhase, benchCAS(ours, val)))
 			ec = append(ec, phase("etcd cas", cpBenchPhase, benchCAS(etcd, val)))
+			rc = append(rc, phase("etcd gRPC cas", cpBenchPhase, benchCAS(etcdRPC, val)))
 		}
-		oursPut, etcdPut, oursCAS, etcdCAS = merge(op), merge(ep), merge(oc), merge(ec)
+		oursPut, etcdPut, rpcPut = merge(op), merge(ep), merge(rp)
+		oursCAS, etcdCAS, rpcCAS = merge(oc), merge(ec), merge(rc)
 	}
 	b.StopTimer()
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(oursPut.opsPerSec, "cp_put/s")
-	b.ReportMetric(ms(oursPut.p50), "cp_put_p50_ms")
-	b.ReportMetric(ms(oursPut.p99), "cp_put_p99_ms")
-	b.ReportMetric(etcdPut.opsPerSec, "etcd_put/s")
-	b.ReportMetric(ms(etcdPut.p50), "etcd_put_p50_ms")
-	b.ReportMetric(ms(etcdPut.p99), "etcd_put_p99_ms")
-	b.ReportMetric(oursCAS.opsPerSec, "cp_cas/s")
-	b.ReportMetric(ms(oursCAS.p50), "cp_cas_p50_ms")
-	b.ReportMetric(ms(oursCAS.p99), "cp_cas_p99_ms")
-	b.ReportMetric(etcdCAS.opsPerSec, "etcd_cas/s")
-	b.ReportMetric(ms(etcdCAS.p50), "etcd_cas_p50_ms")
-	b.ReportMetric(ms(etcdCAS.p99), "etcd_cas_p99_ms")
-	b.ReportMetric(oursPut.opsPerSec/etcdPut.opsPerSec, "put_cp/etcd")
-	b.ReportMetric(oursCAS.opsPerSec/etcdCAS.opsPerSec, "cas_cp/etcd")
-	b.ReportMetric(float64(oursPut.p99)/float64(etcdPut.p99), "put_p99_cp/etcd")
-	b.ReportMetric(float64(oursCAS.p99)/float64(etcdCAS.p99), "cas_p99_cp/etcd")
+	for _, m := range []struct {
+		name string
+		s    phaseStats
+	}{{"cp_put", oursPut}, {"etcd_put", etcdPut}, {"etcd_grpc_put", rpcPut}, {"cp_cas", oursCAS}, {"etcd_cas", etcdCAS}, {"etcd_grpc_cas", rpcCAS}} {
+		b.ReportMetric(m.s.opsPerSec, m.name+"/s")
+		b.ReportMetric(ms(m.s.p50), m.name+"_p50_ms")
+		b.ReportMetric(ms(m.s.p99), m.name+"_p99_ms")
+	}
+	ratio := func(a, b phaseStats) (float64, float64) {
+		return a.opsPerSec / b.opsPerSec, float64(a.p99) / float64(b.p99)
+	}
+	putR, putP99R := ratio(oursPut, etcdPut)
+	casR, casP99R := ratio(oursCAS, etcdCAS)
+	rpcPutR, rpcPutP99R := ratio(oursPut, rpcPut)
+	rpcCASR, rpcCASP99R := ratio(oursCAS, rpcCAS)
+	b.ReportMetric(putR, "put_cp/etcd")
+	b.ReportMetric(casR, "cas_cp/etcd")
+	b.ReportMetric(putP99R, "put_p99_cp/etcd")
+	b.ReportMetric(casP99R, "cas_p99_cp/etcd")
+	b.ReportMetric(rpcPutR, "put_cp/etcd_grpc")
+	b.ReportMetric(rpcCASR, "cas_cp/etcd_grpc")
+	b.ReportMetric(rpcPutP99R, "put_p99_cp/etcd_grpc")
+	b.ReportMetric(rpcCASP99R, "cas_p99_cp/etcd_grpc")
 	b.Logf("%d clients over 3 members, %d keys, %d B values, %d alternating rounds of %s per side and workload, fsync on both sides",
 		cpBenchClients, cpBenchKeys, cpBenchValue, cpBenchRounds, cpBenchPhase)
-	b.Logf("%-18s %9s %9s %9s %9s", "", "ops/s", "p50", "p99", "lost CAS")
+	b.Logf("%-26s %9s %9s %9s %9s", "", "ops/s", "p50", "p99", "lost CAS")
 	for _, row := range []struct {
 		name string
 		s    phaseStats
-	}{{"kvnode cp, put", oursPut}, {"etcd 3.7, put", etcdPut}, {"kvnode cp, CAS", oursCAS}, {"etcd 3.7, CAS", etcdCAS}} {
-		b.Logf("%-18s %9.0f %9s %9s %9d", row.name, row.s.opsPerSec, row.s.p50.Round(10*time.Microsecond), row.s.p99.Round(10*time.Microsecond), row.s.conflicts)
+	}{
+		{"kvnode cp, put (HTTP)", oursPut}, {"etcd 3.7, put (HTTP/JSON)", etcdPut}, {"etcd 3.7, put (gRPC)", rpcPut},
+		{"kvnode cp, CAS (HTTP)", oursCAS}, {"etcd 3.7, CAS (HTTP/JSON)", etcdCAS}, {"etcd 3.7, CAS (gRPC)", rpcCAS},
+	} {
+		b.Logf("%-26s %9.0f %9s %9s %9d", row.name, row.s.opsPerSec, row.s.p50.Round(10*time.Microsecond), row.s.p99.Round(10*time.Microsecond), row.s.conflicts)
 	}
-	b.Logf("put: %.2fx etcd's throughput (p99 %.2fx); CAS: %.2fx (p99 %.2fx)",
-		oursPut.opsPerSec/etcdPut.opsPerSec, float64(oursPut.p99)/float64(etcdPut.p99),
-		oursCAS.opsPerSec/etcdCAS.opsPerSec, float64(oursCAS.p99)/float64(etcdCAS.p99))
+	b.Logf("vs etcd's HTTP/JSON gateway: put %.2fx throughput (p99 %.2fx), CAS %.2fx (p99 %.2fx)", putR, putP99R, casR, casP99R)
+	b.Logf("vs etcd's gRPC API:          put %.2fx throughput (p99 %.2fx), CAS %.2fx (p99 %.2fx)", rpcPutR, rpcPutP99R, rpcCASR, rpcCASP99R)
 }
