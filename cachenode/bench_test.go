@@ -24,6 +24,11 @@ import (
 // cachenode/redis ratios; cachenode runs with GOMAXPROCS=1 so the ratio is
 // per core (redis-server executes commands on one thread).
 //
+// Each side's process CPU time (utime+stime from /proc/<pid>/stat, all
+// threads) is read around every redis-benchmark run, and ops per
+// CPU-second over all rounds is reported too: throughput alone flatters
+// whichever server gets more of the shared machine's CPU during its rounds.
+//
 // It then loads N keys with 100-byte values into each and reports memory
 // per key from INFO memory (used_memory and RSS deltas). With
 // -benchtime 1x (make bench) N is 200k and the request count 50k; for the
@@ -78,18 +83,26 @@ func BenchmarkVsRedisServer(b *testing.B) {
 				// the machine is shared, and load from elsewhere only ever
 				// makes a round slower.
 				var ours, theirs benchResult
+				var ourCPU, theirCPU float64
 				for range rounds {
-					ours = ours.best(redisBenchmark(b, cnPort, test, pipeline, requests))
-					theirs = theirs.best(redisBenchmark(b, redisPort, test, pipeline, requests))
+					r, cpu := measureCPU(b, cn.Process.Pid, func() benchResult { return redisBenchmark(b, cnPort, test, pipeline, requests) })
+					ours, ourCPU = ours.best(r), ourCPU+cpu
+					r, cpu = measureCPU(b, rs.Process.Pid, func() benchResult { return redisBenchmark(b, redisPort, test, pipeline, requests) })
+					theirs, theirCPU = theirs.best(r), theirCPU+cpu
 				}
 				name := fmt.Sprintf("%s_P%d", test, pipeline)
+				total := float64(rounds * requests)
+				ourPerCPU, theirPerCPU := total/ourCPU, total/theirCPU
+				b.ReportMetric(ourPerCPU, "cachenode_"+name+"_ops/cpu-s")
+				b.ReportMetric(theirPerCPU, "redis_"+name+"_ops/cpu-s")
+				b.ReportMetric(ourPerCPU/theirPerCPU, name+"_ops_per_cpu_ratio")
 				b.ReportMetric(ours.rps, "cachenode_"+name+"_ops/s")
 				b.ReportMetric(theirs.rps, "redis_"+name+"_ops/s")
 				b.ReportMetric(ours.rps/theirs.rps, name+"_throughput_ratio")
 				b.ReportMetric(ours.p99, "cachenode_"+name+"_p99_ms")
 				b.ReportMetric(theirs.p99, "redis_"+name+"_p99_ms")
-				b.Logf("%-7s cachenode %9.0f ops/s p99 %.3f ms | redis-server %9.0f ops/s p99 %.3f ms | ratio %.2f",
-					name, ours.rps, ours.p99, theirs.rps, theirs.p99, ours.rps/theirs.rps)
+				b.Logf("%-7s cachenode %9.0f ops/s p99 %.3f ms %9.0f ops/cpu-s | redis-server %9.0f ops/s p99 %.3f ms %9.0f ops/cpu-s | ratio %.2f, per cpu-s %.2f",
+					name, ours.rps, ours.p99, ourPerCPU, theirs.rps, theirs.p99, theirPerCPU, ours.rps/theirs.rps, ourPerCPU/theirPerCPU)
 			}
 		}
 	}
@@ -120,6 +133,37 @@ func redisBenchmark(b *testing.B, port, test string, pipeline, n int) benchResul
 	rps, _ := strconv.ParseFloat(rows[1][1], 64)
 	p99, _ := strconv.ParseFloat(rows[1][6], 64)
 	return benchResult{rps, p99}
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's utime and stime:
+// 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// cpuSeconds is the user+system CPU time a process has used so far, all
+// threads included.
+func cpuSeconds(b *testing.B, pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatalf("process CPU time: %v", err)
+	}
+	// The command name (field 2) may contain spaces; fields after it are
+	// space-separated: state is field 3, utime 14, stime 15.
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		b.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / clockTicks
+}
+
+// measureCPU runs fn and returns its result and the CPU seconds process pid
+// used meanwhile (10 ms resolution, hence summed over rounds).
+func measureCPU(b *testing.B, pid int, fn func() benchResult) (benchResult, float64) {
+	before := cpuSeconds(b, pid)
+	r := fn()
+	return r, cpuSeconds(b, pid) - before
 }
 
 type memResult struct{ used, rss float64 }
