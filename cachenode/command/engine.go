@@ -275,6 +275,10 @@ func (e *Engine) Exec(s *Session, args [][]byte, w *resp.Writer) {
 	e.observe(ns, spec, start, len(w.Buf) > before && w.Buf[before] == '-')
 }
 
+// NeedsAuth reports whether s must authenticate before running commands
+// (the server then applies Redis's tighter protocol limits to its input).
+func (e *Engine) NeedsAuth(s *Session) bool { return !s.Authed && e.authRequired(s) }
+
 // authRequired: with RequireAuth, or when the default namespace has a
 // secret (as Redis's requirepass), a connection must AUTH first.
 func (e *Engine) authRequired(s *Session) bool {

@@ -1,7 +1,9 @@
-// Package server accepts RESP connections (via tidwall/redcon, which parses
-// RESP2 multibulk and inline commands and batches pipelined commands) and
-// runs each command through a command.Engine. Replies to one pipeline batch
-// are flushed together.
+// Package server accepts RESP connections and runs each command through a
+// command.Engine: one goroutine per connection reads with a resp.Reader
+// (RESP2 multibulk and inline commands, Redis's protocol errors and
+// limits), executes every command already buffered, and writes their
+// replies with one write when the client has sent nothing more, as Redis
+// does for a pipeline.
 package server
 
 import (
@@ -9,9 +11,10 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
-
-	"github.com/tidwall/redcon"
+	"syscall"
+	"time"
 
 	"github.com/portico-io/portico/cachenode/command"
 	"github.com/portico-io/portico/cachenode/resp"
@@ -21,12 +24,22 @@ import (
 // rather than queueing, as a cache whose reply is late is already useless.
 const DefaultMaxClients = 10000
 
+// flushThreshold: replies accumulated past it are written before the rest
+// of a long pipeline runs, so one connection's pending replies stay small.
+const flushThreshold = 64 << 10
+
+// maxIdleReplyBuf: a reply buffer grown past it (a large MGET) is dropped
+// after the write rather than pinned by an idle connection.
+const maxIdleReplyBuf = 1 << 20
+
 // Config configures a Server.
 type Config struct {
 	Engine *command.Engine
 	// MaxClients caps concurrent connections (default DefaultMaxClients).
 	MaxClients int
-	Logger     *slog.Logger
+	// Limits bound the protocol input (zero fields: Redis's defaults).
+	Limits resp.Limits
+	Logger *slog.Logger
 }
 
 // Server serves RESP. Create with New, run with Serve.
@@ -52,51 +65,143 @@ func New(cfg Config) (*Server, error) {
 // Clients is the number of connected clients.
 func (s *Server) Clients() int { return int(s.clients.Load()) }
 
-type connState struct {
-	sess *command.Session
-	w    resp.Writer
+// Serve serves lis until ctx is done; then it closes the listener and every
+// connection and returns once their goroutines have ended.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	var (
+		mu     sync.Mutex
+		conns  = map[net.Conn]struct{}{}
+		closed bool
+		wg     sync.WaitGroup
+	)
+	defer wg.Wait()
+	stop := context.AfterFunc(ctx, func() {
+		_ = lis.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		closed = true
+		for c := range conns {
+			_ = c.Close()
+		}
+	})
+	defer stop()
+	var backoff time.Duration
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if retryable(err) {
+				// Out of file descriptors or memory: wait for connections
+				// to close, as net/http does, instead of spinning.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.cfg.Logger.Warn("server: accept", "err", err, "retryIn", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			stop()
+			_ = lis.Close()
+			mu.Lock()
+			for c := range conns {
+				_ = c.Close()
+			}
+			mu.Unlock()
+			return err
+		}
+		backoff = 0
+		if s.clients.Add(1) > int64(s.cfg.MaxClients) {
+			s.clients.Add(-1)
+			// A new socket's send buffer is empty: this write does not
+			// block, the deadline only bounds a pathological peer.
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+			_ = nc.Close()
+			continue
+		}
+		mu.Lock()
+		if closed {
+			mu.Unlock()
+			s.clients.Add(-1)
+			_ = nc.Close()
+			return nil
+		}
+		conns[nc] = struct{}{}
+		mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.serveConn(nc)
+			mu.Lock()
+			delete(conns, nc)
+			mu.Unlock()
+		}()
+	}
 }
 
-// Serve serves lis until ctx is done; then it closes the listener and every
-// connection.
-func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+func retryable(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// serveConn runs one connection until the client closes it, QUIT, a
+// protocol error or a failed write.
+func (s *Server) serveConn(nc net.Conn) {
 	eng := s.cfg.Engine
-	rs := redcon.NewServerNetwork(lis.Addr().Network(), lis.Addr().String(),
-		func(conn redcon.Conn, cmd redcon.Command) {
-			st := conn.Context().(*connState)
-			st.w.Reset()
-			eng.Exec(st.sess, cmd.Args, &st.w)
-			conn.WriteRaw(st.w.Buf)
-			if cap(st.w.Buf) > 1<<20 {
-				st.w.Buf = nil // do not pin a large reply buffer per idle connection
-			}
-			if st.sess.Quit {
-				_ = conn.Close()
-			}
-		},
-		func(conn redcon.Conn) bool {
-			if s.clients.Add(1) > int64(s.cfg.MaxClients) {
-				s.clients.Add(-1)
-				conn.WriteError("ERR max number of clients reached")
-				return false
-			}
-			conn.SetContext(&connState{sess: eng.NewSession(conn.RemoteAddr())})
+	sess := eng.NewSession(nc.RemoteAddr().String())
+	defer func() {
+		_ = nc.Close()
+		eng.Close(sess)
+		s.clients.Add(-1)
+	}()
+	rw := newConnIO(nc)
+	rd := resp.NewReader(rw, s.cfg.Limits)
+	var w resp.Writer
+	flush := func() bool {
+		if len(w.Buf) == 0 {
 			return true
-		},
-		func(conn redcon.Conn, err error) {
-			if st, ok := conn.Context().(*connState); ok {
-				eng.Close(st.sess)
-				s.clients.Add(-1)
+		}
+		_, err := rw.Write(w.Buf)
+		w.Reset()
+		if cap(w.Buf) > maxIdleReplyBuf {
+			w.Buf = nil
+		}
+		return err == nil
+	}
+	for {
+		rd.Unauthenticated = eng.NeedsAuth(sess)
+		args, err := rd.Next()
+		if err != nil {
+			// Redis replies to the commands before a protocol error, then
+			// with the error, and closes.
+			var pe *resp.ProtocolError
+			if errors.As(err, &pe) {
+				w.Error("ERR Protocol error: " + pe.Msg)
 			}
-		})
-	errc := make(chan error, 1)
-	go func() { errc <- rs.Serve(lis) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-		_ = rs.Close()
-		<-errc
-		return nil
+			flush()
+			return
+		}
+		if args == nil {
+			// Every buffered command has run: the client is waiting for
+			// these replies before it sends more.
+			if !flush() {
+				return
+			}
+			if err := rd.Fill(); err != nil {
+				if errors.Is(err, resp.ErrQueryBufferLimit) {
+					s.cfg.Logger.Warn("server: closing client over the query buffer limit", "addr", sess.Addr)
+				}
+				return
+			}
+			continue
+		}
+		eng.Exec(sess, args, &w)
+		if sess.Quit {
+			flush()
+			return
+		}
+		if len(w.Buf) >= flushThreshold && !flush() {
+			return
+		}
 	}
 }
