@@ -87,6 +87,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	pc.MaxConns = cfg.MaxConns
+	// Every statement here is OLTP-sized; JIT compiling one costs more
+	// than running it (see claimPlanning). A DSN option can still set it.
+	if _, set := pc.ConnConfig.RuntimeParams["jit"]; !set {
+		pc.ConnConfig.RuntimeParams["jit"] = "off"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)

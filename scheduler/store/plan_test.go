@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/portico-io/portico/internal/testdeps"
+)
+
+// planWork sums what every node of an EXPLAIN (ANALYZE, FORMAT JSON) plan
+// read: rows returned times loops plus rows its filters removed. It is
+// the cost that does not depend on the machine's speed.
+func planWork(t *testing.T, raw []byte) (int, string) {
+	t.Helper()
+	var doc []struct {
+		Plan map[string]any
+		JIT  map[string]any
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil || len(doc) != 1 {
+		t.Fatalf("explain output: %v: %s", err, raw)
+	}
+	if doc[0].JIT != nil {
+		// A plan priced over jit_above_cost is compiled on every run.
+		t.Errorf("statement was JIT-compiled: %v", doc[0].JIT)
+	}
+	var (
+		sum   float64
+		nodes []string
+		walk  func(n map[string]any)
+	)
+	num := func(n map[string]any, k string) float64 { v, _ := n[k].(float64); return v }
+	walk = func(n map[string]any) {
+		loops := max(num(n, "Actual Loops"), 1)
+		sum += num(n, "Actual Rows")*loops + (num(n, "Rows Removed by Filter")+num(n, "Rows Removed by Join Filter"))*loops
+		name, _ := n["Node Type"].(string)
+		if idx, ok := n["Index Name"].(string); ok {
+			name += " " + idx
+		} else if rel, ok := n["Relation Name"].(string); ok {
+			name += " " + rel
+		}
+		nodes = append(nodes, name)
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				walk(m)
+			}
+		}
+	}
+	walk(doc[0].Plan)
+	return int(sum), strings.Join(nodes, ", ")
+}
+
+// explainWork runs sql under EXPLAIN ANALYZE inside a transaction that is
+// rolled back, after the given session settings, and returns planWork.
+func explainWork(t *testing.T, s *Store, settings []string, sql string, args ...any) (int, string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, set := range settings {
+		if _, err := tx.Exec(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var raw []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&raw); err != nil {
+		t.Fatalf("%v\n%s", err, sql)
+	}
+	return planWork(t, raw)
+}
+
+// TestPlansSurviveStaleStatistics replays how a burst meets the planner:
+// n runs are inserted SCHEDULED and analyzed while the partial indexes of
+// queued and running runs are empty, then all of them are fired. Until
+// the next ANALYZE those indexes look empty; the claim, lease writes and
+// the fire's shard check must still read about what they return, not
+// every run in flight (before the planner guards: ~20,000 rows per claim,
+// heartbeat and completion, and 1024 x 342 comparisons per shard check).
+func TestPlansSurviveStaleStatistics(t *testing.T) {
+	const n = 3000
+	ctx := context.Background()
+	s, err := Open(ctx, Config{DatabaseURL: testdeps.Postgres(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE scheduler.scheduled_execution SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	spec := `{"tenant":"t1","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},
+		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}},"execution":{"retry":{"maxAttempts":3}}}`
+	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
+			SELECT 't1', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
+		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
+		SELECT id, now() - interval '1 second', 'SCHEDULED' FROM d`, spec, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `VACUUM ANALYZE scheduler.scheduled_execution`); err != nil {
+		t.Fatal(err)
+	}
+	// Half the shards leased to "me" (the fire's shard check below).
+	if _, err := s.pool.Exec(ctx, `UPDATE scheduler.shard_lease SET owner = 'me', epoch = 7,
+		expires_at = now() + interval '1 hour' WHERE shard % 2 = 0`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Fire(ctx, 2*n, func(DueRun, time.Time) FireDecision { return FireDecision{Status: StatusQueued} })
+	if err != nil || res.Claimed != n {
+		t.Fatalf("fire: %+v, %v", res, err)
+	}
+	leases, err := s.Claim(ctx, "w1", 16, time.Minute, 2)
+	if err != nil || len(leases) != 16 {
+		t.Fatalf("claim: %d leases, %v", len(leases), err)
+	}
+	// Stale: the planner still believes nothing is queued or running.
+	var queuedEstimate float64
+	if err := s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE relname = 'scheduled_execution_inflight'`).
+		Scan(&queuedEstimate); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("in-flight index tuples as the planner sees them: %.0f (actual %d)", queuedEstimate, n)
+
+	// The claim, as a custom and as a generic plan (pgx's prepared
+	// statements get the latter after five executions).
+	claimTypes := `(text, bigint, int, int, int, text[], int[])`
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		work, nodes := explainWork(t, s, append(claimPlanning, "SET LOCAL plan_cache_mode = "+mode,
+			"PREPARE probe_"+mode+claimTypes+" AS "+claimSQL),
+			"EXECUTE probe_"+mode+"('w2', 60000, 16, 2, 0, NULL, NULL)")
+		t.Logf("claim (%s): %d rows read: %s", mode, work, nodes)
+		if work > 500 {
+			t.Errorf("claim (%s) read %d rows to lease 16 of %d queued runs: %s", mode, work, n, nodes)
+		}
+	}
+
+	l := leases[0]
+	ids, toks := []int64{}, []int64{}
+	for _, x := range leases[:8] {
+		ids, toks = append(ids, x.RunID), append(toks, x.Token)
+	}
+	for name, probe := range map[string]struct {
+		sql   string
+		args  []any
+		limit int
+	}{
+		"heartbeat":    {heartbeatSQL, []any{l.RunID, l.Token, int64(60000)}, 10},
+		"succeed many": {succeedManySQL, []any{ids, toks}, 100},
+		"shard check":  {shardCheckSQL, []any{"me"}, 2 * Shards}, // a scan of the 1024 leases
+	} {
+		work, nodes := explainWork(t, s, nil, probe.sql, probe.args...)
+		t.Logf("%s: %d rows read: %s", name, work, nodes)
+		if work > probe.limit {
+			t.Errorf("%s read %d rows: %s", name, work, nodes)
+		}
+	}
+
+	// And the guards change no answer: the leases still fence.
+	if err := s.Heartbeat(ctx, l.RunID, l.Token, time.Minute); err != nil {
+		t.Fatalf("heartbeat with the current token: %v", err)
+	}
+	if err := s.Heartbeat(ctx, l.RunID, l.Token-1, time.Minute); err == nil {
+		t.Fatal("heartbeat with a stale token was accepted")
+	}
+	errs, err := s.SucceedMany(ctx, ids, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if e != nil {
+			t.Fatalf("succeed %d: %v", ids[i], e)
+		}
+	}
+	if errs, _ := s.SucceedMany(ctx, ids[:1], toks[:1]); errs[0] == nil {
+		t.Fatal("a second success for the same lease was accepted")
+	}
+	held := []ShardLease{{Shard: 0, Epoch: 7}, {Shard: 2, Epoch: 6}, {Shard: 3, Epoch: 7}}
+	var owned []ShardLease
+	rows, _ := s.pool.Query(ctx, shardCheckSQL, "me")
+	if owned, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ShardLease]); err != nil {
+		t.Fatal(err)
+	}
+	if got := stillHeld(held, owned); len(got) != 1 || got[0] != 0 {
+		t.Fatalf("still held: %v, want [0] (2 has moved to epoch 7, 3 is not ours)", got)
+	}
+}
