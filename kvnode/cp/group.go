@@ -423,6 +423,8 @@ func (g *Group) linearize(ctx context.Context) error {
 		}
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, g.timeout(ctx))
+	defer cancel()
 	commit := g.raft.CommitIndex()
 	if err := wait(ctx, g.raft.VerifyLeader()); err != nil {
 		return g.readErr(err)
@@ -434,9 +436,7 @@ func (g *Group) linearize(ctx context.Context) error {
 	if !ok {
 		return g.readBarrier(ctx)
 	}
-	wctx, cancel := context.WithTimeout(ctx, g.timeout(ctx))
-	defer cancel()
-	if err := g.fsm.waitApplied(wctx, target); err != nil {
+	if err := g.fsm.waitApplied(ctx, target); err != nil {
 		return g.readErr(err)
 	}
 	return nil
