@@ -115,12 +115,15 @@ type ackLog struct {
 	mu      sync.Mutex
 	values  map[string]string
 	deleted map[string]bool
-	count   int
-	notify  chan struct{}
+	// maybeDeleted: a DELETE whose outcome is unknown (the client timed
+	// out, or 504): the key may read back as its value or as absent.
+	maybeDeleted map[string]bool
+	count        int
+	notify       chan struct{}
 }
 
 func newAckLog() *ackLog {
-	return &ackLog{values: map[string]string{}, deleted: map[string]bool{}, notify: make(chan struct{}, 1)}
+	return &ackLog{values: map[string]string{}, deleted: map[string]bool{}, maybeDeleted: map[string]bool{}, notify: make(chan struct{}, 1)}
 }
 
 func (a *ackLog) put(k, v string) {
@@ -137,6 +140,12 @@ func (a *ackLog) put(k, v string) {
 func (a *ackLog) del(k string) {
 	a.mu.Lock()
 	a.deleted[k] = true
+	a.mu.Unlock()
+}
+
+func (a *ackLog) maybeDel(k string) {
+	a.mu.Lock()
+	a.maybeDeleted[k] = true
 	a.mu.Unlock()
 }
 
@@ -188,11 +197,20 @@ func (c *cluster) writer(w int, log *ackLog, stop <-chan struct{}, nodes func() 
 		log.put(key, val)
 		if i%7 == 0 {
 			req, _ := http.NewRequestWithContext(c.ctx, "DELETE", c.url(id, "/v1/kv/"+key+"?consistency=QUORUM"), nil)
-			if resp, err := client.Do(req); err == nil {
+			resp, err := client.Do(req)
+			switch {
+			case err != nil:
+				// Timed out or cut: the delete may have landed.
+				log.maybeDel(key)
+			case resp.StatusCode == http.StatusNoContent:
+				log.del(key)
+			case resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode < 500:
+				// Nothing was written.
+			default:
+				log.maybeDel(key) // 504: attempted, outcome unknown
+			}
+			if err == nil {
 				resp.Body.Close()
-				if resp.StatusCode == http.StatusNoContent {
-					log.del(key)
-				}
 			}
 		}
 	}
@@ -216,6 +234,9 @@ func (c *cluster) verify(t *testing.T, log *ackLog, via []string) {
 			if r.status != http.StatusNotFound {
 				t.Fatalf("deleted %s came back: %d %q", k, r.status, r.body)
 			}
+			continue
+		}
+		if log.maybeDeleted[k] && r.status == http.StatusNotFound {
 			continue
 		}
 		if r.status != http.StatusOK || string(r.body) != v {
@@ -262,7 +283,7 @@ func TestFaultInjectionLosesNoAcknowledgedWrite(t *testing.T) {
 	// Once hints drain, every replica holds every surviving key: check via ALL.
 	c.waitUntil("hints drained", 30*time.Second, func() bool { return c.hintsPending() == 0 })
 	for k := range log.values {
-		if log.deleted[k] {
+		if log.deleted[k] || log.maybeDeleted[k] {
 			continue
 		}
 		c.mustDo("GET", all[0], "/v1/kv/"+k+"?consistency=ALL", nil, nil, http.StatusOK)
