@@ -203,7 +203,7 @@ func cmdSet(c *Ctx) {
 		case !expSet:
 			expireAt = c.defaultExpire()
 		}
-		c.Tx.SetString(key, val, expireAt)
+		c.Tx.SetStringOver(key, old, val, expireAt)
 	}
 	switch {
 	case get && old == nil:

@@ -281,7 +281,17 @@ func entrySize(klen int, e *Entry) uint32 {
 // replacing any value of any type. It returns the entry.
 func (tx *Txn) SetString(key, val []byte, expireAt int64) *Entry {
 	sh := tx.shard(key)
-	e := sh.m[string(key)]
+	return tx.setString(sh, key, sh.m[string(key)], val, expireAt)
+}
+
+// SetStringOver is SetString for a caller that has just looked key up:
+// cur MUST be what Get or Peek returned for key in this Txn (nil when the
+// key is absent). It saves SET its second map lookup.
+func (tx *Txn) SetStringOver(key []byte, cur *Entry, val []byte, expireAt int64) *Entry {
+	return tx.setString(tx.shard(key), key, cur, val, expireAt)
+}
+
+func (tx *Txn) setString(sh *shard, key []byte, e *Entry, val []byte, expireAt int64) *Entry {
 	if e == nil {
 		buf := make([]byte, len(val))
 		copy(buf, val)
