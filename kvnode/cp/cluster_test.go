@@ -103,8 +103,11 @@ func (gr *group) start(i int) {
 	cfg := cp.Config{
 		NodeID: n.id, BindAddr: n.raftAddr, HTTPAddr: n.httpAddr, DataDir: n.dir,
 		Bootstrap: !n.joiner, Peers: gr.peers,
-		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond, ApplyTimeout: 2 * time.Second, NoSync: true,
+		// Short enough for quick failovers, long enough that a loaded
+		// 2-core machine running the race detector (make test runs every
+		// package at once) does not miss heartbeats and churn elections.
+		HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond, ApplyTimeout: 2 * time.Second, NoSync: true,
 		TrailingLogs: trailingLogs,
 		OnRestore: func() {
 			select {
