@@ -118,12 +118,14 @@ type benchResult struct {
 	// fireP50, fireP99: due → queued by a runner (ours only; River has no
 	// such step it records).
 	fireP50, fireP99 float64
+	// firesPerSec: N / (due → last run queued), ours only.
+	firesPerSec float64
 }
 
 func (r benchResult) String() string {
 	s := fmt.Sprintf("%.0f jobs/s, start lag p50 %.3fs p99 %.3fs", r.jobsPerSec, r.p50, r.p99)
 	if r.fireP99 > 0 {
-		s += fmt.Sprintf(", fire lag p50 %.3fs p99 %.3fs", r.fireP50, r.fireP99)
+		s += fmt.Sprintf(", fire lag p50 %.3fs p99 %.3fs, %.0f fires/s", r.fireP50, r.fireP99, r.firesPerSec)
 	}
 	return s
 }
@@ -239,8 +241,9 @@ func benchPortico(b *testing.B, n int) benchResult {
 		percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM dispatched_at - scheduled_at))
 		FROM scheduler.scheduled_execution`)
 	if err := db.QueryRow(ctx, `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM queued_at - scheduled_at)),
-			percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM queued_at - scheduled_at))
-		FROM scheduler.scheduled_execution`).Scan(&r.fireP50, &r.fireP99); err != nil {
+			percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM queued_at - scheduled_at)),
+			count(*) / extract(epoch FROM max(queued_at) - min(scheduled_at))::float8
+		FROM scheduler.scheduled_execution`).Scan(&r.fireP50, &r.fireP99, &r.firesPerSec); err != nil {
 		b.Fatal(err)
 	}
 	return r
@@ -310,6 +313,8 @@ func BenchmarkSchedulerVsRiver(b *testing.B) {
 		b.ReportMetric(ours.jobsPerSec/peer.jobsPerSec, "throughput_ratio")
 		b.ReportMetric(ours.fireP50, "portico_fire_p50_s")
 		b.ReportMetric(ours.fireP99, "portico_fire_p99_s")
+		b.ReportMetric(ours.firesPerSec, "portico_fires/s")
+		b.ReportMetric(ours.firesPerSec/peer.jobsPerSec, "fires_vs_river_jobs_ratio")
 		b.ReportMetric(ours.p50, "portico_p50_s")
 		b.ReportMetric(ours.p99, "portico_p99_s")
 		b.ReportMetric(peer.p50, "river_p50_s")

@@ -34,7 +34,7 @@ const (
 	// maxEarlyRechecks bounds the re-looks after a wheel wake that found
 	// nothing due (see Run).
 	maxEarlyRechecks = 6
-	// maxWheelLoad bounds the instants loaded per pass.
+	// maxWheelLoad bounds the runs loaded per pass.
 	maxWheelLoad = 100_000
 	// maxMissedScan bounds the slots FIRE_ALL walks through after an outage.
 	maxMissedScan = 200_000
@@ -45,9 +45,12 @@ type Firer interface {
 	Fire(ctx context.Context, batch int, decide func(store.DueRun, time.Time) store.FireDecision) (store.FireResult, error)
 }
 
-// Loader lists upcoming due instants for the timing wheel.
+// Loader lists upcoming due runs for the timing wheel, and fires the
+// wheel's runs by id.
 type Loader interface {
-	DueInstants(ctx context.Context, shards []int16, within time.Duration, limit int) ([]time.Time, time.Time, error)
+	DueRuns(ctx context.Context, shards []int16, within time.Duration, limit int) ([]store.DueRef, time.Time, error)
+	FireRuns(ctx context.Context, owner string, held []store.ShardLease, ids []int64,
+		decide func(store.DueRun, time.Time) store.FireDecision) (store.FireResult, error)
 }
 
 // ShardFirer fires only the shards a runner holds.
@@ -149,36 +152,43 @@ func (r *Runner) Run(ctx context.Context) error {
 		wg.Go(func() { r.wheel.Run(ctx, r.dbNow) })
 		wg.Go(func() { r.loadLoop(ctx) })
 	}
-	// A wake whose pass finds nothing due may have come early (a skew
-	// estimate off by more than the wheel's one-slot margin, e.g. measured
-	// under load), and the wheel has already dropped those instants: look
-	// again after 20, 40 … 640 ms (1.26 s in all) before leaving them to
-	// the sweep. A wake that was right costs at most six empty passes.
+	// Runs the wheel handed over that the database does not yet consider
+	// due came early (a skew estimate off by more than the wheel's
+	// one-slot margin, e.g. measured under load): they go back to the
+	// wheel after 20, 40 … 640 ms (1.26 s in all), then are left to the
+	// sweep.
 	var (
-		recheck  <-chan time.Time
-		early    int
-		fromWake bool
+		recheck <-chan time.Time
+		early   []wheel.Due
+		tries   int
 	)
+	r.tick(ctx)
 	for {
-		claimed := r.tick(ctx)
-		if fromWake {
-			recheck = nil
-			if claimed == 0 && early < maxEarlyRechecks {
-				recheck = time.After(wheelResolution << early)
-				early++
-			} else {
-				early = 0
-			}
-		}
-		fromWake = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			r.tick(ctx)
 		case <-wake:
-			fromWake, early = true, 0
+			if e := r.fireWheel(ctx); len(e) > 0 {
+				early = append(early, e...)
+				if recheck == nil {
+					recheck = time.After(wheelResolution << tries)
+				}
+			}
 		case <-recheck:
-			fromWake = true
+			recheck = nil
+			if tries++; tries > maxEarlyRechecks {
+				early, tries = nil, 0
+				continue
+			}
+			for _, d := range early {
+				r.wheel.Add(d) // past: ready at once, and wakes the loop
+			}
+			early = nil
+		}
+		if len(early) == 0 && recheck == nil {
+			tries = 0
 		}
 	}
 }
@@ -207,7 +217,10 @@ func (r *Runner) loadLoop(ctx context.Context) {
 }
 
 // Load runs one wheel load (exported for tests).
-func (r *Runner) Load(ctx context.Context) error {
+func (r *Runner) Load(ctx context.Context) error { return r.load(ctx, r.cfg.Lookahead) }
+
+// load adds the held shards' runs due within the given time to the wheel.
+func (r *Runner) load(ctx context.Context, within time.Duration) error {
 	var shards []int16
 	if r.cfg.Shards != nil {
 		held := r.cfg.Shards.Held()
@@ -222,61 +235,125 @@ func (r *Runner) Load(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	before := time.Now()
-	instants, now, err := r.cfg.Store.(Loader).DueInstants(lctx, shards, r.cfg.Lookahead, maxWheelLoad)
+	due, now, err := r.cfg.Store.(Loader).DueRuns(lctx, shards, within, maxWheelLoad)
 	if err != nil {
 		return err
 	}
 	// The database read its clock about halfway through the call.
 	r.skew.Store(int64(now.Sub(before.Add(time.Since(before) / 2))))
-	for _, at := range instants {
-		r.wheel.Add(at)
-	}
+	r.addToWheel(due)
 	return nil
 }
 
-// tick runs fire passes until one claims nothing (at most MaxPasses) and
-// returns how many due runs they claimed.
+func (r *Runner) addToWheel(due []store.DueRef) {
+	if r.wheel == nil {
+		return
+	}
+	for _, d := range due {
+		r.wheel.Add(wheel.Due{ID: d.ID, At: d.At})
+	}
+}
+
+func (r *Runner) decide(d store.DueRun, now time.Time) store.FireDecision {
+	return Decide(d, now, r.cfg.MisfireThreshold)
+}
+
+// fireWheel fires the runs the wheel has made ready, a batch at a time,
+// by id, and returns those the database did not yet consider due.
+func (r *Runner) fireWheel(ctx context.Context) (early []wheel.Due) {
+	for {
+		batch := r.wheel.Take(r.cfg.Batch)
+		if len(batch) == 0 {
+			return early
+		}
+		ids := make([]int64, len(batch))
+		for i, d := range batch {
+			ids[i] = d.ID
+		}
+		var (
+			owner string
+			held  []store.ShardLease
+		)
+		if r.cfg.Shards != nil {
+			owner, held = r.cfg.Shards.Owner(), r.cfg.Shards.Held()
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := r.cfg.Store.(Loader).FireRuns(pctx, owner, held, ids, r.decide)
+		cancel()
+		if !r.record(ctx, res, err) {
+			return early // the sweep fires what this batch held
+		}
+		fired := make(map[int64]bool, len(res.IDs))
+		for _, id := range res.IDs {
+			fired[id] = true
+		}
+		for _, d := range batch {
+			if !fired[d.ID] && d.At.After(res.Now) {
+				early = append(early, d)
+			}
+		}
+	}
+}
+
+// record handles one fire pass's outcome: metrics, chained runs to the
+// wheel, lost shards. It reports whether the pass succeeded.
+func (r *Runner) record(ctx context.Context, res store.FireResult, err error) bool {
+	if errors.Is(err, store.ErrShardsLost) {
+		r.cfg.Logger.Warn("runner: shard leases lost; rebalancing")
+		r.cfg.Shards.Lost()
+		return false
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			r.cfg.Logger.Error("runner: fire pass failed", "err", err)
+		}
+		return false
+	}
+	for st, n := range res.ByStatus {
+		r.cfg.Metrics.Transitions.WithLabelValues(st).Add(float64(n))
+	}
+	r.addToWheel(res.Chained)
+	r.cfg.Metrics.Replaced.Add(float64(res.Replaced))
+	r.cfg.Metrics.Transitions.WithLabelValues(store.StatusCancelled).Add(float64(res.Replaced))
+	for _, l := range res.Lags {
+		r.cfg.Metrics.Lag.Observe(l.Seconds())
+	}
+	return true
+}
+
+// tick runs sweep passes until one claims nothing (at most MaxPasses)
+// and returns how many due runs they claimed.
 func (r *Runner) tick(ctx context.Context) (claimed int) {
 	for range r.cfg.MaxPasses {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		decide := func(d store.DueRun, now time.Time) store.FireDecision { return Decide(d, now, r.cfg.MisfireThreshold) }
 		var (
 			res store.FireResult
 			err error
 		)
 		if r.cfg.Shards != nil {
-			res, err = r.cfg.Store.(ShardFirer).FireShards(pctx, r.cfg.Shards.Owner(), r.cfg.Shards.Held(), r.cfg.Batch, decide)
+			res, err = r.cfg.Store.(ShardFirer).FireShards(pctx, r.cfg.Shards.Owner(), r.cfg.Shards.Held(), r.cfg.Batch, r.decide)
 		} else {
-			res, err = r.cfg.Store.Fire(pctx, r.cfg.Batch, decide)
+			res, err = r.cfg.Store.Fire(pctx, r.cfg.Batch, r.decide)
 		}
 		cancel()
-		if errors.Is(err, store.ErrShardsLost) {
-			r.cfg.Logger.Warn("runner: shard leases lost; rebalancing")
-			r.cfg.Shards.Lost()
-			return
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				r.cfg.Logger.Error("runner: fire pass failed", "err", err)
-			}
-			return
-		}
-		for st, n := range res.ByStatus {
-			r.cfg.Metrics.Transitions.WithLabelValues(st).Add(float64(n))
-		}
-		if r.wheel != nil {
-			for _, at := range res.Chained {
-				r.wheel.Add(at)
-			}
-		}
-		r.cfg.Metrics.Replaced.Add(float64(res.Replaced))
-		r.cfg.Metrics.Transitions.WithLabelValues(store.StatusCancelled).Add(float64(res.Replaced))
-		for _, l := range res.Lags {
-			r.cfg.Metrics.Lag.Observe(l.Seconds())
+		if !r.record(ctx, res, err) {
+			return claimed
 		}
 		claimed += res.Claimed
-		if res.Claimed == 0 {
+		if res.Claimed < r.cfg.Batch {
 			return claimed
+		}
+		if r.wheel != nil {
+			// A backlog the wheel did not know (runs created or recovered
+			// since the last load): list it once and fire it by id instead
+			// of scanning the due index again on every pass.
+			if err := r.load(ctx, 0); err != nil {
+				if ctx.Err() == nil {
+					r.cfg.Logger.Warn("runner: listing the due backlog failed; sweeping", "err", err)
+				}
+				continue
+			}
+			r.fireWheel(ctx) // listed as due by the database clock: none is early
 		}
 	}
 	return claimed

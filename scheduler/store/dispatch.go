@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/portico-io/portico/scheduler/jobspec"
 )
@@ -50,8 +51,18 @@ type FireResult struct {
 	Lags []time.Duration
 	// Replaced counts runs cancelled by REPLACE.
 	Replaced int
-	// Chained are the slots inserted as SCHEDULED (for the timing wheel).
-	Chained []time.Time
+	// Chained are the runs inserted as SCHEDULED (for the timing wheel).
+	Chained []DueRef
+	// IDs are the runs this pass locked and decided.
+	IDs []int64
+	// Now is the database clock at the pass's start.
+	Now time.Time
+}
+
+// DueRef names a SCHEDULED run and its slot.
+type DueRef struct {
+	ID int64
+	At time.Time
 }
 
 // Planner guards. Partial indexes on status (due, ready, in flight,
@@ -84,6 +95,18 @@ const (
 // a claim), so JIT is off too: these statements are OLTP-sized.
 var claimPlanning = []string{`SET LOCAL enable_sort = off`, `SET LOCAL jit = off`}
 
+// firePlanning is set before the fire's writes: they join the locked
+// runs' ids to the table, which must be a primary-key lookup per id; on
+// statistics that make the table look small the planner hashed a
+// sequential scan of all of it instead, on every pass.
+var firePlanning = []string{`SET LOCAL enable_hashjoin = off`, `SET LOCAL enable_mergejoin = off`}
+
+// fireQueuedSQL marks fired runs QUEUED with their priority, tenant and
+// ready time (slot + start jitter; NULL when equal to the slot).
+const fireQueuedSQL = `UPDATE scheduler.scheduled_execution e SET status = 'QUEUED', updated_at = now(), finished_at = NULL,
+		queued_at = statement_timestamp(), priority = x.p, tenant = x.t, next_attempt_at = NULLIF(x.r, e.scheduled_at)
+	FROM unnest($1::bigint[], $2::smallint[], $3::text[], $4::timestamptz[]) AS x(id, p, t, r) WHERE e.id = x.id`
+
 // stillHeld returns the shards of held whose lease is in owned at the
 // same epoch.
 func stillHeld(held, owned []ShardLease) []int16 {
@@ -104,7 +127,7 @@ func stillHeld(held, owned []ShardLease) []int16 {
 // SCHEDULED rows (due by the database clock) with SKIP LOCKED, applies
 // decide to each, and inserts the chained slots, all-or-nothing.
 func (s *Store) Fire(ctx context.Context, batch int, decide func(r DueRun, dbNow time.Time) FireDecision) (FireResult, error) {
-	return s.fire(ctx, "", nil, batch, decide)
+	return s.fire(ctx, "", nil, batch, nil, decide)
 }
 
 // FireShards is Fire restricted to the shards owner holds: inside the
@@ -118,7 +141,20 @@ func (s *Store) FireShards(ctx context.Context, owner string, held []ShardLease,
 	if len(held) == 0 {
 		return FireResult{ByStatus: map[string]int{}}, nil
 	}
-	return s.fire(ctx, owner, held, batch, decide)
+	return s.fire(ctx, owner, held, batch, nil, decide)
+}
+
+// FireRuns is FireShards for the given runs only (the timing wheel's):
+// those still SCHEDULED, due by the database clock and in a held shard
+// (held nil: any shard) are locked by primary key — no scan of the due
+// index — and fired like FireShards fires. The others are left alone;
+// FireResult.IDs says which were fired.
+func (s *Store) FireRuns(ctx context.Context, owner string, held []ShardLease, ids []int64,
+	decide func(r DueRun, dbNow time.Time) FireDecision) (FireResult, error) {
+	if len(ids) == 0 || (held != nil && len(held) == 0) {
+		return FireResult{ByStatus: map[string]int{}}, nil
+	}
+	return s.fire(ctx, owner, held, len(ids), ids, decide)
 }
 
 // shardBitmap encodes shards as the 1024-bit string get_bit reads (bit n
@@ -134,7 +170,9 @@ func shardBitmap(shards []int16) []byte {
 	return b
 }
 
-func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch int,
+// fire locks up to batch due runs — the earliest of the held shards, or
+// those of ids when not nil — and fires them.
+func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch int, ids []int64,
 	decide func(r DueRun, dbNow time.Time) FireDecision) (FireResult, error) {
 	res := FireResult{ByStatus: map[string]int{}}
 	began := time.Now()
@@ -157,10 +195,20 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 		// Lock the due rows first, then join their jobs: joining before the
 		// LIMIT would look up the job of every due row of the held shards on
 		// every pass (a 20,000-run burst made each pass 3x slower).
-		rows, err := tx.Query(ctx, `WITH c AS (SELECT id FROM scheduler.scheduled_execution
+		lockDue := `SELECT id FROM scheduler.scheduled_execution
 				WHERE status = 'SCHEDULED' AND scheduled_at <= now()
 					AND ($2::bytea IS NULL OR get_bit($2::bytea, (schedule_id % 1024)::int) = 1)
-				ORDER BY scheduled_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+				ORDER BY scheduled_at LIMIT $1 FOR UPDATE SKIP LOCKED`
+		args := []any{batch, shardBitmap(shards)}
+		if ids != nil {
+			// By primary key: status through an expression (see leaseHeld).
+			lockDue = `SELECT id FROM scheduler.scheduled_execution
+				WHERE id = ANY($3::bigint[]) AND status || '' = 'SCHEDULED' AND scheduled_at <= now()
+					AND ($2::bytea IS NULL OR get_bit($2::bytea, (schedule_id % 1024)::int) = 1)
+				ORDER BY scheduled_at, id LIMIT $1 FOR UPDATE SKIP LOCKED`
+			args = append(args, ids)
+		}
+		rows, err := tx.Query(ctx, `WITH c AS (`+lockDue+`)
 			SELECT e.id, e.schedule_id, e.scheduled_at, e.manual, d.spec,
 				d.enabled AND d.deleted_at IS NULL,
 				d.spec->'execution'->>'concurrencyPolicy' IN ('FORBID', 'REPLACE') AND
@@ -168,7 +216,7 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 						AND o.status IN ('QUEUED','RUNNING','RETRY_WAIT')),
 				now()
 			FROM c JOIN scheduler.scheduled_execution e ON e.id = c.id JOIN scheduler.schedule_details d ON d.id = e.schedule_id
-			ORDER BY e.scheduled_at, e.id`, batch, shardBitmap(shards))
+			ORDER BY e.scheduled_at, e.id`, args...)
 		if err != nil {
 			return fmt.Errorf("store: fire: %w", err)
 		}
@@ -231,20 +279,27 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 			for _, n := range d.Next {
 				insJobs = append(insJobs, r.ScheduleID)
 				insSlots = append(insSlots, n)
-				res.Chained = append(res.Chained, n)
 			}
 			res.ByStatus[d.Status]++
 		}
-		res.Claimed = len(due)
+		res.Claimed, res.Now = len(due), now
+		for _, r := range due {
+			res.IDs = append(res.IDs, r.ID)
+		}
 		if len(due) == 0 {
+			if ids != nil { // the caller tells early runs from gone ones by it
+				if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&res.Now); err != nil {
+					return fmt.Errorf("store: fire: %w", err)
+				}
+			}
 			return nil
 		}
 		b := &pgx.Batch{}
+		for _, set := range firePlanning {
+			b.Queue(set)
+		}
 		if len(qIDs) > 0 {
-			b.Queue(`UPDATE scheduler.scheduled_execution e SET status = 'QUEUED', updated_at = now(), finished_at = NULL,
-					queued_at = statement_timestamp(), priority = x.p, tenant = x.t, next_attempt_at = NULLIF(x.r, e.scheduled_at)
-				FROM unnest($1::bigint[], $2::smallint[], $3::text[], $4::timestamptz[]) AS x(id, p, t, r) WHERE e.id = x.id`,
-				qIDs, qPrio, qTenant, qReady)
+			b.Queue(fireQueuedSQL, qIDs, qPrio, qTenant, qReady)
 		}
 		if len(oIDs) > 0 {
 			b.Queue(`UPDATE scheduler.scheduled_execution e SET status = x.s, updated_at = now(), finished_at = now()
@@ -253,27 +308,24 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 		if len(insJobs) > 0 {
 			b.Queue(`INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
 				SELECT id, at, 'SCHEDULED' FROM unnest($1::bigint[], $2::timestamptz[]) AS x(id, at)
-				ON CONFLICT (schedule_id, scheduled_at) DO NOTHING`, insJobs, insSlots)
+				ON CONFLICT (schedule_id, scheduled_at) DO NOTHING RETURNING id, scheduled_at`, insJobs, insSlots).
+				Query(func(rows pgx.Rows) error {
+					var err error
+					res.Chained, err = pgx.CollectRows(rows, pgx.RowToStructByPos[DueRef])
+					return err
+				})
 		}
-		first := b.Len()
 		for _, job := range replaceOrder {
 			b.Queue(`UPDATE scheduler.scheduled_execution SET status = 'CANCELLED', lease_token = lease_token + 1,
 					lease_expires_at = NULL, finished_at = now(), updated_at = now(),
 					last_error = 'replaced by run ' || $2::bigint || ' (concurrencyPolicy REPLACE)'
-				WHERE schedule_id = $1 AND id <> $2 AND status IN ('QUEUED', 'RUNNING', 'RETRY_WAIT')`, job, replaceKeep[job])
+				WHERE schedule_id = $1 AND id <> $2 AND status IN ('QUEUED', 'RUNNING', 'RETRY_WAIT')`, job, replaceKeep[job]).
+				Exec(func(tag pgconn.CommandTag) error {
+					res.Replaced += int(tag.RowsAffected())
+					return nil
+				})
 		}
-		br := tx.SendBatch(ctx, b)
-		for i := range b.Len() {
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return fmt.Errorf("store: fire: %w", err)
-			}
-			if i >= first {
-				res.Replaced += int(tag.RowsAffected())
-			}
-		}
-		if err := br.Close(); err != nil {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("store: fire: %w", err)
 		}
 		return nil
@@ -711,21 +763,21 @@ func (s *Store) SucceedMany(ctx context.Context, runIDs, tokens []int64) ([]erro
 	return errs, nil
 }
 
-// DueInstants returns the distinct slots of SCHEDULED runs in shards (nil:
-// all) due up to within from now, at most limit of them (earliest first),
-// and the database's now.
-func (s *Store) DueInstants(ctx context.Context, shards []int16, within time.Duration, limit int) ([]time.Time, time.Time, error) {
+// DueRuns returns the SCHEDULED runs of shards (nil: all) due up to
+// within from now, at most limit of them (earliest first), and the
+// database's now.
+func (s *Store) DueRuns(ctx context.Context, shards []int16, within time.Duration, limit int) ([]DueRef, time.Time, error) {
 	var now time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, now, fmt.Errorf("store: due instants: %w", err)
+		return nil, now, fmt.Errorf("store: due runs: %w", err)
 	}
-	rows, _ := s.pool.Query(ctx, `SELECT DISTINCT scheduled_at FROM scheduler.scheduled_execution
+	rows, _ := s.pool.Query(ctx, `SELECT id, scheduled_at FROM scheduler.scheduled_execution
 		WHERE status = 'SCHEDULED' AND scheduled_at <= $1::timestamptz + $2 * interval '1 millisecond'
 			AND ($3::bytea IS NULL OR get_bit($3::bytea, (schedule_id % 1024)::int) = 1)
 		ORDER BY scheduled_at LIMIT $4`, now, within.Milliseconds(), shardBitmap(shards), limit)
-	out, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DueRef])
 	if err != nil {
-		return nil, now, fmt.Errorf("store: due instants: %w", err)
+		return nil, now, fmt.Errorf("store: due runs: %w", err)
 	}
 	return out, now, nil
 }

@@ -140,6 +140,22 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 		}
 	}
 
+	// The fire's write for a pass of 1000 runs (rolled back).
+	var fireIDs []int64
+	rows, _ := s.pool.Query(ctx, `SELECT id FROM scheduler.scheduled_execution ORDER BY id DESC LIMIT 1000`)
+	if fireIDs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		t.Fatal(err)
+	}
+	prio, tenants, ready := make([]int16, len(fireIDs)), make([]string, len(fireIDs)), make([]time.Time, len(fireIDs))
+	for i := range fireIDs {
+		prio[i], tenants[i], ready[i] = 1, "t1", time.Now()
+	}
+	work, nodes := explainWork(t, s, firePlanning, fireQueuedSQL, fireIDs, prio, tenants, ready)
+	t.Logf("fire update: %d rows read: %s", work, nodes)
+	if work > 4*len(fireIDs) {
+		t.Errorf("fire update read %d rows for %d runs: %s", work, len(fireIDs), nodes)
+	}
+
 	l := leases[0]
 	ids, toks := []int64{}, []int64{}
 	for _, x := range leases[:8] {
@@ -182,7 +198,7 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 	}
 	held := []ShardLease{{Shard: 0, Epoch: 7}, {Shard: 2, Epoch: 6}, {Shard: 3, Epoch: 7}}
 	var owned []ShardLease
-	rows, _ := s.pool.Query(ctx, shardCheckSQL, "me")
+	rows, _ = s.pool.Query(ctx, shardCheckSQL, "me")
 	if owned, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ShardLease]); err != nil {
 		t.Fatal(err)
 	}

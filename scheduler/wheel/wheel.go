@@ -1,9 +1,9 @@
-// Package wheel is a hashed timing wheel of instants at which runs fall
-// due. A runner loads the next minutes of due instants of its shards into
-// it (and adds the slots it chains as it fires), and the wheel wakes the
-// runner when the cursor reaches a slot holding any, so runs fire within
-// one resolution of their slot instead of up to a sweep tick late. The
-// sweep stays as the safety net: an instant the wheel never heard of
+// Package wheel is a hashed timing wheel of runs waiting for their slot.
+// A runner loads the next minutes of due runs of its shards into it (and
+// adds the runs it chains as it fires), and the wheel hands them back
+// when the cursor passes their slot, so they fire within one resolution
+// of it, by primary key, instead of up to a sweep tick late after a scan.
+// The sweep stays as the safety net: a run the wheel never heard of
 // (created by another process, beyond the span, a clock step) is fired by
 // the next sweep.
 //
@@ -17,23 +17,32 @@ import (
 	"time"
 )
 
+// Due is a run and its slot.
+type Due struct {
+	ID int64
+	At time.Time
+}
+
 // Wheel is safe for concurrent use.
 type Wheel struct {
 	res   time.Duration
 	mu    sync.Mutex
-	slots []int     // entries per slot
+	slots [][]Due
 	base  time.Time // instant of the cursor's slot start
 	cur   int
+	known map[int64]struct{} // ids in a slot or ready
+	ready []Due              // passed, not yet taken
 	c     chan struct{}
 }
 
 // New returns a wheel of span/res slots of res each, starting at now.
 func New(res, span time.Duration, now time.Time) *Wheel {
 	n := max(int(span/res), 1)
-	return &Wheel{res: res, slots: make([]int, n), base: now.Truncate(res), c: make(chan struct{}, 1)}
+	return &Wheel{res: res, slots: make([][]Due, n), base: now.Truncate(res), known: map[int64]struct{}{},
+		c: make(chan struct{}, 1)}
 }
 
-// C receives (coalesced) when due entries were passed.
+// C receives (coalesced) when runs are ready to be taken.
 func (w *Wheel) C() <-chan struct{} { return w.c }
 
 func (w *Wheel) signal() {
@@ -43,28 +52,36 @@ func (w *Wheel) signal() {
 	}
 }
 
-// Add records an instant. One at or before the cursor signals at once;
-// one beyond the span is refused (false): load it again later.
-func (w *Wheel) Add(t time.Time) bool {
+// Add records a run. A run already held is ignored (loads overlap); one
+// at or before the cursor is ready at once (and signals); one beyond the
+// span is refused (false): load it again later.
+func (w *Wheel) Add(d Due) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	d := t.Sub(w.base)
-	if d <= 0 {
+	if _, ok := w.known[d.ID]; ok {
+		return true
+	}
+	delta := d.At.Sub(w.base)
+	if delta <= 0 {
+		w.known[d.ID] = struct{}{}
+		w.ready = append(w.ready, d)
 		w.signal()
 		return true
 	}
-	// One slot past the first boundary at or after t: waking there is not
-	// early even when the clock estimate is off by up to a resolution.
-	k := int((d+w.res-1)/w.res) + 1
+	// One slot past the first boundary at or after At: waking there is
+	// not early even when the clock estimate is off by up to a resolution.
+	k := int((delta+w.res-1)/w.res) + 1
 	if k >= len(w.slots) {
 		return false
 	}
-	w.slots[(w.cur+k)%len(w.slots)]++
+	w.known[d.ID] = struct{}{}
+	i := (w.cur + k) % len(w.slots)
+	w.slots[i] = append(w.slots[i], d)
 	return true
 }
 
-// Advance moves the cursor to now, clearing the slots passed, signals if
-// any held entries, and returns how many entries were passed.
+// Advance moves the cursor to now, making the runs of the slots passed
+// ready, signals if there were any, and returns how many.
 func (w *Wheel) Advance(now time.Time) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -72,8 +89,9 @@ func (w *Wheel) Advance(now time.Time) int {
 	passed := 0
 	for i := 0; i < steps && i <= len(w.slots); i++ {
 		w.cur = (w.cur + 1) % len(w.slots)
-		passed += w.slots[w.cur]
-		w.slots[w.cur] = 0
+		passed += len(w.slots[w.cur])
+		w.ready = append(w.ready, w.slots[w.cur]...)
+		w.slots[w.cur] = nil
 	}
 	if steps > 0 {
 		w.base = w.base.Add(time.Duration(steps) * w.res)
@@ -82,6 +100,31 @@ func (w *Wheel) Advance(now time.Time) int {
 		w.signal()
 	}
 	return passed
+}
+
+// Take removes and returns up to n ready runs, in the order they became
+// ready.
+func (w *Wheel) Take(n int) []Due {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n = min(n, len(w.ready))
+	out := make([]Due, n)
+	copy(out, w.ready)
+	w.ready = w.ready[n:]
+	if len(w.ready) == 0 {
+		w.ready = nil // let the backing array go
+	}
+	for _, d := range out {
+		delete(w.known, d.ID)
+	}
+	return out
+}
+
+// Len returns how many runs the wheel holds, ready or not.
+func (w *Wheel) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.known)
 }
 
 // Run advances the wheel every resolution by now() (the database clock

@@ -1,6 +1,7 @@
 package wheel
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -14,38 +15,57 @@ func signalled(w *Wheel) bool {
 	}
 }
 
+func ids(ds []Due) []int64 {
+	out := make([]int64, len(ds))
+	for i, d := range ds {
+		out[i] = d.ID
+	}
+	return out
+}
+
 func TestWheel(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	w := New(10*time.Millisecond, time.Second, t0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	if !w.Add(ms(25)) || !w.Add(ms(30)) || !w.Add(ms(500)) || w.Add(ms(1500)) {
+	if !w.Add(Due{1, ms(25)}) || !w.Add(Due{2, ms(30)}) || !w.Add(Due{3, ms(500)}) || w.Add(Due{4, ms(1500)}) {
 		t.Fatal("Add: want in-span accepted, beyond-span refused")
 	}
-	if signalled(w) {
-		t.Fatal("signalled before anything was due")
+	if !w.Add(Due{1, ms(25)}) || w.Len() != 3 {
+		t.Fatalf("a run added twice must be held once: %d held", w.Len())
 	}
-	// Entries wake one slot after the boundary at or after them.
+	if signalled(w) || len(w.Take(10)) != 0 {
+		t.Fatal("signalled or ready before anything was due")
+	}
+	// Runs wake one slot after the boundary at or after them.
 	if n := w.Advance(ms(30)); n != 0 || signalled(w) {
 		t.Fatalf("at 30ms passed %d: 25ms and 30ms wake at 40ms, never early", n)
 	}
 	if n := w.Advance(ms(40)); n != 2 || !signalled(w) {
-		t.Fatalf("at 40ms passed %d, want the 25ms and 30ms entries", n)
+		t.Fatalf("at 40ms passed %d, want the 25ms and 30ms runs", n)
+	}
+	if got := ids(w.Take(1)); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("Take(1) = %v", got)
+	}
+	if got := ids(w.Take(10)); !slices.Equal(got, []int64{2}) || w.Len() != 1 {
+		t.Fatalf("Take(10) = %v, %d left", got, w.Len())
+	}
+	// A taken run may be added again (its fire found it not yet due).
+	if !w.Add(Due{1, ms(25)}) || !signalled(w) || !slices.Equal(ids(w.Take(10)), []int64{1}) {
+		t.Fatal("a run already past must be ready at once")
 	}
 	if n := w.Advance(ms(505)); n != 0 {
 		t.Fatalf("at 505ms passed %d", n)
 	}
-	if n := w.Advance(ms(510)); n != 1 || !signalled(w) {
-		t.Fatalf("at 510ms passed %d, want 1", n)
+	if n := w.Advance(ms(510)); n != 1 || !signalled(w) || !slices.Equal(ids(w.Take(10)), []int64{3}) {
+		t.Fatalf("at 510ms passed %d, want run 3", n)
 	}
-	if !w.Add(ms(100)) || !signalled(w) {
-		t.Fatal("an instant already past must signal at once")
-	}
-	// A clock jump past a whole revolution clears everything and signals.
-	w.Add(ms(700))
-	if n := w.Advance(ms(5000)); n != 1 || !signalled(w) {
+	// A clock jump past a whole revolution makes everything ready.
+	w.Add(Due{5, ms(700)})
+	w.Add(Due{6, ms(900)})
+	if n := w.Advance(ms(5000)); n != 2 || !signalled(w) || len(w.Take(10)) != 2 || w.Len() != 0 {
 		t.Fatalf("after a jump passed %d", n)
 	}
-	if !w.Add(ms(5500)) || w.Add(ms(6100)) {
+	if !w.Add(Due{7, ms(5500)}) || w.Add(Due{8, ms(6100)}) {
 		t.Fatal("span must follow the cursor after the jump")
 	}
 }
