@@ -1,10 +1,12 @@
-// Package resp encodes replies in RESP2 or RESP3, chosen per connection by
-// HELLO. Commands write through a Writer so the same handler serves both
+// Package resp is the wire protocol of a cache node: Writer encodes replies
+// in RESP2 or RESP3, chosen per connection by HELLO, and Reader parses
+// commands (multibulk and inline) with Redis's protocol errors and limits.
+// Commands write through a Writer so the same handler serves both
 // protocols: RESP3 types (map, set, null, double) degrade to their RESP2
 // equivalents when the connection speaks RESP2.
 //
 // A Writer only appends to a byte slice; it never does I/O, so it is cheap
-// to use in tests and fuzzing. It is not safe for concurrent use.
+// to use in tests and fuzzing. Neither type is safe for concurrent use.
 package resp
 
 import (
