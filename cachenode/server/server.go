@@ -28,6 +28,11 @@ const DefaultMaxClients = 10000
 // of a long pipeline runs, so one connection's pending replies stay small.
 const flushThreshold = 64 << 10
 
+// clockEvery: the clock is read when input arrives and again every so many
+// commands of a long pipeline, so TTLs stay within a fraction of a
+// millisecond of the wall clock.
+const clockEvery = 16
+
 // maxIdleReplyBuf: a reply buffer grown past it (a large MGET) is dropped
 // after the write rather than pinned by an idle connection.
 const maxIdleReplyBuf = 1 << 20
@@ -168,6 +173,7 @@ func (s *Server) serveConn(nc net.Conn) {
 		}
 		return err == nil
 	}
+	nowMs, sinceClock := time.Now().UnixMilli(), 0
 	for {
 		rd.Unauthenticated = eng.NeedsAuth(sess)
 		args, err := rd.Next()
@@ -193,9 +199,14 @@ func (s *Server) serveConn(nc net.Conn) {
 				}
 				return
 			}
+			nowMs, sinceClock = time.Now().UnixMilli(), 0
 			continue
 		}
-		eng.Exec(sess, args, &w)
+		if sinceClock == clockEvery {
+			nowMs, sinceClock = time.Now().UnixMilli(), 0
+		}
+		sinceClock++
+		eng.ExecAt(sess, args, &w, nowMs)
 		if sess.Quit {
 			flush()
 			return
