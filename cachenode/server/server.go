@@ -9,6 +9,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -80,7 +81,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		wg     sync.WaitGroup
 	)
 	defer wg.Wait()
-	stop := context.AfterFunc(ctx, func() {
+	closeAll := func() {
 		_ = lis.Close()
 		mu.Lock()
 		defer mu.Unlock()
@@ -88,7 +89,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		for c := range conns {
 			_ = c.Close()
 		}
-	})
+	}
+	stop := context.AfterFunc(ctx, closeAll)
 	defer stop()
 	var backoff time.Duration
 	for {
@@ -106,13 +108,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 				continue
 			}
 			stop()
-			_ = lis.Close()
-			mu.Lock()
-			for c := range conns {
-				_ = c.Close()
-			}
-			mu.Unlock()
-			return err
+			closeAll()
+			return fmt.Errorf("server: accept: %w", err)
 		}
 		backoff = 0
 		if s.clients.Add(1) > int64(s.cfg.MaxClients) {
