@@ -160,6 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 	g.Go(func() error {
 		return httpserver.Serve(gctx, lis, httpserver.Config{Handler: handler, Gatherer: reg, Health: checks, Logger: log})
 	})
+	var firing func() bool // this process's runner, for the worker to yield to
 	if cfg.Roles.Runner {
 		rcfg := runner.Config{Store: st, Tick: cfg.Tick, Metrics: m, Logger: log}
 		if !cfg.Unsharded {
@@ -174,11 +175,12 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
+		firing = r.Firing
 		g.Go(func() error { return r.Run(gctx) })
 	}
 	if cfg.Roles.Worker {
 		w, err := worker.New(worker.Config{Store: st, Targets: targets, ID: cfg.WorkerID, Lease: cfg.Lease, Poll: cfg.WorkerPoll,
-			Concurrency: cfg.Concurrency, Metrics: m, Logger: log})
+			Concurrency: cfg.Concurrency, Yield: firing, Metrics: m, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/portico-io/portico/scheduler/cron"
@@ -502,11 +503,23 @@ func (e *Execution) normalize() error {
 }
 
 // loadZone loads an IANA zone; "Local" is refused (it depends on the host).
+// zones caches loaded zones: time.LoadLocation reads and parses the
+// zone file on every call, and a runner computes next slots per run.
+var zones sync.Map // name → *time.Location
+
 func loadZone(name string) (*time.Location, error) {
 	if name == "Local" {
 		return nil, errors.New("jobspec: Local is not an IANA zone")
 	}
-	return time.LoadLocation(name)
+	if l, ok := zones.Load(name); ok {
+		return l.(*time.Location), nil
+	}
+	l, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, err
+	}
+	zones.Store(name, l)
+	return l, nil
 }
 
 // Location is the zone the schedule is read in (UTC unless CRON says).

@@ -34,6 +34,14 @@ const (
 	// maxEarlyRechecks bounds the re-looks after a wheel wake that found
 	// nothing due (see Run).
 	maxEarlyRechecks = 6
+	// newRunsLoad is how often runs created since the last load are
+	// added to the wheel (a full load runs every Lookahead/4).
+	newRunsLoad = 250 * time.Millisecond
+	// newRunsOverlap is how many ids below the last load's highest are
+	// looked at again: ids are taken at insert, so a transaction that
+	// commits late shows a run below it. Older stragglers are left to the
+	// next full load or the sweep.
+	newRunsOverlap = 1000
 	// maxWheelLoad bounds the runs loaded per pass.
 	maxWheelLoad = 100_000
 	// maxMissedScan bounds the slots FIRE_ALL walks through after an outage.
@@ -48,7 +56,7 @@ type Firer interface {
 // Loader lists upcoming due runs for the timing wheel, and fires the
 // wheel's runs by id.
 type Loader interface {
-	DueRuns(ctx context.Context, shards []int16, within time.Duration, limit int) ([]store.DueRef, time.Time, error)
+	DueRuns(ctx context.Context, shards []int16, within time.Duration, limit int, afterID int64) ([]store.DueRef, time.Time, int64, error)
 	FireRuns(ctx context.Context, owner string, held []store.ShardLease, ids []int64,
 		decide func(store.DueRun, time.Time) store.FireDecision) (store.FireResult, error)
 }
@@ -101,7 +109,17 @@ type Runner struct {
 	// clockError is added to the skew estimate (tests: an estimate that
 	// believes the database clock is ahead makes the wheel wake early).
 	clockError time.Duration
+	// firing is set while a backlog is being fired (a pass found a full
+	// batch and more may wait); see Firing.
+	firing atomic.Bool
 }
+
+// Firing reports whether the runner is working through a backlog of due
+// runs. A worker in the same process holds its claims meanwhile (briefly:
+// see worker.Config.Yield), so a burst is fired — and its recurring
+// jobs' next slots chained — before execution competes for the CPU and
+// the connections.
+func (r *Runner) Firing() bool { return r.firing.Load() }
 
 // New validates cfg and fills defaults.
 func New(cfg Config) (*Runner, error) {
@@ -200,13 +218,30 @@ func (r *Runner) dbNow() time.Time {
 // loadLoop loads the next Lookahead of due instants of the held shards
 // into the wheel every Lookahead/4 (and soon after start).
 func (r *Runner) loadLoop(ctx context.Context) {
+	var (
+		full  time.Time // last full load
+		maxID int64     // highest run id at the last load
+	)
 	for {
-		next := r.cfg.Lookahead / 4
-		if err := r.Load(ctx); err != nil && ctx.Err() == nil {
+		var err error
+		if time.Since(full) >= r.cfg.Lookahead/4 || maxID == 0 {
+			full = time.Now()
+			maxID, err = r.load(ctx, r.cfg.Lookahead, 0)
+		} else {
+			// Runs created since the last load (and a margin of ids
+			// taken by transactions that committed late): a primary-key
+			// range, so new runs reach the wheel within newRunsLoad.
+			var m int64
+			if m, err = r.load(ctx, r.cfg.Lookahead, max(maxID-newRunsOverlap, 1)); err == nil {
+				maxID = max(maxID, m)
+			}
+		}
+		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("runner: loading the timing wheel failed; the sweep still fires", "err", err)
 		}
+		next := newRunsLoad
 		if r.cfg.Shards != nil && len(r.cfg.Shards.Held()) == 0 {
-			next = min(next, time.Second) // no shards yet: load as soon as some arrive
+			maxID = 0 // no shards yet: load all as soon as some arrive
 		}
 		select {
 		case <-ctx.Done():
@@ -216,16 +251,21 @@ func (r *Runner) loadLoop(ctx context.Context) {
 	}
 }
 
-// Load runs one wheel load (exported for tests).
-func (r *Runner) Load(ctx context.Context) error { return r.load(ctx, r.cfg.Lookahead) }
+// Load runs one full wheel load (exported for tests).
+func (r *Runner) Load(ctx context.Context) error {
+	_, err := r.load(ctx, r.cfg.Lookahead, 0)
+	return err
+}
 
-// load adds the held shards' runs due within the given time to the wheel.
-func (r *Runner) load(ctx context.Context, within time.Duration) error {
+// load adds the held shards' runs due within the given time (with ids
+// above afterID, when not 0) to the wheel and returns the highest run id
+// at that moment.
+func (r *Runner) load(ctx context.Context, within time.Duration, afterID int64) (int64, error) {
 	var shards []int16
 	if r.cfg.Shards != nil {
 		held := r.cfg.Shards.Held()
 		if len(held) == 0 {
-			return nil
+			return 0, nil
 		}
 		shards = make([]int16, len(held))
 		for i, h := range held {
@@ -235,14 +275,14 @@ func (r *Runner) load(ctx context.Context, within time.Duration) error {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	before := time.Now()
-	due, now, err := r.cfg.Store.(Loader).DueRuns(lctx, shards, within, maxWheelLoad)
+	due, now, maxID, err := r.cfg.Store.(Loader).DueRuns(lctx, shards, within, maxWheelLoad, afterID)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// The database read its clock about halfway through the call.
 	r.skew.Store(int64(now.Sub(before.Add(time.Since(before) / 2))))
 	r.addToWheel(due)
-	return nil
+	return maxID, nil
 }
 
 func (r *Runner) addToWheel(due []store.DueRef) {
@@ -261,11 +301,13 @@ func (r *Runner) decide(d store.DueRun, now time.Time) store.FireDecision {
 // fireWheel fires the runs the wheel has made ready, a batch at a time,
 // by id, and returns those the database did not yet consider due.
 func (r *Runner) fireWheel(ctx context.Context) (early []wheel.Due) {
+	defer r.firing.Store(false)
 	for {
 		batch := r.wheel.Take(r.cfg.Batch)
 		if len(batch) == 0 {
 			return early
 		}
+		r.firing.Store(len(batch) == r.cfg.Batch)
 		ids := make([]int64, len(batch))
 		for i, d := range batch {
 			ids[i] = d.ID
@@ -324,6 +366,7 @@ func (r *Runner) record(ctx context.Context, res store.FireResult, err error) bo
 // tick runs sweep passes until one claims nothing (at most MaxPasses)
 // and returns how many due runs they claimed.
 func (r *Runner) tick(ctx context.Context) (claimed int) {
+	defer r.firing.Store(false)
 	for range r.cfg.MaxPasses {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var (
@@ -343,11 +386,12 @@ func (r *Runner) tick(ctx context.Context) (claimed int) {
 		if res.Claimed < r.cfg.Batch {
 			return claimed
 		}
+		r.firing.Store(true)
 		if r.wheel != nil {
 			// A backlog the wheel did not know (runs created or recovered
 			// since the last load): list it once and fire it by id instead
 			// of scanning the due index again on every pass.
-			if err := r.load(ctx, 0); err != nil {
+			if _, err := r.load(ctx, 0, 0); err != nil {
 				if ctx.Err() == nil {
 					r.cfg.Logger.Warn("runner: listing the due backlog failed; sweeping", "err", err)
 				}

@@ -63,3 +63,63 @@ func TestWheelWakingEarlyStillFires(t *testing.T) {
 		_ = db.QueryRow(ctx, `SELECT count(*) FROM scheduler.scheduled_execution WHERE schedule_id = $1 AND status = 'QUEUED'`, job.ID).Scan(&n)
 	}
 }
+
+// TestWheelLoadsNewRuns: a run created after the wheel's last full load
+// (an hour-long sweep tick here, full loads every 15 s) still fires on
+// its slot: runs new since the last load reach the wheel within
+// newRunsLoad.
+func TestWheelLoadsNewRuns(t *testing.T) {
+	url := testdeps.Postgres(t)
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	create := func(key string, at time.Time) int64 {
+		spec, err := jobspec.Decode(strings.NewReader(`{"tenant":"t","schedule":{"type":"ONE_OFF","at":"` +
+			at.UTC().Format(time.RFC3339) + `"},"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := spec.Normalize(nil); err != nil {
+			t.Fatal(err)
+		}
+		job, _, err := st.CreateJob(ctx, spec, key, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return job.ID
+	}
+	create("later", time.Now().Add(2*time.Hour)) // the table is not empty at the first load
+	r, err := New(Config{Store: st, Tick: time.Hour, Lookahead: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = r.Run(rctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(2 * newRunsLoad) // past the first full load
+	at := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
+	jobID := create("soon", at)
+	db, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	deadline := at.Add(5 * time.Second)
+	for {
+		var lag float64
+		err := db.QueryRow(ctx, `SELECT extract(epoch FROM queued_at - scheduled_at) FROM scheduler.scheduled_execution
+			WHERE schedule_id = $1 AND status = 'QUEUED'`, jobID).Scan(&lag)
+		if err == nil {
+			t.Logf("fired %.3f s after its slot", lag)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a run created after the last full load was not fired 5 s after its slot (full loads every 15 s, sweep hourly)")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}

@@ -20,7 +20,9 @@ type DueRun struct {
 	ScheduleID  int64
 	ScheduledAt time.Time
 	Manual      bool
-	Spec        *jobspec.Spec
+	// Spec is the job's spec without its target and notifications (a
+	// payload may be 256 KB; firing needs the schedule and execution).
+	Spec *jobspec.Spec
 	// Live is false when the job is paused or deleted.
 	Live bool
 	// Busy is true when another run of the job is queued, running or
@@ -209,7 +211,7 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 			args = append(args, ids)
 		}
 		rows, err := tx.Query(ctx, `WITH c AS (`+lockDue+`)
-			SELECT e.id, e.schedule_id, e.scheduled_at, e.manual, d.spec,
+			SELECT e.id, e.schedule_id, e.scheduled_at, e.manual, d.spec - 'target' - 'notifications',
 				d.enabled AND d.deleted_at IS NULL,
 				d.spec->'execution'->>'concurrencyPolicy' IN ('FORBID', 'REPLACE') AND
 					EXISTS (SELECT 1 FROM scheduler.scheduled_execution o WHERE o.schedule_id = e.schedule_id
@@ -764,20 +766,36 @@ func (s *Store) SucceedMany(ctx context.Context, runIDs, tokens []int64) ([]erro
 }
 
 // DueRuns returns the SCHEDULED runs of shards (nil: all) due up to
-// within from now, at most limit of them (earliest first), and the
-// database's now.
-func (s *Store) DueRuns(ctx context.Context, shards []int16, within time.Duration, limit int) ([]DueRef, time.Time, error) {
-	var now time.Time
-	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, now, fmt.Errorf("store: due runs: %w", err)
+// within from now, at most limit of them (earliest first), with ids above
+// afterID (0: any; a range of the primary key, for cheap frequent loads of
+// new runs), the database's now and the highest run id at that moment.
+func (s *Store) DueRuns(ctx context.Context, shards []int16, within time.Duration, limit int, afterID int64) (
+	[]DueRef, time.Time, int64, error) {
+	var (
+		now   time.Time
+		maxID int64
+	)
+	if err := s.pool.QueryRow(ctx, `SELECT now(), coalesce(max(id), 0) FROM scheduler.scheduled_execution`).
+		Scan(&now, &maxID); err != nil {
+		return nil, now, 0, fmt.Errorf("store: due runs: %w", err)
 	}
-	rows, _ := s.pool.Query(ctx, `SELECT id, scheduled_at FROM scheduler.scheduled_execution
+	q := `SELECT id, scheduled_at FROM scheduler.scheduled_execution
 		WHERE status = 'SCHEDULED' AND scheduled_at <= $1::timestamptz + $2 * interval '1 millisecond'
 			AND ($3::bytea IS NULL OR get_bit($3::bytea, (schedule_id % 1024)::int) = 1)
-		ORDER BY scheduled_at LIMIT $4`, now, within.Milliseconds(), shardBitmap(shards), limit)
+		ORDER BY scheduled_at LIMIT $4`
+	args := []any{now, within.Milliseconds(), shardBitmap(shards), limit}
+	if afterID > 0 {
+		// By primary-key range: status through an expression (see leaseHeld).
+		q = `SELECT id, scheduled_at FROM scheduler.scheduled_execution
+			WHERE id > $5 AND status || '' = 'SCHEDULED' AND scheduled_at <= $1::timestamptz + $2 * interval '1 millisecond'
+				AND ($3::bytea IS NULL OR get_bit($3::bytea, (schedule_id % 1024)::int) = 1)
+			ORDER BY id LIMIT $4`
+		args = append(args, afterID)
+	}
+	rows, _ := s.pool.Query(ctx, q, args...)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DueRef])
 	if err != nil {
-		return nil, now, fmt.Errorf("store: due runs: %w", err)
+		return nil, now, 0, fmt.Errorf("store: due runs: %w", err)
 	}
-	return out, now, nil
+	return out, now, maxID, nil
 }

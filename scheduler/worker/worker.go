@@ -90,7 +90,17 @@ type Config struct {
 	// BeforeRecord, when set, runs after the target call and before the
 	// outcome is written (tests use it to stall a worker past its lease).
 	BeforeRecord func(store.Lease)
+	// Yield, when set and true, holds new claims — for at most MaxYield
+	// at a stretch, so execution is delayed, never starved. The command
+	// passes the same process's runner.Firing: a burst is fired first.
+	Yield func() bool
 }
+
+// MaxYield bounds how long Config.Yield holds claims at a stretch.
+const MaxYield = time.Second
+
+// yieldPoll is how often a held worker looks again.
+const yieldPoll = 10 * time.Millisecond
 
 // Worker is a long-running execution loop.
 type Worker struct {
@@ -174,15 +184,23 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
-	var last time.Time
+	var last, heldSince time.Time
 	for {
 		mu.Lock()
 		free := w.cfg.Concurrency - total
 		allowance := w.cfg.Concurrency - w.cfg.ReservedHigh - nonHigh
 		mu.Unlock()
+		yield := w.cfg.Yield != nil && w.cfg.Yield()
+		if !yield {
+			heldSince = time.Time{}
+		} else if heldSince.IsZero() {
+			heldSince = time.Now()
+		}
 		var cool <-chan time.Time
 		if wait := w.cfg.ClaimCooldown - time.Since(last); free > 0 && free < w.cfg.Concurrency && wait > 0 {
 			cool = time.After(wait)
+		} else if free > 0 && yield && time.Since(heldSince) < MaxYield {
+			cool = time.After(yieldPoll)
 		} else if free > 0 {
 			last = time.Now()
 			leases := w.claim(ctx, free, allowance)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,5 +88,49 @@ func TestReservedHighCapacity(t *testing.T) {
 	}
 	if _, err := New(Config{Store: rec, Client: http.DefaultClient, Concurrency: 2, ReservedHigh: 2}); err == nil {
 		t.Fatal("ReservedHigh >= Concurrency accepted")
+	}
+}
+
+// yieldStore records when the worker first claims; it has nothing to lease.
+type yieldStore struct {
+	claimRecorder
+	first atomic.Int64 // unix nanos of the first claim
+}
+
+func (y *yieldStore) Claim(context.Context, string, int, time.Duration, int) ([]store.Lease, error) {
+	y.first.CompareAndSwap(0, time.Now().UnixNano())
+	return nil, nil
+}
+
+// TestYieldHoldsClaimsBriefly: while Yield reports a firing burst the
+// worker does not claim — for at most MaxYield — and claims as soon as
+// the burst is over.
+func TestYieldHoldsClaimsBriefly(t *testing.T) {
+	run := func(yield func() bool) time.Duration {
+		st := &yieldStore{}
+		w, err := New(Config{Store: st, Client: http.DefaultClient, Poll: 10 * time.Millisecond, Yield: yield})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		start := time.Now()
+		done := make(chan struct{})
+		go func() { _ = w.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		for st.first.Load() == 0 {
+			if time.Since(start) > 10*time.Second {
+				t.Fatal("the worker never claimed")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return time.Unix(0, st.first.Load()).Sub(start)
+	}
+	if d := run(func() bool { return true }); d < MaxYield {
+		t.Fatalf("claimed %v into an endless burst, want held for MaxYield (%v)", d, MaxYield)
+	}
+	var over atomic.Bool
+	time.AfterFunc(200*time.Millisecond, func() { over.Store(true) })
+	if d := run(func() bool { return !over.Load() }); d < 200*time.Millisecond || d >= MaxYield {
+		t.Fatalf("claimed %v into a 200 ms burst, want just after it", d)
 	}
 }
