@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/portico-io/portico/kvnode/antientropy"
+	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/coordinator"
 	"github.com/portico-io/portico/kvnode/cp"
 	"github.com/portico-io/portico/kvnode/hint"
@@ -81,6 +83,13 @@ type Config struct {
 	// VClockKeyspaces are keyspaces (key prefix before ':') resolved with
 	// vector clocks and siblings instead of LWW.
 	VClockKeyspaces []string
+	// CPKeyspaces are keyspaces served by the consensus tier instead of the
+	// ring, under /v1/cp/{keyspace}/{key} and /v1/kv/{keyspace}:{key} alike;
+	// /v1/cp/ answers 404 for any other keyspace. They need the tier
+	// (CP.BindAddr), may not be vector-clock keyspaces, and are named like
+	// api.ParseKeyspace requires ("leases" is reserved). Every node must
+	// declare the same set.
+	CPKeyspaces []string
 	// NoSync acknowledges writes before fsync (tests and benchmarks only).
 	NoSync bool
 	// CP configures the consensus tier (/v1/cp/). It is enabled when
@@ -151,6 +160,9 @@ func (c *Config) setDefaults() error {
 	if c.RepairInterval >= c.TombstoneGrace {
 		return fmt.Errorf("kvnode: repair interval %s must be shorter than the tombstone grace %s", c.RepairInterval, c.TombstoneGrace)
 	}
+	if err := c.checkCPKeyspaces(); err != nil {
+		return err
+	}
 	if c.GossipInterval <= 0 {
 		c.GossipInterval = membership.DefaultInterval
 	}
@@ -171,6 +183,27 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	return nil
+}
+
+// checkCPKeyspaces validates CPKeyspaces: a keyspace has one home (the
+// ring or the Raft group), so it cannot also be a vector-clock keyspace.
+func (c *Config) checkCPKeyspaces() error {
+	if len(c.CPKeyspaces) > 0 && c.CP.BindAddr == "" {
+		return fmt.Errorf("kvnode: CP keyspaces %q (--cp-keyspaces) need the consensus tier, which is off (--raft-addr)", c.CPKeyspaces)
+	}
+	for _, ks := range c.CPKeyspaces {
+		if _, err := api.ParseKeyspace(ks); err != nil {
+			var br *api.BadRequest
+			if errors.As(err, &br) {
+				err = errors.New(br.Message)
+			}
+			return fmt.Errorf("kvnode: CP keyspace %q (--cp-keyspaces): %w", ks, err)
+		}
+		if slices.Contains(c.VClockKeyspaces, ks) {
+			return fmt.Errorf("kvnode: keyspace %q is declared both vector-clock (--vclock-keyspaces) and CP (--cp-keyspaces): it is served by the ring or by the Raft group, not both", ks)
+		}
 	}
 	return nil
 }

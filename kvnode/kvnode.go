@@ -160,7 +160,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		cpEngine = n.cp
 	}
-	handler := api.Handler(n.engine(), cpEngine, n)
+	handler := api.Handler(api.Config{KV: n.engine(), CP: cpEngine, CPKeyspaces: n.cfg.CPKeyspaces, Admin: n})
 	n.goLoop(func() {
 		if err := gs.Serve(ctx, n.grpcLis, 2*time.Second); err != nil {
 			n.cfg.Logger.Error("kvnode: internode server", "err", err)

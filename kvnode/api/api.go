@@ -1,7 +1,8 @@
 // Package api is kvnode's HTTP surface: the key-value API under /v1/kv/,
 // the token map at /v1/ring and the admin calls under /admin/v1/. Requests
-// are parsed and validated here and handed to an engine per keyspace
-// family: /v1/kv/ goes to the leaderless store, /v1/cp/ to the consensus
+// are parsed and validated here and handed to the engine that serves their
+// keyspace: /v1/kv/ goes to the leaderless store unless the keyspace is
+// declared CP, /v1/cp/ and /v1/kv/ in a CP keyspace go to the consensus
 // tier (501 on a node without it). Errors map to HTTP only here.
 package api
 
@@ -49,24 +50,39 @@ type Admin interface {
 	Decommission(ctx context.Context) error
 }
 
-// Handler returns the HTTP routes. cp may be nil (the consensus tier is
-// not enabled on this node: /v1/cp/ answers 501).
-func Handler(kv Engine, cp CPEngine, admin Admin) http.Handler {
+// Config is what Handler serves.
+type Config struct {
+	// KV is the leaderless store: /v1/kv/ for every keyspace not in
+	// CPKeyspaces, and /v1/kv:batchGet.
+	KV Engine
+	// CP is the consensus tier; nil when the node runs without it
+	// (/v1/cp/, and /v1/kv/ in a CP keyspace, answer 501).
+	CP CPEngine
+	// CPKeyspaces are the keyspaces the consensus tier serves, under
+	// /v1/cp/{keyspace}/{key} and under /v1/kv/{keyspace}:{key} (the same
+	// entry). /v1/cp/ answers 404 for any other keyspace. Names must pass
+	// ParseKeyspace; the caller validates them.
+	CPKeyspaces []string
+	Admin       Admin
+}
+
+// Handler returns the HTTP routes.
+func Handler(c Config) http.Handler {
 	mux := http.NewServeMux()
-	mount := func(prefix string, e Engine) {
-		mux.HandleFunc("GET "+prefix+"{key...}", func(w http.ResponseWriter, r *http.Request) { get(w, r, e) })
-		mux.HandleFunc("PUT "+prefix+"{key...}", func(w http.ResponseWriter, r *http.Request) { write(w, r, e, false) })
-		mux.HandleFunc("DELETE "+prefix+"{key...}", func(w http.ResponseWriter, r *http.Request) { write(w, r, e, true) })
-	}
-	mount("/v1/kv/", kv)
-	mux.HandleFunc("POST /v1/kv:batchGet", func(w http.ResponseWriter, r *http.Request) { batchGet(w, r, kv) })
-	if cp != nil {
-		mountCP(mux, cp)
+	var cph *cpHandler
+	if c.CP != nil {
+		cph = mountCP(mux, c.CP, c.CPKeyspaces)
 	} else {
 		mux.HandleFunc("/v1/cp/", func(w http.ResponseWriter, _ *http.Request) {
 			writeError(w, http.StatusNotImplemented, "not_implemented", "the consensus tier (/v1/cp/) is not available on this node", "")
 		})
 	}
+	rt := &kvRouter{kv: c.KV, cp: cph, cpKeyspaces: keyspaceSet(c.CPKeyspaces)}
+	mux.HandleFunc("GET /v1/kv/{key...}", rt.serve)
+	mux.HandleFunc("PUT /v1/kv/{key...}", rt.serve)
+	mux.HandleFunc("DELETE /v1/kv/{key...}", rt.serve)
+	mux.HandleFunc("POST /v1/kv:batchGet", rt.batchGet)
+	admin := c.Admin
 	mux.HandleFunc("GET /v1/ring", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Ring()) })
 	mux.HandleFunc("GET /admin/v1/members", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Members()) })
 	mux.HandleFunc("GET /admin/v1/repair", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.RepairStatus()) })
@@ -303,8 +319,12 @@ func ParseBatchGet(body io.Reader) ([][]byte, coordinator.Level, error) {
 	return keys, l, nil
 }
 
-func batchGet(w http.ResponseWriter, r *http.Request, e Engine) {
+func (rt *kvRouter) batchGet(w http.ResponseWriter, r *http.Request) {
+	e := rt.kv
 	keys, l, err := ParseBatchGet(r.Body)
+	if err == nil {
+		err = rt.ringOnly(keys)
+	}
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -98,18 +99,44 @@ func ParseIfMatch(s string) (*uint64, error) {
 	return &n, nil
 }
 
-// ParseCP validates a consensus-tier request.
+// ParseCP validates a /v1/cp/{keyspace}/{key} request.
 func ParseCP(r *http.Request) (CPRequest, error) {
-	var cr CPRequest
-	var err error
-	if cr.Keyspace, err = ParseKeyspace(r.PathValue("keyspace")); err != nil {
-		return cr, err
+	ks, err := ParseKeyspace(r.PathValue("keyspace"))
+	if err != nil {
+		return CPRequest{}, err
 	}
-	key, err := ParseKey(r.PathValue("key"))
+	return parseCPKey(r, ks, r.PathValue("key"))
+}
+
+// ParseKVAsCP validates /v1/kv/{keyspace}:{key} for a keyspace the
+// consensus tier serves: the request /v1/cp/{keyspace}/{key} is, and the
+// ring's options are refused (RejectRingOptions).
+func ParseKVAsCP(r *http.Request) (CPRequest, error) {
+	full, err := ParseKey(r.PathValue("key"))
+	if err != nil {
+		return CPRequest{}, err
+	}
+	ks, key, _ := strings.Cut(string(full), ":")
+	if err := RejectRingOptions(r, ks); err != nil {
+		return CPRequest{}, err
+	}
+	if key == "" {
+		return CPRequest{}, &BadRequest{http.StatusBadRequest, "invalid_key", "key", fmt.Sprintf("keyspace %q is served by the consensus tier: its keys are %s:<key>, with a non-empty key", ks, ks)}
+	}
+	if ks, err = ParseKeyspace(ks); err != nil {
+		return CPRequest{}, err
+	}
+	return parseCPKey(r, ks, key)
+}
+
+// parseCPKey validates the rest of a key request in keyspace ks.
+func parseCPKey(r *http.Request, ks, key string) (CPRequest, error) {
+	cr := CPRequest{Keyspace: ks}
+	k, err := ParseKey(key)
 	if err != nil {
 		return cr, err
 	}
-	cr.Key = string(key)
+	cr.Key = string(k)
 	switch v := r.URL.Query().Get("stale"); v {
 	case "", "false":
 	case "true":
@@ -134,6 +161,24 @@ func ParseCP(r *http.Request) (CPRequest, error) {
 type cpHandler struct {
 	e      CPEngine
 	client *http.Client
+	// keyspaces are the keyspaces declared CP; any other is 404 under
+	// /v1/cp/ (and served by the ring under /v1/kv/).
+	keyspaces map[string]bool
+}
+
+// notCP is the error for a keyspace that is not declared CP: status 404
+// for a path, 400 for a field of a body.
+func notCP(status int, field, ks string) error {
+	return &BadRequest{status, "keyspace_not_cp", field, fmt.Sprintf("keyspace %q is not served by the consensus tier: declare it with --cp-keyspaces (PORTICO_KV_CP_KEYSPACES) on every node", ks)}
+}
+
+// keyspace validates the {keyspace} path segment and checks it is declared.
+func (h *cpHandler) keyspace(r *http.Request) (string, error) {
+	ks, err := ParseKeyspace(r.PathValue("keyspace"))
+	if err == nil && !h.keyspaces[ks] {
+		err = notCP(http.StatusNotFound, "keyspace", ks)
+	}
+	return ks, err
 }
 
 // forwardIdleConns is how many idle connections a follower keeps to the
@@ -141,10 +186,12 @@ type cpHandler struct {
 // (2 per host) would close and re-dial connections under any concurrency.
 const forwardIdleConns = 256
 
-func mountCP(mux *http.ServeMux, e CPEngine) {
+// mountCP serves the consensus tier's routes for the declared keyspaces
+// and returns the handler, which /v1/kv/ also uses for those keyspaces.
+func mountCP(mux *http.ServeMux, e CPEngine, keyspaces []string) *cpHandler {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = forwardIdleConns, forwardIdleConns
-	h := &cpHandler{e: e, client: &http.Client{Transport: tr, Timeout: forwardTimeout}}
+	h := &cpHandler{e: e, client: &http.Client{Transport: tr, Timeout: forwardTimeout}, keyspaces: keyspaceSet(keyspaces)}
 	mux.HandleFunc("GET /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("PUT /v1/cp/{keyspace}/{key...}", h.serve)
 	mux.HandleFunc("DELETE /v1/cp/{keyspace}/{key...}", h.serve)
@@ -156,6 +203,7 @@ func mountCP(mux *http.ServeMux, e CPEngine) {
 	mux.HandleFunc("GET /admin/v1/cp/members", h.members)
 	mux.HandleFunc("POST /admin/v1/cp/members", h.members)
 	mux.HandleFunc("DELETE /admin/v1/cp/members/{id}", h.members)
+	return h
 }
 
 // CPTxnRequest is the body of POST /v1/cp:txn: if every compare holds,
@@ -219,6 +267,21 @@ func ParseCPTxn(body []byte) (CPTxnRequest, error) {
 	return t, nil
 }
 
+// txnKeyspaces refuses a transaction touching a keyspace not declared CP.
+func (h *cpHandler) txnKeyspaces(t CPTxnRequest) error {
+	for i, c := range t.Compare {
+		if !h.keyspaces[c.Keyspace] {
+			return notCP(http.StatusBadRequest, fmt.Sprintf("compare[%d].keyspace", i), c.Keyspace)
+		}
+	}
+	for i, op := range t.Ops {
+		if !h.keyspaces[op.Keyspace] {
+			return notCP(http.StatusBadRequest, fmt.Sprintf("ops[%d].keyspace", i), op.Keyspace)
+		}
+	}
+	return nil
+}
+
 func (h *cpHandler) txn(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxTxnBody+1))
 	if err != nil {
@@ -230,6 +293,9 @@ func (h *cpHandler) txn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := ParseCPTxn(body)
+	if err == nil {
+		err = h.txnKeyspaces(t)
+	}
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -250,7 +316,7 @@ func (h *cpHandler) txn(w http.ResponseWriter, r *http.Request) {
 	}
 	var nl *cp.NotLeaderError
 	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
-		h.forward(w, r, body, nl)
+		h.forward(w, r, r.URL.RequestURI(), body, nl)
 		return
 	}
 	writeCPErr(w, r.Method, err)
@@ -261,7 +327,7 @@ func (h *cpHandler) txn(w http.ResponseWriter, r *http.Request) {
 // flushed per revision, until the client goes away; 410 when fromRevision is
 // compacted. Served by the node asked (no forwarding).
 func (h *cpHandler) watch(w http.ResponseWriter, r *http.Request) {
-	ks, err := ParseKeyspace(r.PathValue("keyspace"))
+	ks, err := h.keyspace(r)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -372,7 +438,7 @@ func (h *cpHandler) leases(w http.ResponseWriter, r *http.Request) {
 	}
 	var nl *cp.NotLeaderError
 	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
-		h.forward(w, r, body, nl)
+		h.forward(w, r, r.URL.RequestURI(), body, nl)
 		return
 	}
 	writeCPErr(w, r.Method, err)
@@ -435,7 +501,7 @@ func (h *cpHandler) members(w http.ResponseWriter, r *http.Request) {
 	}
 	var nl *cp.NotLeaderError
 	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
-		h.forward(w, r, body, nl)
+		h.forward(w, r, r.URL.RequestURI(), body, nl)
 		return
 	}
 	writeCPErr(w, r.Method, err)
@@ -446,12 +512,40 @@ func setRevision(w http.ResponseWriter, etag, rev uint64) {
 	w.Header().Set(HeaderRevision, strconv.FormatUint(rev, 10))
 }
 
+// serve is GET|PUT|DELETE /v1/cp/{keyspace}/{key}.
 func (h *cpHandler) serve(w http.ResponseWriter, r *http.Request) {
+	// The keyspace is checked before ParseCP reads a body.
+	if _, err := h.keyspace(r); err != nil {
+		writeErr(w, err)
+		return
+	}
 	req, err := ParseCP(r)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
+	h.do(w, r, req, r.URL.RequestURI())
+}
+
+// serveKV is GET|PUT|DELETE /v1/kv/{keyspace}:{key} for a declared
+// keyspace: the same request as /v1/cp/{keyspace}/{key}, with the same
+// answers. A follower forwards it to the leader in its /v1/cp/ form, so a
+// leader that does not declare the keyspace answers 404 instead of
+// serving the key from its ring.
+func (h *cpHandler) serveKV(w http.ResponseWriter, r *http.Request) {
+	req, err := ParseKVAsCP(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	u := url.URL{Path: "/v1/cp/" + req.Keyspace + "/" + req.Key, RawQuery: r.URL.RawQuery}
+	h.do(w, r, req, u.RequestURI())
+}
+
+// do runs a parsed key request; a follower forwards it to the leader at
+// uri.
+func (h *cpHandler) do(w http.ResponseWriter, r *http.Request, req CPRequest, uri string) {
+	var err error
 	switch r.Method {
 	case http.MethodGet:
 		var e cp.Entry
@@ -479,16 +573,17 @@ func (h *cpHandler) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	var nl *cp.NotLeaderError
 	if errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "" {
-		h.forward(w, r, req.Value, nl)
+		h.forward(w, r, uri, req.Value, nl)
 		return
 	}
 	writeCPErr(w, r.Method, err)
 }
 
-// forward sends the request to the leader and relays its answer. Only one
-// hop: the leader answers 503 itself if it has lost leadership.
-func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, body []byte, nl *cp.NotLeaderError) {
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+nl.LeaderHTTPAddr+r.URL.RequestURI(), bytes.NewReader(body))
+// forward sends the request to the leader at uri (path and query) and
+// relays its answer. Only one hop: the leader answers 503 itself if it has
+// lost leadership.
+func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, uri string, body []byte, nl *cp.NotLeaderError) {
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+nl.LeaderHTTPAddr+uri, bytes.NewReader(body))
 	if err != nil {
 		writeCPErr(w, r.Method, err)
 		return

@@ -91,6 +91,10 @@ func freeAddrs(t testing.TB, n int) []string {
 	return out
 }
 
+// testKeyspaces are the keyspaces the tests' nodes declare CP (the
+// tests' /v1/cp/ requests and transactions use only these).
+var testKeyspaces = []string{"locks", "other", "ks", "acct", "w", "w2", "bench"}
+
 // trailingLogs is small so a snapshot compacts the log: catching up and
 // restarting then need the snapshot.
 const trailingLogs = 8
@@ -127,7 +131,7 @@ func (gr *group) start(i int) {
 	if err != nil {
 		gr.t.Fatalf("listen %s: %v", n.id, err)
 	}
-	h := api.Handler(nil, g, nil)
+	h := api.Handler(api.Config{CP: g, CPKeyspaces: testKeyspaces})
 	gate := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gr.mu.Lock()
 		ch := n.stalled

@@ -42,6 +42,7 @@ func main() {
 	writeTimeout := envflag.Duration(fs, "write-timeout", "PORTICO_KV_WRITE_TIMEOUT", coordinator.DefaultTimeout, "how long a write waits for its quorum")
 	readTimeout := envflag.Duration(fs, "read-timeout", "PORTICO_KV_READ_TIMEOUT", coordinator.DefaultTimeout, "how long a read waits for its quorum")
 	vclock := envflag.String(fs, "vclock-keyspaces", "PORTICO_KV_VCLOCK_KEYSPACES", "", "comma-separated keyspaces (key prefix before ':') kept with vector clocks and siblings instead of LWW")
+	cpKeyspaces := envflag.String(fs, "cp-keyspaces", "PORTICO_KV_CP_KEYSPACES", "", "comma-separated keyspaces served by the Raft group (linearizable, compare-and-set) instead of the ring, under /v1/cp/{keyspace}/{key} and /v1/kv/{keyspace}:{key}; the same on every node")
 	raftAddr := envflag.String(fs, "raft-addr", "PORTICO_KV_RAFT_ADDR", "", "consensus tier (/v1/cp/) Raft transport listen address (default: the http-addr port + 200, so :18400 → :18600); off disables the tier")
 	raftAdvertise := envflag.String(fs, "raft-advertise-addr", "PORTICO_KV_RAFT_ADVERTISE_ADDR", "", "host:port peers dial for Raft (default: raft-addr, host name when unspecified)")
 	raftBootstrap := envflag.Bool(fs, "raft-bootstrap", "PORTICO_KV_RAFT_BOOTSTRAP", false, "found the Raft group with --raft-peers as voters if this node has no Raft state (safe on every node given the same peers)")
@@ -70,7 +71,7 @@ func main() {
 		Seeds: split(*seeds), DataDir: *dataDir, Replication: int(*replication), Vnodes: int(*vnodes), Rack: *rack,
 		JoinMode: *joinMode, StartupWait: *startupWait, TombstoneGrace: *grace, HintWindow: *hintWindow,
 		RepairInterval: *repairInterval, GossipInterval: *gossipInterval, WriteTimeout: *writeTimeout,
-		ReadTimeout: *readTimeout, VClockKeyspaces: split(*vclock), Logger: log,
+		ReadTimeout: *readTimeout, VClockKeyspaces: split(*vclock), CPKeyspaces: split(*cpKeyspaces), Logger: log,
 		CP: cp.Config{BindAddr: raftBind, AdvertiseAddr: *raftAdvertise, Bootstrap: *raftBootstrap, Peers: peers},
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
