@@ -78,7 +78,9 @@ func Processes(root string) []Process {
 			"--startup-wait=2s",
 			// The Raft tier (/v1/cp/) on 18600+i: every node bootstraps with
 			// the same three voters, which is safe (Raft keeps one config).
-			"--raft-bootstrap", "--raft-peers=kv-0=127.0.0.1:18600,kv-1=127.0.0.1:18601,kv-2=127.0.0.1:18602"},
+			// It serves the keyspace locks (/v1/cp/locks/… = /v1/kv/locks:…).
+			"--raft-bootstrap", "--raft-peers=kv-0=127.0.0.1:18600,kv-1=127.0.0.1:18601,kv-2=127.0.0.1:18602",
+			"--cp-keyspaces=locks"},
 			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18400+i)})
 	}
 	return ps
@@ -223,7 +225,8 @@ Portico is running. Next:
   curl -s -X POST localhost:18300/v1/jobs -H 'Idempotency-Key: j1' -d @job.json   # scheduler (see scheduler/README.md)
   curl -s -X PUT localhost:18400/v1/kv/hello?consistency=QUORUM -d world    # kvnode ring (18400-18402)
   curl -s localhost:18401/v1/kv/hello?consistency=QUORUM
-  curl -s -X PUT localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier: CAS, create-only
+  curl -s -X PUT localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier (keyspace locks): CAS, create-only
+  curl -si localhost:18401/v1/kv/locks:leader                               # the same key through /v1/kv/, linearizable
   redis-cli -p 7000 SET greeting hi EX 60 && redis-cli -p 7000 GET greeting  # cachenode
 Ctrl-C stops everything (or 'make stop' from another shell).
 `
