@@ -109,8 +109,8 @@ func ParseCP(r *http.Request) (CPRequest, error) {
 }
 
 // ParseKVAsCP validates /v1/kv/{keyspace}:{key} for a keyspace the
-// consensus tier serves: the request /v1/cp/{keyspace}/{key} is, and the
-// ring's options are refused (RejectRingOptions).
+// consensus tier serves into the request /v1/cp/{keyspace}/{key} would
+// give; the ring's options are refused (RejectRingOptions).
 func ParseKVAsCP(r *http.Request) (CPRequest, error) {
 	full, err := ParseKey(r.PathValue("key"))
 	if err != nil {

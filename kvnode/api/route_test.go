@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -78,4 +79,53 @@ func TestCPKeyspaceWithoutTheTier(t *testing.T) {
 			t.Errorf("GET %s: %d %s, want 501", path, w.Code, w.Body)
 		}
 	}
+}
+
+// FuzzParseKVAsCP drives the /v1/kv/ edge of a CP keyspace with arbitrary
+// keys, query strings, headers and bodies: it must never panic, must
+// split an accepted key into the keyspace and a non-empty key within the
+// limits, and must explain every rejection with a 400/413 naming the field.
+func FuzzParseKVAsCP(f *testing.F) {
+	f.Add("locks:job-7", "stale=true", `"12"`, "", "", []byte("v"), "PUT")
+	f.Add("locks", "", "", "", "", []byte{}, "GET")
+	f.Add("locks:", "lease=3", "0", "", "", []byte("x"), "PUT")
+	f.Add("locks:a:b/c", "consistency=ONE", "", "", "", []byte("x"), "GET")
+	f.Add("locks:a", "ttl=5&lease=0", "W/\"1\"", "AAAA", "op-1", []byte("x"), "DELETE")
+	f.Add("a b:c", "", "", "", "", []byte("x"), "PUT")
+	f.Fuzz(func(t *testing.T, key, query, ifMatch, xctx, idem string, body []byte, method string) {
+		switch method {
+		case http.MethodGet, http.MethodPut, http.MethodDelete:
+		default:
+			method = http.MethodPut
+		}
+		r := httptest.NewRequest(method, "/v1/kv/x", strings.NewReader(string(body)))
+		r.URL.RawQuery = query
+		r.SetPathValue("key", key)
+		r.Header.Set("If-Match", ifMatch)
+		r.Header.Set("X-KV-Context", xctx)
+		r.Header.Set("Idempotency-Key", idem)
+		req, err := ParseKVAsCP(r)
+		if err != nil {
+			var br *BadRequest
+			if !errors.As(err, &br) {
+				t.Fatalf("non-validation error %v", err)
+			}
+			if br.Field == "" || (br.Status != http.StatusBadRequest && br.Status != http.StatusRequestEntityTooLarge) {
+				t.Fatalf("bad rejection %+v", br)
+			}
+			return
+		}
+		if req.Keyspace+":"+req.Key != key || req.Key == "" || len(key) > MaxKeyBytes {
+			t.Fatalf("key %q accepted as %q / %q", key, req.Keyspace, req.Key)
+		}
+		if _, err := ParseKeyspace(req.Keyspace); err != nil {
+			t.Fatalf("keyspace %q accepted: %v", req.Keyspace, err)
+		}
+		if xctx != "" || idem != "" {
+			t.Fatal("a ring option was accepted")
+		}
+		if method == http.MethodPut && string(req.Value) != string(body) {
+			t.Fatal("value mangled")
+		}
+	})
 }
