@@ -11,12 +11,14 @@ import (
 	"github.com/portico-io/portico/cachenode/namespace"
 )
 
-func TestMaxClientsAndQuit(t *testing.T) {
+func TestMaxClientsAndQuit(t *testing.T) { eachIO(t, testMaxClientsAndQuit) }
+
+func testMaxClientsAndQuit(t *testing.T, mode string) {
 	eng, err := command.New(command.Config{Registry: namespace.NewRegistry(namespace.RegistryConfig{})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Engine: eng, MaxClients: 1})
+	srv, err := New(Config{Engine: eng, MaxClients: 1, IO: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
