@@ -130,18 +130,17 @@ func (r benchResult) String() string {
 	return s
 }
 
-func startProcs(b *testing.B, dbURL, kind string, extra ...string) {
+// startProcs starts the benchmark's processes of one system; stop ends
+// them (each side's processes must be gone before the other side runs,
+// or their idle polling competes with it).
+func startProcs(b *testing.B, dbURL, kind string, extra ...string) (stop func()) {
 	b.Helper()
-	for i := range benchProcs {
-		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-		cmd.Env = append(os.Environ(), append([]string{"PORTICO_SCHEDULER_CHILD=" + kind, "PORTICO_DATABASE_URL=" + dbURL,
-			"PORTICO_NODE_ID=" + kind + strconv.Itoa(i), "PORTICO_CHILD_PROFILE=bench"}, extra...)...)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
+	var cmds []*exec.Cmd
+	stop = func() {
+		for _, cmd := range cmds {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, cmd := range cmds {
 			done := make(chan struct{})
 			go func() { _ = cmd.Wait(); close(done) }()
 			select {
@@ -150,8 +149,21 @@ func startProcs(b *testing.B, dbURL, kind string, extra ...string) {
 				_ = cmd.Process.Kill()
 				<-done
 			}
-		})
+		}
+		cmds = nil
 	}
+	b.Cleanup(stop)
+	for i := range benchProcs {
+		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+		cmd.Env = append(os.Environ(), append([]string{"PORTICO_SCHEDULER_CHILD=" + kind, "PORTICO_DATABASE_URL=" + dbURL,
+			"PORTICO_NODE_ID=" + kind + strconv.Itoa(i), "PORTICO_CHILD_PROFILE=bench"}, extra...)...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	return stop
 }
 
 // waitDone polls (the bench has no other signal across processes) until
@@ -208,9 +220,10 @@ func benchPortico(b *testing.B, n int) benchResult {
 	}
 	defer db.Close()
 	srv, calls := receiver(b)
+	defer srv.Close()
 	// Steady state: the processes are up and have split the shards before
 	// the burst is written.
-	startProcs(b, url, "1")
+	defer startProcs(b, url, "1")()
 	waitDone(b, db, `SELECT CASE WHEN min(n) >= 300 THEN count(*) ELSE 0 END FROM (SELECT owner, count(*) AS n
 		FROM scheduler.shard_lease WHERE owner IS NOT NULL AND expires_at > now() GROUP BY owner) x`, benchProcs, time.Minute)
 	var due time.Time
@@ -265,11 +278,12 @@ func benchRiver(b *testing.B, n int) benchResult {
 		b.Fatal(err)
 	}
 	srv, calls := receiver(b)
+	defer srv.Close()
 	inserter, err := river.NewClient(riverpgxv5.New(db), &river.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	startProcs(b, url, "river")
+	defer startProcs(b, url, "river")()
 	waitDone(b, db, `SELECT count(*) FROM river_leader`, 1, time.Minute) // up, leader elected
 	var due time.Time
 	if err := db.QueryRow(ctx, `SELECT date_trunc('second', now()) + interval '3 seconds'`).Scan(&due); err != nil {
