@@ -55,9 +55,6 @@ type Config struct {
 	Shards int
 	// MaxClients caps connections (default server.DefaultMaxClients).
 	MaxClients int
-	// IO is how connections are served: server.IOEventLoop or
-	// server.IOGoroutine (default server.DefaultIO).
-	IO string
 	// HotKeySink receives every sampled key access (the optional sample
 	// stream); it must not block.
 	HotKeySink func(namespace, key string)
@@ -154,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}
-	srv, err = server.New(server.Config{Engine: eng, MaxClients: cfg.MaxClients, IO: cfg.IO, Logger: log})
+	srv, err = server.New(server.Config{Engine: eng, MaxClients: cfg.MaxClients, Logger: log})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}

@@ -78,11 +78,6 @@ type Reader struct {
 	pos     int   // offset from r where parsing resumes
 	spans   []int // start, end of each argument read so far, relative to r
 	args    [][]byte
-
-	// Feed mode (no rd): buf may alias the caller's bytes (ext) until
-	// Keep copies what is unparsed into own.
-	ext bool
-	own []byte
 }
 
 // NewReader returns a Reader of rd.
@@ -97,73 +92,6 @@ func NewReader(rd io.Reader, lim Limits) *Reader {
 		lim.MaxQueryBuffer = DefaultMaxQueryBuffer
 	}
 	return &Reader{rd: rd, lim: lim, buf: make([]byte, initialBufSize), bulkLen: -1}
-}
-
-// NewFeedReader returns a Reader whose input is given by Feed rather than
-// read from an io.Reader, as an event loop has it: the bytes a read
-// returned, parsed where they lie. It holds no buffer until a frame spans
-// two Feeds.
-func NewFeedReader(lim Limits) *Reader {
-	r := NewReader(nil, lim)
-	r.buf = nil
-	return r
-}
-
-// Feed appends b to the unparsed input. When nothing is kept from before
-// (the usual case: the client sent whole commands), the Reader parses b in
-// place without copying it; the arguments Next returns then alias b, and
-// Keep must be called before b is reused. Otherwise b is appended to the
-// Reader's own buffer. Feed returns ErrQueryBufferLimit when the unparsed
-// input would pass Limits.MaxQueryBuffer. Arguments returned by Next
-// before Feed are invalid after it.
-func (r *Reader) Feed(b []byte) error {
-	if r.r == r.w { // nothing kept, so no partial frame either
-		r.buf, r.r, r.w, r.ext = b, 0, len(b), true
-		return nil
-	}
-	kept := r.w - r.r
-	need := kept + len(b)
-	if need > r.lim.MaxQueryBuffer {
-		return ErrQueryBufferLimit
-	}
-	if need > len(r.own) {
-		size := max(2*len(r.own), initialBufSize)
-		if r.left > 0 && r.bulkLen >= 0 {
-			// The argument's length is known: grow at most to hold it.
-			size = min(size, max(r.pos+r.bulkLen+2, need))
-		}
-		size = min(max(size, need), r.lim.MaxQueryBuffer)
-		nb := make([]byte, size)
-		copy(nb, r.buf[r.r:r.w])
-		r.own = nb
-	} else if r.r > 0 || r.ext {
-		copy(r.own, r.buf[r.r:r.w])
-	}
-	r.buf, r.r, r.w, r.ext = r.own, 0, kept, false
-	r.w += copy(r.buf[r.w:], b)
-	return nil
-}
-
-// Keep copies the unparsed input (a partial frame) into the Reader's own
-// buffer when it aliases the bytes given to Feed, so the caller may reuse
-// them. Call it after Next has returned no command.
-func (r *Reader) Keep() {
-	kept := r.w - r.r
-	if kept == 0 {
-		r.buf, r.r, r.w, r.ext = nil, 0, 0, false
-		if len(r.own) > initialBufSize {
-			r.own = nil // do not pin a large frame's buffer
-		}
-		return
-	}
-	if !r.ext {
-		return
-	}
-	if kept > len(r.own) {
-		r.own = make([]byte, max(initialBufSize, kept))
-	}
-	copy(r.own, r.buf[r.r:r.w])
-	r.buf, r.r, r.w, r.ext = r.own, 0, kept, false
 }
 
 // Buffered is the number of unparsed input bytes.

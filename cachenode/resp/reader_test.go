@@ -32,46 +32,6 @@ func readAll(t testing.TB, rd *Reader) ([][]string, error) {
 	}
 }
 
-// feedAll parses in through Feed, in chunks of the given sizes (cycling),
-// as an event loop does: each chunk sits in a scratch buffer that is
-// overwritten after Keep, so arguments must not outlive their batch and
-// partial frames must have been copied.
-func feedAll(t testing.TB, in []byte, sizes []int, lim Limits) (*Reader, [][]string, error) {
-	rd := NewFeedReader(lim)
-	var cmds [][]string
-	scratch := make([]byte, 64<<10)
-	last := 0
-	for i := 0; ; i++ {
-		for {
-			args, err := rd.Next()
-			if err != nil {
-				return rd, cmds, err
-			}
-			if args == nil {
-				break
-			}
-			cmd := make([]string, len(args))
-			for i, a := range args {
-				cmd[i] = string(a)
-			}
-			cmds = append(cmds, cmd)
-		}
-		rd.Keep()
-		for j := range last {
-			scratch[j] = '#'
-		}
-		if len(in) == 0 {
-			return rd, cmds, io.EOF
-		}
-		n := min(len(in), len(scratch), sizes[i%len(sizes)])
-		copy(scratch, in[:n])
-		in, last = in[n:], n
-		if err := rd.Feed(scratch[:n]); err != nil {
-			return rd, cmds, err
-		}
-	}
-}
-
 // chunkReader returns its input in reads of the given sizes, cycling.
 type chunkReader struct {
 	data  []byte
@@ -120,18 +80,9 @@ func TestReaderParses(t *testing.T) {
 		{"*" + strings.Repeat("9", 70000), `[]`, "too big mbulk count string"},
 		{strings.Repeat("a", 70000), `[]`, "too big inline request"},
 	} {
-		for i, sizes := range [][]int{{1 << 30}, {1}, {3, 7}, {1 << 30}, {1}, {3, 7}} {
-			var (
-				rd   *Reader
-				cmds [][]string
-				err  error
-			)
-			if i < 3 {
-				rd = NewReader(&chunkReader{data: []byte(tc.in), sizes: sizes}, Limits{})
-				cmds, err = readAll(t, rd)
-			} else {
-				rd, cmds, err = feedAll(t, []byte(tc.in), sizes, Limits{})
-			}
+		for _, sizes := range [][]int{{1 << 30}, {1}, {3, 7}} {
+			rd := NewReader(&chunkReader{data: []byte(tc.in), sizes: sizes}, Limits{})
+			cmds, err := readAll(t, rd)
 			if got := fmt.Sprintf("%q", cmds); got != tc.want && !(got == "[]" && tc.want == "[]") {
 				t.Errorf("%.40q in reads of %v: commands %s, want %s", tc.in, sizes, got, tc.want)
 			}
@@ -193,17 +144,6 @@ func TestReaderLargeFrames(t *testing.T) {
 	if _, err := readAll(t, rd); !errors.Is(err, ErrQueryBufferLimit) {
 		t.Errorf("over the query buffer limit: %v", err)
 	}
-
-	rd, cmds, err = feedAll(t, []byte(in), []int{1000, 65536, 1}, Limits{})
-	if !errors.Is(err, io.EOF) || len(cmds) != 2 || cmds[0][2] != big || cmds[1][0] != "PING" {
-		t.Fatalf("Feed: got %d commands, %v", len(cmds), err)
-	}
-	if rd.own != nil || rd.buf != nil {
-		t.Errorf("Feed: buffers of %d and %d bytes kept after the large frame", len(rd.own), len(rd.buf))
-	}
-	if _, _, err := feedAll(t, []byte(in), []int{1000}, Limits{MaxQueryBuffer: 64 << 10}); !errors.Is(err, ErrQueryBufferLimit) {
-		t.Errorf("Feed: over the query buffer limit: %v", err)
-	}
 	rd = NewReader(strings.NewReader(in), Limits{MaxBulkLen: 1000})
 	var pe *ProtocolError
 	if _, err := readAll(t, rd); !errors.As(err, &pe) || pe.Msg != "invalid bulk length" {
@@ -234,22 +174,6 @@ func TestReaderDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per batch", allocs)
-	}
-
-	rd = NewFeedReader(Limits{})
-	allocs = testing.AllocsPerRun(100, func() {
-		if err := rd.Feed(batch); err != nil {
-			t.Fatal(err)
-		}
-		for n := 0; n < 16; n++ {
-			if args, err := rd.Next(); args == nil || err != nil {
-				t.Fatal(args, err)
-			}
-		}
-		rd.Keep()
-	})
-	if allocs != 0 {
-		t.Errorf("Feed: %v allocations per batch", allocs)
 	}
 }
 
@@ -285,8 +209,7 @@ func FuzzReader(f *testing.F) {
 		lim := Limits{MaxBulkLen: 1 << 16, MaxMultibulkLen: 1 << 10, MaxQueryBuffer: 1 << 20}
 		whole, werr := readAll(t, NewReader(bytes.NewReader(bytes.Clone(in)), lim))
 		parts, perr := readAll(t, NewReader(&chunkReader{data: bytes.Clone(in), sizes: []int{int(a) + 1, int(b) + 1}}, lim))
-		_, fed, ferr := feedAll(t, bytes.Clone(in), []int{int(b) + 1, int(a) + 1}, lim)
-		for _, err := range []error{werr, perr, ferr} {
+		for _, err := range []error{werr, perr} {
 			var pe *ProtocolError
 			if !errors.As(err, &pe) && !errors.Is(err, io.EOF) && !errors.Is(err, ErrQueryBufferLimit) {
 				t.Fatalf("unexpected error %v", err)
@@ -297,9 +220,6 @@ func FuzzReader(f *testing.F) {
 		}
 		if fmt.Sprintf("%q", whole) != fmt.Sprintf("%q", parts) || fmt.Sprint(werr) != fmt.Sprint(perr) {
 			t.Fatalf("whole: %q %v\nin reads: %q %v", whole, werr, parts, perr)
-		}
-		if fmt.Sprintf("%q", whole) != fmt.Sprintf("%q", fed) || fmt.Sprint(werr) != fmt.Sprint(ferr) {
-			t.Fatalf("whole: %q %v\nfed: %q %v", whole, werr, fed, ferr)
 		}
 	})
 }

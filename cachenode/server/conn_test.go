@@ -17,7 +17,7 @@ import (
 )
 
 // startServer serves an engine on a loopback port until the test ends.
-func startServer(t *testing.T, mode string, cfg command.Config) (addr string, srv *Server, stop func()) {
+func startServer(t *testing.T, cfg command.Config) (addr string, srv *Server, stop func()) {
 	t.Helper()
 	if cfg.Registry == nil {
 		cfg.Registry = namespace.NewRegistry(namespace.RegistryConfig{})
@@ -26,7 +26,7 @@ func startServer(t *testing.T, mode string, cfg command.Config) (addr string, sr
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err = New(Config{Engine: eng, IO: mode})
+	srv, err = New(Config{Engine: eng})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +48,6 @@ func startServer(t *testing.T, mode string, cfg command.Config) (addr string, sr
 	}
 	t.Cleanup(stop)
 	return lis.Addr().String(), srv, stop
-}
-
-// eachIO runs f against both connection-serving modes.
-func eachIO(t *testing.T, f func(t *testing.T, mode string)) {
-	for _, mode := range []string{IOEventLoop, IOGoroutine} {
-		t.Run(mode, func(t *testing.T) { f(t, mode) })
-	}
 }
 
 func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
@@ -89,156 +82,142 @@ func expectClosed(t *testing.T, r *bufio.Reader) {
 // TestSplitFrames sends a pipeline one byte per write: every command runs
 // once, in order, whatever the read boundaries.
 func TestSplitFrames(t *testing.T) {
-	eachIO(t, func(t *testing.T, mode string) {
-		addr, _, _ := startServer(t, mode, command.Config{})
-		c, r := dial(t, addr)
-		val := strings.Repeat("v", 40000) // larger than the read buffer
-		in := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$40000\r\n" + val + "\r\nGET k\r\n*2\r\n$6\r\nSTRLEN\r\n$1\r\nk\r\nPING\r\n"
-		go func() {
-			for i := 0; i < len(in); i += 7 {
-				c.Write([]byte(in[i:min(i+7, len(in))]))
-			}
-		}()
-		expect(t, r, "+OK\r\n$40000\r\n"+val+"\r\n:40000\r\n+PONG\r\n")
-	})
+	addr, _, _ := startServer(t, command.Config{})
+	c, r := dial(t, addr)
+	val := strings.Repeat("v", 40000) // larger than the read buffer
+	in := "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$40000\r\n" + val + "\r\nGET k\r\n*2\r\n$6\r\nSTRLEN\r\n$1\r\nk\r\nPING\r\n"
+	go func() {
+		for i := 0; i < len(in); i += 7 {
+			c.Write([]byte(in[i:min(i+7, len(in))]))
+		}
+	}()
+	expect(t, r, "+OK\r\n$40000\r\n"+val+"\r\n:40000\r\n+PONG\r\n")
 }
 
 // TestProtocolErrorAfterPipeline: the commands before a protocol error in
 // the same read get their replies, then the error, then the server closes.
 func TestProtocolErrorAfterPipeline(t *testing.T) {
-	eachIO(t, func(t *testing.T, mode string) {
-		addr, _, _ := startServer(t, mode, command.Config{})
-		for _, tc := range []struct{ in, want string }{
-			{"PING\r\nSET k v\r\n*1\r\n$x\r\n", "+PONG\r\n+OK\r\n-ERR Protocol error: invalid bulk length\r\n"},
-			{"*2\r\n:1\r\n", "-ERR Protocol error: expected '$', got ':'\r\n"},
-			{"*a\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
-			{"ECHO \"a\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
-			{"*1\r\n$536870913\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
-		} {
-			c, r := dial(t, addr)
-			c.Write([]byte(tc.in))
-			expect(t, r, tc.want)
-			expectClosed(t, r)
-		}
-	})
+	addr, _, _ := startServer(t, command.Config{})
+	for _, tc := range []struct{ in, want string }{
+		{"PING\r\nSET k v\r\n*1\r\n$x\r\n", "+PONG\r\n+OK\r\n-ERR Protocol error: invalid bulk length\r\n"},
+		{"*2\r\n:1\r\n", "-ERR Protocol error: expected '$', got ':'\r\n"},
+		{"*a\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+		{"ECHO \"a\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
+		{"*1\r\n$536870913\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
+	} {
+		c, r := dial(t, addr)
+		c.Write([]byte(tc.in))
+		expect(t, r, tc.want)
+		expectClosed(t, r)
+	}
 }
 
 // TestUnauthenticatedLimits: before AUTH, when auth is required, Redis's
 // tighter limits apply; after it, the normal ones.
 func TestUnauthenticatedLimits(t *testing.T) {
-	eachIO(t, func(t *testing.T, mode string) {
-		addr, _, _ := startServer(t, mode, command.Config{RequireAuth: true})
-		c, r := dial(t, addr)
-		c.Write([]byte("*11\r\n"))
-		expect(t, r, "-ERR Protocol error: unauthenticated multibulk length\r\n")
-		expectClosed(t, r)
-		c, r = dial(t, addr)
-		c.Write([]byte("GET k\r\n*2\r\n$3\r\nGET\r\n$16385\r\n"))
-		expect(t, r, "-NOAUTH Authentication required.\r\n-ERR Protocol error: unauthenticated bulk length\r\n")
-		expectClosed(t, r)
-	})
+	addr, _, _ := startServer(t, command.Config{RequireAuth: true})
+	c, r := dial(t, addr)
+	c.Write([]byte("*11\r\n"))
+	expect(t, r, "-ERR Protocol error: unauthenticated multibulk length\r\n")
+	expectClosed(t, r)
+	c, r = dial(t, addr)
+	c.Write([]byte("GET k\r\n*2\r\n$3\r\nGET\r\n$16385\r\n"))
+	expect(t, r, "-NOAUTH Authentication required.\r\n-ERR Protocol error: unauthenticated bulk length\r\n")
+	expectClosed(t, r)
 }
 
 // TestManyConnections: concurrent pipelining clients each get their own
 // replies, in order.
 func TestManyConnections(t *testing.T) {
-	eachIO(t, func(t *testing.T, mode string) {
-		addr, _, _ := startServer(t, mode, command.Config{})
-		var wg sync.WaitGroup
-		errs := make(chan error, 50)
-		for i := range 50 {
-			wg.Go(func() {
-				c, err := net.Dial("tcp", addr)
-				if err != nil {
-					errs <- err
-					return
-				}
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				r := bufio.NewReader(c)
-				var req, want strings.Builder
-				for j := range 100 {
-					fmt.Fprintf(&req, "SET k%d:%d %d\r\nGET k%d:%d\r\n", i, j, j, i, j)
-					fmt.Fprintf(&want, "+OK\r\n$%d\r\n%d\r\n", len(fmt.Sprint(j)), j)
-				}
-				go c.Write([]byte(req.String()))
-				got := make([]byte, want.Len())
-				if _, err := io.ReadFull(r, got); err != nil || string(got) != want.String() {
-					errs <- fmt.Errorf("client %d: %v %.60q", i, err, got)
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
-	})
+	addr, _, _ := startServer(t, command.Config{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			r := bufio.NewReader(c)
+			var req, want strings.Builder
+			for j := range 100 {
+				fmt.Fprintf(&req, "SET k%d:%d %d\r\nGET k%d:%d\r\n", i, j, j, i, j)
+				fmt.Fprintf(&want, "+OK\r\n$%d\r\n%d\r\n", len(fmt.Sprint(j)), j)
+			}
+			go c.Write([]byte(req.String()))
+			got := make([]byte, want.Len())
+			if _, err := io.ReadFull(r, got); err != nil || string(got) != want.String() {
+				errs <- fmt.Errorf("client %d: %v %.60q", i, err, got)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
 
 // TestShutdownClosesConnections: Serve returns when its context ends,
 // after closing idle client connections.
 func TestShutdownClosesConnections(t *testing.T) {
-	eachIO(t, func(t *testing.T, mode string) {
-		addr, srv, stop := startServer(t, mode, command.Config{})
-		c, r := dial(t, addr)
-		c.Write([]byte("PING\r\n"))
-		expect(t, r, "+PONG\r\n")
-		stop()
-		expectClosed(t, r)
-		if n := srv.Clients(); n != 0 {
-			t.Errorf("Clients() = %d after shutdown", n)
-		}
-	})
+	addr, srv, stop := startServer(t, command.Config{})
+	c, r := dial(t, addr)
+	c.Write([]byte("PING\r\n"))
+	expect(t, r, "+PONG\r\n")
+	stop()
+	expectClosed(t, r)
+	if n := srv.Clients(); n != 0 {
+		t.Errorf("Clients() = %d after shutdown", n)
+	}
 }
 
 // TestQueryBufferLimit: a client whose unparsed input passes the limit is
 // closed without a reply, as Redis does.
 func TestQueryBufferLimit(t *testing.T) {
-	eachIO(t, func(t *testing.T, mode string) {
-		eng, err := command.New(command.Config{Registry: namespace.NewRegistry(namespace.RegistryConfig{})})
-		if err != nil {
-			t.Fatal(err)
+	eng, err := command.New(command.Config{Registry: namespace.NewRegistry(namespace.RegistryConfig{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Config{Engine: eng, Limits: resp.Limits{MaxQueryBuffer: 64 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, lis) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
-		srv, err := New(Config{Engine: eng, IO: mode, Limits: resp.Limits{MaxQueryBuffer: 64 << 10}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(ctx, lis) }()
-		defer func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}()
-		c, r := dial(t, lis.Addr().String())
-		c.Write([]byte("PING\r\n"))
-		expect(t, r, "+PONG\r\n")
-		go c.Write([]byte("*2\r\n$4\r\nECHO\r\n$100000\r\n" + strings.Repeat("x", 100000) + "\r\n"))
-		expectClosed(t, r)
-	})
+	}()
+	c, r := dial(t, lis.Addr().String())
+	c.Write([]byte("PING\r\n"))
+	expect(t, r, "+PONG\r\n")
+	go c.Write([]byte("*2\r\n$4\r\nECHO\r\n$100000\r\n" + strings.Repeat("x", 100000) + "\r\n"))
+	expectClosed(t, r)
 }
 
 // TestLargeRepliesSlowReader: replies larger than the socket buffers, to a
 // client that starts reading late, arrive whole and in order.
 func TestLargeRepliesSlowReader(t *testing.T) {
-	eachIO(t, func(t *testing.T, mode string) {
-		addr, _, _ := startServer(t, mode, command.Config{})
-		c, r := dial(t, addr)
-		val := strings.Repeat("v", 1<<20)
-		c.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + fmt.Sprint(len(val)) + "\r\n" + val + "\r\n"))
-		expect(t, r, "+OK\r\n")
-		c.Write([]byte(strings.Repeat("GET k\r\n", 8) + "PING\r\n"))
-		time.Sleep(200 * time.Millisecond)
-		for range 8 {
-			expect(t, r, "$1048576\r\n"+val+"\r\n")
-		}
-		expect(t, r, "+PONG\r\n")
-	})
+	addr, _, _ := startServer(t, command.Config{})
+	c, r := dial(t, addr)
+	val := strings.Repeat("v", 1<<20)
+	c.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + fmt.Sprint(len(val)) + "\r\n" + val + "\r\n"))
+	expect(t, r, "+OK\r\n")
+	c.Write([]byte(strings.Repeat("GET k\r\n", 8) + "PING\r\n"))
+	time.Sleep(200 * time.Millisecond)
+	for range 8 {
+		expect(t, r, "$1048576\r\n"+val+"\r\n")
+	}
+	expect(t, r, "+PONG\r\n")
 }

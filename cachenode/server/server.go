@@ -1,10 +1,9 @@
 // Package server accepts RESP connections and runs each command through a
-// command.Engine: a resp.Reader parses the input (RESP2 multibulk and
-// inline commands, Redis's protocol errors and limits), every command
-// already buffered runs, and their replies go out with one write when the
-// client has sent nothing more, as Redis does for a pipeline. Connections
-// are served either by event loops (gnet: epoll, one loop per GOMAXPROCS,
-// as Redis's ae loop) or by one goroutine per connection (Config.IO).
+// command.Engine: one goroutine per connection reads with a resp.Reader
+// (RESP2 multibulk and inline commands, Redis's protocol errors and
+// limits), executes every command already buffered, and writes their
+// replies with one write when the client has sent nothing more, as Redis
+// does for a pipeline.
 package server
 
 import (
@@ -39,21 +38,8 @@ const clockEvery = 16
 // after the write rather than pinned by an idle connection.
 const maxIdleReplyBuf = 1 << 20
 
-// Connection-serving modes (Config.IO).
-const (
-	// IOEventLoop serves connections on gnet event loops.
-	IOEventLoop = "eventloop"
-	// IOGoroutine serves each connection on its own goroutine, with raw
-	// nonblocking socket calls on Linux.
-	IOGoroutine = "goroutine"
-	// DefaultIO is the mode when Config.IO is empty.
-	DefaultIO = IOEventLoop
-)
-
 // Config configures a Server.
 type Config struct {
-	// IO is IOEventLoop or IOGoroutine (empty: DefaultIO).
-	IO     string
 	Engine *command.Engine
 	// MaxClients caps concurrent connections (default DefaultMaxClients).
 	MaxClients int
@@ -79,13 +65,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	switch cfg.IO {
-	case "":
-		cfg.IO = DefaultIO
-	case IOEventLoop, IOGoroutine:
-	default:
-		return nil, fmt.Errorf("server: unknown IO mode %q (want %s or %s)", cfg.IO, IOEventLoop, IOGoroutine)
-	}
 	return &Server{cfg: cfg}, nil
 }
 
@@ -93,16 +72,8 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Clients() int { return int(s.clients.Load()) }
 
 // Serve serves lis until ctx is done; then it closes the listener and every
-// connection and returns once they are closed.
+// connection and returns once their goroutines have ended.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	if s.cfg.IO == IOEventLoop {
-		return s.serveEventLoop(ctx, lis)
-	}
-	return s.serveGoroutines(ctx, lis)
-}
-
-// serveGoroutines serves each connection on its own goroutine.
-func (s *Server) serveGoroutines(ctx context.Context, lis net.Listener) error {
 	var (
 		mu     sync.Mutex
 		conns  = map[net.Conn]struct{}{}
@@ -141,7 +112,13 @@ func (s *Server) serveGoroutines(ctx context.Context, lis net.Listener) error {
 			return fmt.Errorf("server: accept: %w", err)
 		}
 		backoff = 0
-		if !s.admit(nc) {
+		if s.clients.Add(1) > int64(s.cfg.MaxClients) {
+			s.clients.Add(-1)
+			// A new socket's send buffer is empty: this write does not
+			// block, the deadline only bounds a pathological peer.
+			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+			_ = nc.Close()
 			continue
 		}
 		mu.Lock()

@@ -11,14 +11,12 @@ import (
 	"github.com/portico-io/portico/cachenode/namespace"
 )
 
-func TestMaxClientsAndQuit(t *testing.T) { eachIO(t, testMaxClientsAndQuit) }
-
-func testMaxClientsAndQuit(t *testing.T, mode string) {
+func TestMaxClientsAndQuit(t *testing.T) {
 	eng, err := command.New(command.Config{Registry: namespace.NewRegistry(namespace.RegistryConfig{})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(Config{Engine: eng, MaxClients: 1, IO: mode})
+	srv, err := New(Config{Engine: eng, MaxClients: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/portico-io/portico/cachenode"
 	"github.com/portico-io/portico/cachenode/namespace"
-	"github.com/portico-io/portico/cachenode/server"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 )
@@ -28,7 +27,6 @@ func main() {
 	nsFile := envflag.String(fs, "namespaces-file", "PORTICO_CACHE_NAMESPACES_FILE", "", "YAML namespaces file, hot-reloaded (empty = only the default namespace)")
 	maxmem := envflag.String(fs, "maxmemory", "PORTICO_CACHE_MAXMEMORY", "0", "node memory limit: bytes or 256mb-style; 0 = unlimited")
 	requireAuth := envflag.Bool(fs, "require-auth", "PORTICO_CACHE_REQUIRE_AUTH", false, "refuse commands before AUTH <namespace> <secret>")
-	ioMode := envflag.String(fs, "io", "PORTICO_CACHE_IO", server.DefaultIO, "connection serving: eventloop (epoll loops, one per GOMAXPROCS) or goroutine (one per connection)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	_ = fs.Parse(os.Args[1:])
@@ -56,7 +54,7 @@ func main() {
 		}
 	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile,
-		MaxMemory: mm, RequireAuth: *requireAuth, IO: *ioMode, Logger: log}
+		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
