@@ -40,8 +40,9 @@ const (
 	// newRunsOverlap is how many ids below the last load's highest are
 	// looked at again: ids are taken at insert, so a transaction that
 	// commits late shows a run below it. Older stragglers are left to the
-	// next full load or the sweep.
-	newRunsOverlap = 1000
+	// next full load or the sweep. (Each new-runs load reads this many
+	// primary-key entries: 1,000 a second per runner.)
+	newRunsOverlap = 256
 	// maxWheelLoad bounds the runs loaded per pass.
 	maxWheelLoad = 100_000
 	// maxMissedScan bounds the slots FIRE_ALL walks through after an outage.
@@ -215,8 +216,9 @@ func (r *Runner) dbNow() time.Time {
 	return time.Now().Add(time.Duration(r.skew.Load()) + r.clockError)
 }
 
-// loadLoop loads the next Lookahead of due instants of the held shards
-// into the wheel every Lookahead/4 (and soon after start).
+// loadLoop loads the held shards' runs due within Lookahead into the
+// wheel: all of them every Lookahead/4 (and at start), and those created
+// since the last load every newRunsLoad.
 func (r *Runner) loadLoop(ctx context.Context) {
 	var (
 		full  time.Time // last full load
