@@ -31,6 +31,15 @@ type Metrics struct {
 	ShardChanges prometheus.Counter
 	// ShardsOwned is how many of the 1024 shards this process holds.
 	ShardsOwned prometheus.Gauge
+	// FirePasses observes each fire transaction's duration by path: wheel
+	// (runs handed over by the timing wheel, by id) or sweep (a scan of
+	// the due index).
+	FirePasses *prometheus.HistogramVec
+	// WheelRuns is how many runs the timing wheel holds.
+	WheelRuns prometheus.Gauge
+	// WorkerYield counts the seconds the worker held claims while this
+	// process's runner fired a backlog.
+	WorkerYield prometheus.Counter
 }
 
 // New registers the collectors on reg (nil: a throwaway registry).
@@ -64,8 +73,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Shards this process took over or released."}),
 		ShardsOwned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_scheduler_shards_owned",
 			Help: "Logical shards (of 1024) whose due runs this process fires."}),
+		FirePasses: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "portico_scheduler_fire_pass_seconds",
+			Help:    "Duration of each fire transaction, by path: wheel (runs by id) or sweep (a scan of the due index).",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10}}, []string{"path"}),
+		WheelRuns: prometheus.NewGauge(prometheus.GaugeOpts{Name: "portico_scheduler_wheel_runs",
+			Help: "Runs the timing wheel holds (loaded or chained, not yet fired)."}),
+		WorkerYield: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_worker_yield_seconds_total",
+			Help: "Seconds the worker held new claims while this process's runner fired a backlog."}),
 	}
 	reg.MustRegister(m.Lag, m.Transitions, m.Retries, m.DeadLetters, m.LeaseExpirations, m.LeasesLost, m.Notifications, m.Replaced,
-		m.Deferred, m.BreakerTransitions, m.ShardChanges, m.ShardsOwned)
+		m.Deferred, m.BreakerTransitions, m.ShardChanges, m.ShardsOwned, m.FirePasses, m.WheelRuns, m.WorkerYield)
 	return m
 }

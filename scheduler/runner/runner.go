@@ -294,6 +294,7 @@ func (r *Runner) addToWheel(due []store.DueRef) {
 	for _, d := range due {
 		r.wheel.Add(wheel.Due{ID: d.ID, At: d.At})
 	}
+	r.cfg.Metrics.WheelRuns.Set(float64(r.wheel.Len()))
 }
 
 func (r *Runner) decide(d store.DueRun, now time.Time) store.FireDecision {
@@ -306,6 +307,7 @@ func (r *Runner) fireWheel(ctx context.Context) (early []wheel.Due) {
 	defer r.firing.Store(false)
 	for {
 		batch := r.wheel.Take(r.cfg.Batch)
+		r.cfg.Metrics.WheelRuns.Set(float64(r.wheel.Len()))
 		if len(batch) == 0 {
 			return early
 		}
@@ -322,7 +324,9 @@ func (r *Runner) fireWheel(ctx context.Context) (early []wheel.Due) {
 			owner, held = r.cfg.Shards.Owner(), r.cfg.Shards.Held()
 		}
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		began := time.Now()
 		res, err := r.cfg.Store.(Loader).FireRuns(pctx, owner, held, ids, r.decide)
+		r.cfg.Metrics.FirePasses.WithLabelValues("wheel").Observe(time.Since(began).Seconds())
 		cancel()
 		if !r.record(ctx, res, err) {
 			return early // the sweep fires what this batch held
@@ -375,11 +379,13 @@ func (r *Runner) tick(ctx context.Context) (claimed int) {
 			res store.FireResult
 			err error
 		)
+		began := time.Now()
 		if r.cfg.Shards != nil {
 			res, err = r.cfg.Store.(ShardFirer).FireShards(pctx, r.cfg.Shards.Owner(), r.cfg.Shards.Held(), r.cfg.Batch, r.decide)
 		} else {
 			res, err = r.cfg.Store.Fire(pctx, r.cfg.Batch, r.decide)
 		}
+		r.cfg.Metrics.FirePasses.WithLabelValues("sweep").Observe(time.Since(began).Seconds())
 		cancel()
 		if !r.record(ctx, res, err) {
 			return claimed

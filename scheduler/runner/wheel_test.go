@@ -7,9 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/metrics"
 	"github.com/portico-io/portico/scheduler/store"
 )
 
@@ -92,7 +95,8 @@ func TestWheelLoadsNewRuns(t *testing.T) {
 		return job.ID
 	}
 	create("later", time.Now().Add(2*time.Hour)) // the table is not empty at the first load
-	r, err := New(Config{Store: st, Tick: time.Hour, Lookahead: time.Minute})
+	m := metrics.New(nil)
+	r, err := New(Config{Store: st, Tick: time.Hour, Lookahead: time.Minute, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +119,11 @@ func TestWheelLoadsNewRuns(t *testing.T) {
 			WHERE schedule_id = $1 AND status = 'QUEUED'`, jobID).Scan(&lag)
 		if err == nil {
 			t.Logf("fired %.3f s after its slot", lag)
+			var pass dto.Metric
+			if err := m.FirePasses.WithLabelValues("wheel").(prometheus.Histogram).Write(&pass); err != nil ||
+				pass.GetHistogram().GetSampleCount() == 0 {
+				t.Fatalf("no wheel fire pass in portico_scheduler_fire_pass_seconds (%v)", err)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

@@ -191,9 +191,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		allowance := w.cfg.Concurrency - w.cfg.ReservedHigh - nonHigh
 		mu.Unlock()
 		yield := w.cfg.Yield != nil && w.cfg.Yield()
-		if !yield {
+		switch {
+		case !yield && !heldSince.IsZero():
+			w.cfg.Metrics.WorkerYield.Add(min(time.Since(heldSince), MaxYield).Seconds())
 			heldSince = time.Time{}
-		} else if heldSince.IsZero() {
+		case yield && heldSince.IsZero():
 			heldSince = time.Now()
 		}
 		var cool <-chan time.Time

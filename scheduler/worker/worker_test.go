@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/scheduler/jobspec"
+	"github.com/portico-io/portico/scheduler/metrics"
 	"github.com/portico-io/portico/scheduler/store"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func TestBackoffFullJitter(t *testing.T) {
@@ -106,9 +108,10 @@ func (y *yieldStore) Claim(context.Context, string, int, time.Duration, int) ([]
 // worker does not claim — for at most MaxYield — and claims as soon as
 // the burst is over.
 func TestYieldHoldsClaimsBriefly(t *testing.T) {
+	m := metrics.New(nil)
 	run := func(yield func() bool) time.Duration {
 		st := &yieldStore{}
-		w, err := New(Config{Store: st, Client: http.DefaultClient, Poll: 10 * time.Millisecond, Yield: yield})
+		w, err := New(Config{Store: st, Client: http.DefaultClient, Poll: 10 * time.Millisecond, Yield: yield, Metrics: m})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +133,18 @@ func TestYieldHoldsClaimsBriefly(t *testing.T) {
 	}
 	var over atomic.Bool
 	time.AfterFunc(200*time.Millisecond, func() { over.Store(true) })
+	counter := func() float64 {
+		var v dto.Metric
+		if err := m.WorkerYield.Write(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v.GetCounter().GetValue()
+	}
+	before := counter()
 	if d := run(func() bool { return !over.Load() }); d < 200*time.Millisecond || d >= MaxYield {
 		t.Fatalf("claimed %v into a 200 ms burst, want just after it", d)
+	}
+	if held := counter() - before; held < 0.15 || held > MaxYield.Seconds() {
+		t.Fatalf("portico_scheduler_worker_yield_seconds_total grew by %.3f s for a 200 ms hold", held)
 	}
 }
