@@ -94,10 +94,13 @@ type Config struct {
 	// at a stretch, so execution is delayed, never starved. The command
 	// passes the same process's runner.Firing: a burst is fired first.
 	Yield func() bool
+	// MaxYield bounds how long Yield holds claims at a stretch (default
+	// DefaultMaxYield).
+	MaxYield time.Duration
 }
 
-// MaxYield bounds how long Config.Yield holds claims at a stretch.
-const MaxYield = time.Second
+// DefaultMaxYield is Config.MaxYield's default.
+const DefaultMaxYield = time.Second
 
 // yieldPoll is how often a held worker looks again.
 const yieldPoll = 10 * time.Millisecond
@@ -156,6 +159,9 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.ReservedHigh >= cfg.Concurrency {
 		return nil, errors.New("worker: ReservedHigh must be less than Concurrency")
 	}
+	if cfg.MaxYield <= 0 {
+		cfg.MaxYield = DefaultMaxYield
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New(nil)
 	}
@@ -193,7 +199,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		yield := w.cfg.Yield != nil && w.cfg.Yield()
 		switch {
 		case !yield && !heldSince.IsZero():
-			w.cfg.Metrics.WorkerYield.Add(min(time.Since(heldSince), MaxYield).Seconds())
+			w.cfg.Metrics.WorkerYield.Add(min(time.Since(heldSince), w.cfg.MaxYield).Seconds())
 			heldSince = time.Time{}
 		case yield && heldSince.IsZero():
 			heldSince = time.Now()
@@ -201,7 +207,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		var cool <-chan time.Time
 		if wait := w.cfg.ClaimCooldown - time.Since(last); free > 0 && free < w.cfg.Concurrency && wait > 0 {
 			cool = time.After(wait)
-		} else if free > 0 && yield && time.Since(heldSince) < MaxYield {
+		} else if free > 0 && yield && time.Since(heldSince) < w.cfg.MaxYield {
 			cool = time.After(yieldPoll)
 		} else if free > 0 {
 			last = time.Now()

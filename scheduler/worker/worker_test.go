@@ -109,9 +109,10 @@ func (y *yieldStore) Claim(context.Context, string, int, time.Duration, int) ([]
 // the burst is over.
 func TestYieldHoldsClaimsBriefly(t *testing.T) {
 	m := metrics.New(nil)
-	run := func(yield func() bool) time.Duration {
+	run := func(maxYield time.Duration, yield func() bool) time.Duration {
 		st := &yieldStore{}
-		w, err := New(Config{Store: st, Client: http.DefaultClient, Poll: 10 * time.Millisecond, Yield: yield, Metrics: m})
+		w, err := New(Config{Store: st, Client: http.DefaultClient, Poll: 10 * time.Millisecond, Yield: yield,
+			MaxYield: maxYield, Metrics: m})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,18 +122,16 @@ func TestYieldHoldsClaimsBriefly(t *testing.T) {
 		go func() { _ = w.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }()
 		for st.first.Load() == 0 {
-			if time.Since(start) > 10*time.Second {
+			if time.Since(start) > 20*time.Second {
 				t.Fatal("the worker never claimed")
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		return time.Unix(0, st.first.Load()).Sub(start)
 	}
-	if d := run(func() bool { return true }); d < MaxYield {
-		t.Fatalf("claimed %v into an endless burst, want held for MaxYield (%v)", d, MaxYield)
+	if d := run(500*time.Millisecond, func() bool { return true }); d < 500*time.Millisecond {
+		t.Fatalf("claimed %v into an endless burst, want held for MaxYield (500ms)", d)
 	}
-	var over atomic.Bool
-	time.AfterFunc(200*time.Millisecond, func() { over.Store(true) })
 	counter := func() float64 {
 		var v dto.Metric
 		if err := m.WorkerYield.Write(&v); err != nil {
@@ -141,10 +140,12 @@ func TestYieldHoldsClaimsBriefly(t *testing.T) {
 		return v.GetCounter().GetValue()
 	}
 	before := counter()
-	if d := run(func() bool { return !over.Load() }); d < 200*time.Millisecond || d >= MaxYield {
-		t.Fatalf("claimed %v into a 200 ms burst, want just after it", d)
+	var over atomic.Bool
+	time.AfterFunc(200*time.Millisecond, func() { over.Store(true) })
+	if d := run(10*time.Second, func() bool { return !over.Load() }); d < 200*time.Millisecond || d >= 10*time.Second {
+		t.Fatalf("claimed %v into a 200 ms burst with MaxYield 10s, want just after the burst", d)
 	}
-	if held := counter() - before; held < 0.15 || held > MaxYield.Seconds() {
+	if held := counter() - before; held < 0.15 || held > 10 {
 		t.Fatalf("portico_scheduler_worker_yield_seconds_total grew by %.3f s for a 200 ms hold", held)
 	}
 }
