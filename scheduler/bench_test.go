@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -120,10 +122,16 @@ type benchResult struct {
 	fireP50, fireP99 float64
 	// firesPerSec: N / (due → last run queued), ours only.
 	firesPerSec float64
+	// cpuPerJob: CPU time of the system's processes and of the Postgres
+	// backends of its database, from the burst's insert to the last job
+	// done, over N (the insert and the bench's own polling included, on
+	// both sides).
+	cpuPerJob time.Duration
 }
 
 func (r benchResult) String() string {
-	s := fmt.Sprintf("%.0f jobs/s, start lag p50 %.3fs p99 %.3fs", r.jobsPerSec, r.p50, r.p99)
+	s := fmt.Sprintf("%.0f jobs/s, %.2f CPU-ms/job, start lag p50 %.3fs p99 %.3fs", r.jobsPerSec,
+		float64(r.cpuPerJob)/float64(time.Millisecond), r.p50, r.p99)
 	if r.fireP99 > 0 {
 		s += fmt.Sprintf(", fire lag p50 %.3fs p99 %.3fs, %.0f fires/s", r.fireP50, r.fireP99, r.firesPerSec)
 	}
@@ -133,7 +141,7 @@ func (r benchResult) String() string {
 // startProcs starts the benchmark's processes of one system; stop ends
 // them (each side's processes must be gone before the other side runs,
 // or their idle polling competes with it).
-func startProcs(b *testing.B, dbURL, kind string, extra ...string) (stop func()) {
+func startProcs(b *testing.B, dbURL, kind string, extra ...string) (stop func(), pids []int) {
 	b.Helper()
 	var cmds []*exec.Cmd
 	stop = func() {
@@ -162,8 +170,53 @@ func startProcs(b *testing.B, dbURL, kind string, extra ...string) (stop func())
 			b.Fatal(err)
 		}
 		cmds = append(cmds, cmd)
+		pids = append(pids, cmd.Process.Pid)
 	}
-	return stop
+	return stop, pids
+}
+
+// cpuTime sums the user+system CPU time of the given processes and of
+// the Postgres backends serving database dbName (/proc; clock ticks of
+// 10 ms). A process gone since is not counted.
+func cpuTime(pids []int, dbName string) time.Duration {
+	ticks := func(pid string) int64 {
+		raw, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			return 0
+		}
+		// Fields after the command name (which may hold spaces): utime
+		// and stime are the 12th and 13th.
+		f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+		if len(f) < 13 {
+			return 0
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		return u + s
+	}
+	var total int64
+	for _, pid := range pids {
+		total += ticks(strconv.Itoa(pid))
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.HasPrefix(cmd, []byte("postgres: ")) && bytes.Contains(cmd, []byte(" "+dbName+" ")) {
+			total += ticks(e.Name())
+		}
+	}
+	return time.Duration(total) * 10 * time.Millisecond
+}
+
+func dbName(b *testing.B, url string) string {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cfg.Database
 }
 
 // waitDone polls (the bench has no other signal across processes) until
@@ -223,7 +276,8 @@ func benchPortico(b *testing.B, n int) benchResult {
 	defer srv.Close()
 	// Steady state: the processes are up and have split the shards before
 	// the burst is written.
-	defer startProcs(b, url, "1")()
+	stop, pids := startProcs(b, url, "1")
+	defer stop()
 	waitDone(b, db, `SELECT CASE WHEN min(n) >= 300 THEN count(*) ELSE 0 END FROM (SELECT owner, count(*) AS n
 		FROM scheduler.shard_lease WHERE owner IS NOT NULL AND expires_at > now() GROUP BY owner) x`, benchProcs, time.Minute)
 	var due time.Time
@@ -239,6 +293,7 @@ func benchPortico(b *testing.B, n int) benchResult {
 		b.Fatal(err)
 	}
 	raw, _ := json.Marshal(spec)
+	cpu0 := cpuTime(pids, dbName(b, url))
 	if _, err := db.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
 			SELECT 'bench', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
 		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status) SELECT id, $3, 'SCHEDULED' FROM d`,
@@ -246,6 +301,7 @@ func benchPortico(b *testing.B, n int) benchResult {
 		b.Fatal(err)
 	}
 	waitDone(b, db, `SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'SUCCEEDED'`, n, 10*time.Minute)
+	cpu := cpuTime(pids, dbName(b, url)) - cpu0
 	if c := calls.Load(); c < int64(n) {
 		b.Fatalf("receiver saw %d calls for %d jobs", c, n)
 	}
@@ -259,6 +315,7 @@ func benchPortico(b *testing.B, n int) benchResult {
 		FROM scheduler.scheduled_execution`).Scan(&r.fireP50, &r.fireP99, &r.firesPerSec); err != nil {
 		b.Fatal(err)
 	}
+	r.cpuPerJob = cpu / time.Duration(n)
 	return r
 }
 
@@ -283,12 +340,14 @@ func benchRiver(b *testing.B, n int) benchResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer startProcs(b, url, "river")()
+	stop, pids := startProcs(b, url, "river")
+	defer stop()
 	waitDone(b, db, `SELECT count(*) FROM river_leader`, 1, time.Minute) // up, leader elected
 	var due time.Time
 	if err := db.QueryRow(ctx, `SELECT date_trunc('second', now()) + interval '3 seconds'`).Scan(&due); err != nil {
 		b.Fatal(err)
 	}
+	cpu0 := cpuTime(pids, dbName(b, url))
 	params := make([]river.InsertManyParams, 0, 1000)
 	for i := 0; i < n; i++ {
 		params = append(params, river.InsertManyParams{Args: benchArgs{URL: srv.URL}, InsertOpts: &river.InsertOpts{ScheduledAt: due, MaxAttempts: 3}})
@@ -300,13 +359,16 @@ func benchRiver(b *testing.B, n int) benchResult {
 		}
 	}
 	waitDone(b, db, `SELECT count(*) FROM river_job WHERE state = 'completed'`, n, 10*time.Minute)
+	cpu := cpuTime(pids, dbName(b, url)) - cpu0
 	if c := calls.Load(); c < int64(n) {
 		b.Fatalf("receiver saw %d calls for %d jobs", c, n)
 	}
-	return stats(b, db, `SELECT count(*) / extract(epoch FROM max(finalized_at) - min(scheduled_at))::float8,
+	res := stats(b, db, `SELECT count(*) / extract(epoch FROM max(finalized_at) - min(scheduled_at))::float8,
 		percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at)),
 		percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM attempted_at - scheduled_at))
 		FROM river_job`)
+	res.cpuPerJob = cpu / time.Duration(n)
+	return res
 }
 
 // mean averages benchmark results field by field.
@@ -319,6 +381,7 @@ func mean(rs ...benchResult) benchResult {
 		m.fireP50 += r.fireP50 / float64(len(rs))
 		m.fireP99 += r.fireP99 / float64(len(rs))
 		m.firesPerSec += r.firesPerSec / float64(len(rs))
+		m.cpuPerJob += r.cpuPerJob / time.Duration(len(rs))
 	}
 	return m
 }
@@ -348,6 +411,9 @@ func BenchmarkSchedulerVsRiver(b *testing.B) {
 		b.ReportMetric(ours.jobsPerSec, "portico_jobs/s")
 		b.ReportMetric(peer.jobsPerSec, "river_jobs/s")
 		b.ReportMetric(ours.jobsPerSec/peer.jobsPerSec, "throughput_ratio")
+		b.ReportMetric(float64(ours.cpuPerJob)/float64(time.Millisecond), "portico_cpu_ms/job")
+		b.ReportMetric(float64(peer.cpuPerJob)/float64(time.Millisecond), "river_cpu_ms/job")
+		b.ReportMetric(float64(ours.cpuPerJob)/float64(peer.cpuPerJob), "cpu_per_job_ratio")
 		b.ReportMetric(ours.fireP50, "portico_fire_p50_s")
 		b.ReportMetric(max(o1.fireP99, o2.fireP99), "portico_fire_p99_worst_s")
 		b.ReportMetric(ours.fireP99, "portico_fire_p99_s")
