@@ -4,8 +4,10 @@
 // sampling and per-namespace metrics. RESP on :7000, HTTP /metrics,
 // /healthz, /readyz on :18700.
 //
-// Clustering (slots, migration, replication) is a later step: the keyspace
-// is already sharded by Redis Cluster slot behind keyspace.Store.
+// With ClusterConfig it is one node of a static Redis-Cluster-style cluster
+// (package cluster): MOVED/CROSSSLOT and the CLUSTER commands, so cluster
+// clients work unchanged. Resharding, replication and failover are later
+// steps.
 package cachenode
 
 import (
@@ -23,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/command"
 	"github.com/portico-io/portico/cachenode/expire"
 	"github.com/portico-io/portico/cachenode/metrics"
@@ -47,6 +50,10 @@ type Config struct {
 	// re-read every ReloadInterval; empty = only the default namespace.
 	NamespacesFile string
 	ReloadInterval time.Duration
+	// ClusterConfig, when set, runs the node in cluster mode with the
+	// static slot map in this file (see package cluster), re-read every
+	// ReloadInterval; a change must raise its epoch.
+	ClusterConfig string
 	// MaxMemory is the node-wide limit in bytes (0 = unlimited).
 	MaxMemory int64
 	// RequireAuth refuses commands before AUTH <namespace> <secret>.
@@ -67,6 +74,9 @@ type Config struct {
 	// expiry cycle and each namespaces-file check (test signals).
 	OnExpireCycle func(expire.Stats)
 	OnReload      func(applied bool, err error)
+	// OnClusterReload is called after each check that found the cluster
+	// config changed (a test signal).
+	OnClusterReload func(applied bool, err error)
 	// Ready, when set, receives the listening addresses (a test hook).
 	Ready chan<- Addrs
 }
@@ -114,6 +124,17 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("cachenode: %w", err)
 		}
 	}
+	var clusterWatcher *cluster.Watcher
+	var clusterState *cluster.State
+	if cfg.ClusterConfig != "" {
+		clusterWatcher = &cluster.Watcher{Path: cfg.ClusterConfig, SelfID: cfg.NodeID, Interval: cfg.ReloadInterval,
+			Logger: log, OnCheck: cfg.OnClusterReload}
+		st, err := clusterWatcher.Load()
+		if err != nil {
+			return fmt.Errorf("cachenode: %w", err)
+		}
+		clusterState = st
+	}
 	respLis, err := net.Listen("tcp", cfg.RESPAddr)
 	if err != nil {
 		return fmt.Errorf("cachenode: listen %s: %w", cfg.RESPAddr, err)
@@ -147,7 +168,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("cachenode: metrics: %w", err)
 	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
-		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now})
+		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}
@@ -183,9 +204,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if watcher != nil {
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
+	if clusterWatcher != nil {
+		g.Go(func() error { return clusterWatcher.Run(gctx) })
+	}
 	up.Store(true)
 	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "http", httpLis.Addr().String(),
-		"maxmemory", strconv.FormatInt(cfg.MaxMemory, 10), "requireAuth", cfg.RequireAuth, "namespaces", len(reg.All()))
+		"maxmemory", strconv.FormatInt(cfg.MaxMemory, 10), "requireAuth", cfg.RequireAuth, "namespaces", len(reg.All()),
+		"cluster", clusterState != nil)
 	if cfg.Ready != nil {
 		cfg.Ready <- Addrs{RESP: respLis.Addr().String(), HTTP: httpLis.Addr().String()}
 	}

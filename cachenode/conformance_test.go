@@ -81,6 +81,9 @@ var conformanceScript = [][]any{
 	{"EXISTS"}, {"DEL"}, {"MGET"}, {"ECHO"}, {"TYPE", "a", "b"}, {"ping"}, {"pInG", "x"}, {"get", "num"},
 	{"SET", "k", "v", "PXAT", "1"}, {"EXISTS", "k"}, {"SET", "k", "v", "EXAT", "99999999999999999"},
 	{"MSETNX", "a"}, {"HINCRBY", "h2", "f", "9223372036854775807"}, {"HINCRBY", "h2", "f", "1"}, {"HGET", "h2", "f"},
+	// cluster commands on a node not in cluster mode
+	{"CLUSTER", "INFO"}, {"CLUSTER", "KEYSLOT", "a"}, {"CLUSTER"}, {"CLUSTER", "BOGUS"}, {"CLUSTER", "KEYSLOT"},
+	{"READONLY"}, {"READWRITE"}, {"ASKING"}, {"CONFIG", "GET", "cluster-enabled"},
 	{"FLUSHDB", "BOGUS"}, {"FLUSHDB"}, {"DBSIZE"},
 }
 

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/keyspace"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/resp"
@@ -37,6 +38,9 @@ type Keyspace interface {
 	// BeginAt locks the shards of keys into tx; tx.End releases them.
 	BeginAt(tx *keyspace.Txn, keys [][]byte, nowMs int64)
 	Scan(cursor uint64, count int, fn func(key string, e *keyspace.Entry)) uint64
+	// ScanSlot visits the live keys of one hash slot (CLUSTER
+	// COUNTKEYSINSLOT/GETKEYSINSLOT).
+	ScanSlot(slot int, fn func(key string, e *keyspace.Entry))
 	NumShards() int
 	Len() int64
 	Flush()
@@ -71,6 +75,10 @@ type Config struct {
 	// a non-empty answer is sent as the error reply instead (a slot-owning
 	// node answers "MOVED <slot> <addr>" or "CROSSSLOT ..." here).
 	Route func(keys [][]byte) string
+	// Cluster, when set, puts the node in cluster mode: keyed commands for
+	// slots it does not own get MOVED (CROSSSLOT, CLUSTERDOWN), and CLUSTER,
+	// READONLY, READWRITE and ASKING are served from the current slot map.
+	Cluster *cluster.State
 	// Now is the wall clock (default time.Now). When set, it is also what
 	// TTLs and rate limits see (it must then match the Registry's clock).
 	Now func() time.Time
@@ -119,6 +127,11 @@ type Session struct {
 	Authed  bool
 	// Quit is set by QUIT: the server closes the connection after the reply.
 	Quit bool
+	// Asking is set by ASKING for the next command only (cluster mode; it
+	// will let that command run on an importing slot once slots migrate).
+	Asking bool
+	// ReadOnly is set by READONLY, cleared by READWRITE (replica reads, later).
+	ReadOnly bool
 
 	// Reused per command so Exec does not allocate them.
 	ctx  Ctx
@@ -210,6 +223,8 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 		return
 	}
 	w.Proto = s.Proto
+	asking := s.Asking // ASKING covers the one command after it
+	s.Asking = false
 	spec := lookup(args[0])
 	if spec == nil {
 		w.Error(unknownCommand(args))
@@ -229,10 +244,18 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 		return
 	}
 	keys := spec.keys(args, s.keys[:0])
-	if e.cfg.Route != nil && len(keys) > 0 {
-		if redirect := e.cfg.Route(keys); redirect != "" {
-			w.Error(redirect)
-			return
+	if len(keys) > 0 {
+		if e.cfg.Cluster != nil {
+			if redirect := e.cfg.Cluster.Load().Route(keys, asking); redirect != "" {
+				w.Error(redirect)
+				return
+			}
+		}
+		if e.cfg.Route != nil {
+			if redirect := e.cfg.Route(keys); redirect != "" {
+				w.Error(redirect)
+				return
+			}
 		}
 	}
 	if e.fakeClock {

@@ -2,7 +2,10 @@ package command
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/portico-io/portico/cachenode/cluster"
 
 	"github.com/portico-io/portico/cachenode/keyspace"
 	"github.com/portico-io/portico/cachenode/namespace"
@@ -67,5 +70,61 @@ func TestRouteAndKeyspaceHooks(t *testing.T) {
 	}
 	if wrapped.begins != 2 {
 		t.Fatalf("wrapped keyspace saw %d commands, want 2 (SET mine, DBSIZE)", wrapped.begins)
+	}
+}
+
+// TestClusterMode: with Config.Cluster the node redirects by the slot map
+// and ASKING holds for exactly the next command.
+func TestClusterMode(t *testing.T) {
+	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: 4})
+	m, err := cluster.Parse([]byte(`{"epoch": 7, "nodes": [{"id": "me", "host": "h", "port": 1, "slots": ["0-8191"]},
+		{"id": "other", "host": "10.0.0.2", "port": 7000, "slots": ["8192-16383"]}]}`), "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Registry: reg, Cluster: cluster.NewState(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.NewSession("t")
+	var w resp.Writer
+	exec := func(args ...string) string {
+		w.Reset()
+		a := make([][]byte, len(args))
+		for i, x := range args {
+			a[i] = []byte(x)
+		}
+		e.Exec(s, a, &w)
+		return string(w.Buf)
+	}
+	// "bar" is slot 5061 (me), "foo" 12182 (other).
+	for _, tc := range [][2]string{
+		{"SET bar 1", "+OK\r\n"},
+		{"SET foo 1", "-MOVED 12182 10.0.0.2:7000\r\n"},
+		{"MGET bar foo", "-CROSSSLOT Keys in request don't hash to the same slot\r\n"},
+		{"CLUSTER MYID", "$2\r\nme\r\n"},
+		{"CLUSTER COUNTKEYSINSLOT 5061", ":1\r\n"},
+		{"CLUSTER GETKEYSINSLOT 5061 5", "*1\r\n$3\r\nbar\r\n"},
+		{"CLUSTER NODES", "$106\r\nme h:1@0 myself,master - 0 0 7 connected 0-8191\nother 10.0.0.2:7000@0 master - 0 0 7 connected 8192-16383\n\r\n"},
+		{"INFO cluster", "$30\r\n# Cluster\r\ncluster_enabled:1\r\n\r\n"},
+	} {
+		if got := exec(strings.Fields(tc[0])...); got != tc[1] {
+			t.Errorf("%s = %q, want %q", tc[0], got, tc[1])
+		}
+	}
+	if exec("ASKING"); !s.Asking {
+		t.Fatal("ASKING did not set the flag")
+	}
+	if exec("ASKING"); !s.Asking {
+		t.Fatal("a second ASKING cleared the flag")
+	}
+	if exec("GET", "bar"); s.Asking {
+		t.Fatal("the flag outlived the command after ASKING")
+	}
+	if exec("READONLY"); !s.ReadOnly {
+		t.Fatal("READONLY")
+	}
+	if exec("READWRITE"); s.ReadOnly {
+		t.Fatal("READWRITE")
 	}
 }

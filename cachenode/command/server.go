@@ -142,7 +142,7 @@ func cmdHello(c *Ctx) {
 	c.W.BulkString("id")
 	c.W.Int(c.S.ID)
 	c.W.BulkString("mode")
-	c.W.BulkString("standalone")
+	c.W.BulkString(c.e.mode())
 	c.W.BulkString("role")
 	c.W.BulkString("master")
 	c.W.BulkString("modules")
@@ -238,7 +238,7 @@ func cmdConfig(c *Ctx) {
 			"maxmemory-policy":  c.NS.Settings().Policy.String(),
 			"maxmemory-samples": itoa(int64(c.e.cfg.EvictionSamples)),
 			"databases":         "1",
-			"cluster-enabled":   "no",
+			"cluster-enabled":   map[bool]string{false: "no", true: "yes"}[c.e.cfg.Cluster != nil],
 		}
 		names := make([]string, 0, len(params))
 		for n := range params {
@@ -350,7 +350,7 @@ func cmdInfo(c *Ctx) {
 	uptime := int64(e.cfg.Now().Sub(e.started).Seconds())
 	section("Server",
 		"redis_version:"+Version,
-		"redis_mode:standalone",
+		"redis_mode:"+e.mode(),
 		"portico_component:cachenode",
 		"node_id:"+e.cfg.NodeID,
 		"os:"+runtime.GOOS+" "+runtime.GOARCH,
@@ -400,10 +400,23 @@ func cmdInfo(c *Ctx) {
 	if n := ns.DB.Len(); n > 0 {
 		ks = append(ks, fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=0", n, ns.DB.Volatile()))
 	}
+	cl := "0"
+	if e.cfg.Cluster != nil {
+		cl = "1"
+	}
+	section("Cluster", "cluster_enabled:"+cl)
 	section("Keyspace", ks...)
 	section("Namespace",
 		"namespace:"+ns.Name,
 		"keys:"+itoa(ns.DB.Len()),
 		"node_keys:"+itoa(keys))
 	c.W.Verbatim(b.String())
+}
+
+// mode is what HELLO and INFO report as the server mode.
+func (e *Engine) mode() string {
+	if e.cfg.Cluster != nil {
+		return "cluster"
+	}
+	return "standalone"
 }

@@ -86,7 +86,7 @@ var (
 )
 
 func reg(name string, arity int, flags flag, first, last, step int, group, since string, ks []string, summary string, fn func(*Ctx)) {
-	limited := group != "connection" && group != "server" || name == "dbsize" || name == "flushdb" || name == "flushall"
+	limited := group != "connection" && group != "server" && group != "cluster" || name == "dbsize" || name == "flushdb" || name == "flushall"
 	table[name] = &Spec{Name: name, Arity: arity, flags: flags, First: first, Last: last, Step: step,
 		Group: group, Since: since, KeyFlags: ks, Summary: summary, fn: fn, limited: limited}
 }

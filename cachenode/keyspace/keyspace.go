@@ -423,6 +423,27 @@ func (db *DB) Scan(cursor uint64, count int, fn func(key string, e *Entry)) uint
 	return uint64(i)
 }
 
+// ScanSlot visits the live keys of hash slot slot. Keys of a slot live in
+// one shard, so it costs one pass over that shard (about Len/NumShards
+// keys) under its lock; fn must not call back into db.
+func (db *DB) ScanSlot(slot int, fn func(key string, e *Entry)) {
+	now := db.now()
+	sh := &db.shards[slot&db.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for k, e := range sh.m {
+		if Slot(unsafe.Slice(unsafe.StringData(k), len(k))) != slot {
+			continue
+		}
+		if e.expireAt != 0 && e.expireAt <= now {
+			db.remove(sh, k, e)
+			db.expired.Add(1)
+			continue
+		}
+		fn(k, e)
+	}
+}
+
 // Flush deletes every key.
 func (db *DB) Flush() {
 	for i := range db.shards {

@@ -25,6 +25,7 @@ func main() {
 	respAddr := envflag.String(fs, "resp-addr", "PORTICO_CACHE_RESP_ADDR", cachenode.DefaultRESPAddr, "RESP listen address")
 	httpAddr := envflag.String(fs, "http-addr", "PORTICO_CACHE_HTTP_ADDR", cachenode.DefaultHTTPAddr, "HTTP /metrics, /healthz, /readyz listen address")
 	nsFile := envflag.String(fs, "namespaces-file", "PORTICO_CACHE_NAMESPACES_FILE", "", "YAML namespaces file, hot-reloaded (empty = only the default namespace)")
+	clusterConfig := envflag.String(fs, "cluster-config", "PORTICO_CACHE_CLUSTER_CONFIG", "", "cluster mode: YAML/JSON static slot map (nodes, slot ranges, epoch), hot-reloaded")
 	maxmem := envflag.String(fs, "maxmemory", "PORTICO_CACHE_MAXMEMORY", "0", "node memory limit: bytes or 256mb-style; 0 = unlimited")
 	requireAuth := envflag.Bool(fs, "require-auth", "PORTICO_CACHE_REQUIRE_AUTH", false, "refuse commands before AUTH <namespace> <secret>")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
@@ -53,7 +54,7 @@ func main() {
 			log.Info("Go memory limit set", "bytes", lim)
 		}
 	}
-	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile,
+	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile, ClusterConfig: *clusterConfig,
 		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
