@@ -451,3 +451,32 @@ func readReply(r *bufio.Reader, out *strings.Builder) error {
 	}
 	return nil
 }
+
+// TestClusterRedisBenchmark: redis-benchmark --cluster reads the topology
+// (CLUSTER NODES) and spreads SET/GET over the three nodes.
+func TestClusterRedisBenchmark(t *testing.T) {
+	bench := needTool(t, "redis-benchmark")
+	tc := startCluster(t)
+	host, port, _ := net.SplitHostPort(tc.addrs[0])
+	out, err := exec.CommandContext(ctx(t), bench, "--cluster", "-h", host, "-p", port, "-t", "set,get", "-q", "-n", "3000", "-c", "6").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-benchmark --cluster: %v\n%s", err, out)
+	}
+	text := strings.ReplaceAll(string(out), "\r", "\n")
+	for _, want := range []string{"Cluster has 3 master nodes", "SET: ", "GET: "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("redis-benchmark --cluster output lacks %q:\n%s", want, out)
+		}
+	}
+	var total int64
+	for _, a := range tc.addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, Protocol: 3})
+		n := c.DBSize(ctx(t)).Val()
+		c.Close()
+		if n == 0 {
+			t.Errorf("node %s got no keys", a)
+		}
+		total += n
+	}
+	t.Logf("%d keys in the cluster (redis-benchmark writes one key per node without -r)", total)
+}
