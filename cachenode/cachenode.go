@@ -156,6 +156,13 @@ func Run(ctx context.Context, cfg Config) error {
 		port = ta.Port
 	}
 
+	if clusterState != nil {
+		if me := clusterState.Load().Myself(); me.Port != port {
+			// Legitimate behind port mapping; otherwise clients redirected here
+			// by other nodes will not reach this one.
+			log.Warn("cluster config advertises another port for this node", "node", me.ID, "advertised", me.Addr(), "listening", port)
+		}
+	}
 	var srv *server.Server
 	clients := func() int {
 		if srv == nil {
