@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/resp"
 )
@@ -83,13 +84,26 @@ func splitArgs(data []byte) [][][]byte {
 	return cmds
 }
 
-func newFuzzEngine(t testing.TB) (*Engine, *namespace.Registry) {
+func newFuzzEngine(t testing.TB) (*Engine, *namespace.Registry) { return newFuzzEngineIn(t, nil) }
+
+// newFuzzClusterEngine is in cluster mode, owning half the slots.
+func newFuzzClusterEngine(t testing.TB) *Engine {
+	m, err := cluster.Parse([]byte(`{"epoch": 1, "nodes": [{"id": "me", "host": "h", "port": 1, "slots": ["0-8191"]},
+		{"id": "b", "host": "h", "port": 2, "slots": ["8192-16383"]}]}`), "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := newFuzzEngineIn(t, cluster.NewState(m))
+	return e
+}
+
+func newFuzzEngineIn(t testing.TB, cl *cluster.State) (*Engine, *namespace.Registry) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: 4, Now: func() int64 { return now.UnixMilli() }})
 	if err := reg.Apply([]namespace.Settings{{Name: "default"}, {Name: "t", HasSecret: true, Secret: sha("pw"), MaxMemory: 64 << 10, MaxValueSize: 4096}}); err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(Config{Registry: reg, MaxMemory: 1 << 20, Now: func() time.Time { return now }})
+	e, err := New(Config{Registry: reg, MaxMemory: 1 << 20, Now: func() time.Time { return now }, Cluster: cl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,41 +124,50 @@ var fuzzSeeds = []string{
 	"CLIENT SETNAME \x00\nCLIENT SETINFO lib-name\nCONFIG GET *\nCONFIG SET a b\nINFO everything\nTIME\nCACHE HOTKEYS nosuch",
 	"CAS k a b EX -1\nCAS k v w PX 99999999999999999999\nGETEX k PERSIST EX 1\nGETDEL k\nAPPEND k \xff",
 	"\nPING a b c\n \nQUIT\nSELECT -0\nFLUSHDB ASYNC extra\nDBSIZE x",
+	"CLUSTER KEYSLOT {}\nCLUSTER GETKEYSINSLOT 0 9223372036854775807\nCLUSTER COUNTKEYSINSLOT -0\nCLUSTER SHARDS\nCLUSTER NODES\nASKING\nREADONLY",
+	"MSET {a}1 x {a}2 y\nMGET foo bar\nCLUSTER SLOTS\nCLUSTER INFO\nCLUSTER MYID\nCLUSTER KEYSLOT\nCLUSTER nosuch",
 }
 
 func FuzzExec(f *testing.F) {
 	for _, s := range fuzzSeeds {
 		f.Add([]byte(s))
 	}
-	e, _ := newFuzzEngine(f)
+	standalone, _ := newFuzzEngine(f)
+	clustered := newFuzzClusterEngine(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := e.NewSession("fuzz")
-		defer e.Close(s)
-		var w resp.Writer
-		for _, args := range splitArgs(data) {
-			w.Reset()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				e.Exec(s, args, &w)
-			}()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatalf("Exec(%q) did not return", args)
-			}
-			rest, err := parseReply(w.Buf)
-			if err != nil {
-				t.Fatalf("Exec(%q) wrote a malformed reply %q: %v", args, w.Buf, err)
-			}
-			if len(rest) != 0 {
-				t.Fatalf("Exec(%q) wrote more than one reply: %q", args, w.Buf)
-			}
-			if lookup(args[0]) == nil && w.Buf[0] != '-' {
-				t.Fatalf("unknown command %q answered %q", args[0], w.Buf)
-			}
+		for _, e := range []*Engine{standalone, clustered} {
+			fuzzRun(t, e, data)
 		}
 	})
+}
+
+func fuzzRun(t *testing.T, e *Engine, data []byte) {
+	s := e.NewSession("fuzz")
+	defer e.Close(s)
+	var w resp.Writer
+	for _, args := range splitArgs(data) {
+		w.Reset()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.Exec(s, args, &w)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Exec(%q) did not return", args)
+		}
+		rest, err := parseReply(w.Buf)
+		if err != nil {
+			t.Fatalf("Exec(%q) wrote a malformed reply %q: %v", args, w.Buf, err)
+		}
+		if len(rest) != 0 {
+			t.Fatalf("Exec(%q) wrote more than one reply: %q", args, w.Buf)
+		}
+		if lookup(args[0]) == nil && w.Buf[0] != '-' {
+			t.Fatalf("unknown command %q answered %q", args[0], w.Buf)
+		}
+	}
 }
 
 func sha(s string) [32]byte { return sha256.Sum256([]byte(s)) }
