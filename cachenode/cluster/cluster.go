@@ -135,21 +135,23 @@ func (s *State) Swap(m *Map) error {
 	}
 }
 
-// fileSpec is the config file.
-type fileSpec struct {
-	// Epoch of this map; a reload must raise it.
-	Epoch uint64 `yaml:"epoch"`
+// Spec is a cluster map as a document: the config file's fields, and the
+// document a topology store holds (as JSON, without Myself).
+type Spec struct {
+	// Epoch of this map; a replacement must raise it.
+	Epoch uint64 `yaml:"epoch" json:"epoch"`
 	// Myself is this node's id (default: the node's --node-id).
-	Myself string     `yaml:"myself"`
-	Nodes  []nodeSpec `yaml:"nodes"`
+	Myself string     `yaml:"myself,omitempty" json:"myself,omitempty"`
+	Nodes  []NodeSpec `yaml:"nodes" json:"nodes"`
 }
 
-type nodeSpec struct {
-	ID   string `yaml:"id"`
-	Host string `yaml:"host"`
-	Port int    `yaml:"port"`
+// NodeSpec is one node of a Spec.
+type NodeSpec struct {
+	ID   string `yaml:"id" json:"id"`
+	Host string `yaml:"host" json:"host"`
+	Port int    `yaml:"port" json:"port"`
 	// Slots: "0-5460", "5461" (strings), or plain integers.
-	Slots []string `yaml:"slots"`
+	Slots []string `yaml:"slots,omitempty" json:"slots,omitempty"`
 }
 
 // Parse reads a cluster config (YAML, or JSON, which YAML includes):
@@ -161,15 +163,49 @@ type nodeSpec struct {
 //	  - {id: node-b, host: 10.0.0.2, port: 7000, slots: ["5461-10922"]}
 //	  - {id: node-c, host: 10.0.0.3, port: 7000, slots: ["10923-16383"]}
 func Parse(data []byte, selfID string) (*Map, error) {
-	var f fileSpec
+	f, err := ParseSpec(data)
+	if err != nil {
+		return nil, err
+	}
+	return f.Map(selfID)
+}
+
+// ParseSpec decodes a cluster config (YAML or JSON; unknown fields are
+// errors) without validating it.
+func ParseSpec(data []byte) (Spec, error) {
+	var f Spec
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("cluster: config: %w", err)
+		return Spec{}, fmt.Errorf("cluster: config: %w", err)
 	}
+	return f, nil
+}
+
+// Validate checks the spec as Map does, without a node of its own (what a
+// tool publishing a map for every node checks).
+func (f Spec) Validate() error {
+	_, err := f.build("")
+	return err
+}
+
+// Map builds the immutable map of the node selfID (Myself, when set, wins).
+func (f Spec) Map(selfID string) (*Map, error) {
 	if f.Myself != "" {
 		selfID = f.Myself
 	}
+	m, err := f.build(selfID)
+	if err != nil {
+		return nil, err
+	}
+	if m.Self < 0 {
+		return nil, fmt.Errorf("cluster: this node's id %q is not among the config's nodes", selfID)
+	}
+	return m, nil
+}
+
+// build validates f and builds its map; Self is -1 unless selfID is listed.
+func (f Spec) build(selfID string) (*Map, error) {
 	if len(f.Nodes) == 0 {
 		return nil, errors.New("cluster: config lists no nodes")
 	}
@@ -177,7 +213,7 @@ func Parse(data []byte, selfID string) (*Map, error) {
 		return nil, errors.New("cluster: too many nodes")
 	}
 	m := &Map{Epoch: f.Epoch, Self: -1}
-	specs := append([]nodeSpec(nil), f.Nodes...)
+	specs := append([]NodeSpec(nil), f.Nodes...)
 	sort.Slice(specs, func(i, j int) bool { return specs[i].ID < specs[j].ID })
 	for i := range m.owner {
 		m.owner[i] = -1
@@ -209,13 +245,10 @@ func Parse(data []byte, selfID string) (*Map, error) {
 				m.Assigned++
 			}
 		}
-		if ns.ID == selfID {
+		if selfID != "" && ns.ID == selfID {
 			m.Self = i
 		}
 		m.Nodes = append(m.Nodes, n)
-	}
-	if m.Self < 0 {
-		return nil, fmt.Errorf("cluster: this node's id %q is not among the config's nodes", selfID)
 	}
 	// Ranges from the owner table: merged, sorted.
 	for slot := 0; slot < slots.N; {

@@ -142,3 +142,20 @@ func TestWatcher(t *testing.T) {
 		}
 	}
 }
+
+func TestSpecValidateAndJSON(t *testing.T) {
+	s, err := ParseSpec([]byte(three))
+	if err != nil || s.Epoch != 3 || len(s.Nodes) != 3 {
+		t.Fatalf("ParseSpec: %+v %v", s, err)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if _, err := s.Map("nobody"); err == nil || !strings.Contains(err.Error(), "not among") {
+		t.Fatalf("Map of a node not listed: %v", err)
+	}
+	s.Nodes[0].Slots = []string{"0-5461"}
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "assigned to both") {
+		t.Fatalf("overlap: %v", err)
+	}
+}

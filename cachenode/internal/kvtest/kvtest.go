@@ -1,0 +1,220 @@
+// Package kvtest runs a kvnode consensus group for cachenode's tests: three
+// real kvnode processes (built from this module with go build) on loopback
+// ports, every node bootstrapping the same three Raft voters and declaring
+// the given CP keyspaces, as make run starts them.
+package kvtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds kvnode once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "kvtest-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		if err != nil {
+			buildErr = fmt.Errorf("go list -m: %w", err)
+			return
+		}
+		binPath = filepath.Join(dir, "kvnode")
+		cmd := exec.Command("go", "build", "-o", binPath, "./kvnode/cmd/kvnode")
+		cmd.Dir = strings.TrimSpace(string(root))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build kvnode: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr) // never a skip: the module builds its own kvnode
+	}
+	return binPath
+}
+
+// Group is a running 3-node kvnode group.
+type Group struct {
+	t         testing.TB
+	bin       string
+	HTTPAddrs []string // by node index
+	ids       []string
+	keyspaces []string
+	args      [][]string
+	mu        sync.Mutex
+	procs     []*exec.Cmd
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Start runs three kvnodes declaring keyspaces CP and returns once a Raft
+// leader is known to all of them; they are killed when the test ends.
+func Start(t testing.TB, keyspaces ...string) *Group {
+	t.Helper()
+	if len(keyspaces) == 0 {
+		t.Fatal("kvtest.Start: no CP keyspace")
+	}
+	g := &Group{t: t, bin: Binary(t), keyspaces: keyspaces}
+	var grpc, raft, peers []string
+	for i := range 3 {
+		g.ids = append(g.ids, fmt.Sprintf("kv-%d", i))
+		g.HTTPAddrs = append(g.HTTPAddrs, freeAddr(t))
+		grpc = append(grpc, freeAddr(t))
+		raft = append(raft, freeAddr(t))
+		peers = append(peers, g.ids[i]+"="+raft[i])
+	}
+	for i := range 3 {
+		var seeds []string
+		for j := range 3 {
+			if j != i {
+				seeds = append(seeds, grpc[j])
+			}
+		}
+		g.args = append(g.args, []string{"--log-format=text", "--log-level=warn", "--node-id=" + g.ids[i],
+			"--http-addr=" + g.HTTPAddrs[i], "--grpc-addr=" + grpc[i], "--data-dir=" + filepath.Join(t.TempDir(), g.ids[i]),
+			"--seeds=" + strings.Join(seeds, ","), "--startup-wait=1s", "--raft-addr=" + raft[i],
+			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(keyspaces, ",")})
+		g.procs = append(g.procs, nil)
+		g.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range g.procs {
+			g.Kill(i)
+		}
+	})
+	g.WaitLeader(30 * time.Second)
+	return g
+}
+
+func (g *Group) start(i int) {
+	cmd := exec.Command(g.bin, g.args[i]...)
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		g.t.Fatalf("start %s: %v", g.ids[i], err)
+	}
+	g.mu.Lock()
+	g.procs[i] = cmd
+	g.mu.Unlock()
+}
+
+// Kill SIGKILLs node i (no-op when it is not running).
+func (g *Group) Kill(i int) {
+	g.mu.Lock()
+	cmd := g.procs[i]
+	g.procs[i] = nil
+	g.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+}
+
+// Restart starts a killed node i again with its data.
+func (g *Group) Restart(i int) { g.start(i) }
+
+// Leader is the index of the node a running node reports as Raft leader,
+// or -1.
+func (g *Group) Leader() int {
+	hc := &http.Client{Timeout: time.Second}
+	for i, a := range g.HTTPAddrs {
+		g.mu.Lock()
+		up := g.procs[i] != nil
+		g.mu.Unlock()
+		if !up {
+			continue
+		}
+		resp, err := hc.Get("http://" + a + "/admin/v1/cp/members")
+		if err != nil {
+			continue
+		}
+		var body struct {
+			Items []struct {
+				ID     string `json:"id"`
+				Leader bool   `json:"leader"`
+			} `json:"items"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			continue
+		}
+		for _, m := range body.Items {
+			if !m.Leader {
+				continue
+			}
+			for j, id := range g.ids {
+				if id == m.ID && g.alive(j) {
+					return j
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func (g *Group) alive(i int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.procs[i] != nil
+}
+
+// WaitLeader waits until a running node leads and every running node
+// serves a linearizable CP read (not 503), and returns the leader's index.
+func (g *Group) WaitLeader(d time.Duration) int {
+	g.t.Helper()
+	hc := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(d)
+	for {
+		if l := g.Leader(); l >= 0 {
+			ok := true
+			for i, a := range g.HTTPAddrs {
+				if !g.alive(i) {
+					continue
+				}
+				resp, err := hc.Get("http://" + a + "/v1/cp/" + g.keyspaces[0] + "/kvtest-probe")
+				if err != nil {
+					ok = false
+					break
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout {
+					ok = false
+				}
+			}
+			if ok {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("no kvnode Raft leader serving after %s", d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
