@@ -31,6 +31,7 @@ import (
 	"github.com/portico-io/portico/cachenode/metrics"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/server"
+	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
 )
@@ -54,6 +55,19 @@ type Config struct {
 	// static slot map in this file (see package cluster), re-read every
 	// ReloadInterval; a change must raise its epoch.
 	ClusterConfig string
+	// ClusterKVAddrs and ClusterName, when set (instead of ClusterConfig),
+	// run the node in cluster mode with the slot map stored in kvnode's
+	// consensus tier (see package topology) under ClusterKVKeyspace
+	// (default "cache") key "<ClusterName>/topology": loaded at start
+	// (Run waits until a map listing this node is stored) and followed
+	// with a watch. kvnode is never on a command's path.
+	ClusterKVAddrs    []string
+	ClusterName       string
+	ClusterKVKeyspace string
+	// ClusterTopologyCheck is the period of the read confirming the store
+	// is reachable (default 5 s); the map is reported stale after three
+	// periods without contact.
+	ClusterTopologyCheck time.Duration
 	// MaxMemory is the node-wide limit in bytes (0 = unlimited).
 	MaxMemory int64
 	// RequireAuth refuses commands before AUTH <namespace> <secret>.
@@ -77,6 +91,9 @@ type Config struct {
 	// OnClusterReload is called after each check that found the cluster
 	// config changed (a test signal).
 	OnClusterReload func(applied bool, err error)
+	// OnTopologyApply is called after each stored topology change was
+	// installed or refused (a test signal).
+	OnTopologyApply func(epoch uint64, err error)
 	// Ready, when set, receives the listening addresses (a test hook).
 	Ready chan<- Addrs
 }
@@ -135,6 +152,26 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		clusterState = st
 	}
+	var syncer *topology.Syncer
+	if len(cfg.ClusterKVAddrs) > 0 || cfg.ClusterName != "" {
+		if cfg.ClusterConfig != "" {
+			return errors.New("cachenode: a cluster config file and a topology store are exclusive")
+		}
+		syncer = &topology.Syncer{Client: &topology.Client{Addrs: cfg.ClusterKVAddrs, Cluster: cfg.ClusterName, Keyspace: cfg.ClusterKVKeyspace},
+			SelfID: cfg.NodeID, CheckInterval: cfg.ClusterTopologyCheck, Logger: log, OnApply: cfg.OnTopologyApply}
+		if err := syncer.Client.Validate(); err != nil {
+			return fmt.Errorf("cachenode: %w", err)
+		}
+		st, err := syncer.Load(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while waiting for a map
+			}
+			return fmt.Errorf("cachenode: %w", err)
+		}
+		clusterState = st
+		log.Info("cluster topology loaded", "cluster", cfg.ClusterName, "epoch", st.Load().Epoch, "revision", syncer.Status().Revision)
+	}
 	respLis, err := net.Listen("tcp", cfg.RESPAddr)
 	if err != nil {
 		return fmt.Errorf("cachenode: listen %s: %w", cfg.RESPAddr, err)
@@ -174,6 +211,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("cachenode: metrics: %w", err)
 	}
+	if clusterState != nil {
+		var topo func() topology.Status
+		if syncer != nil {
+			topo = syncer.Status
+		}
+		if err := metrics.RegisterCluster(cfg.Registry, clusterState, topo); err != nil {
+			return fmt.Errorf("cachenode: metrics: %w", err)
+		}
+	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
 		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState})
 	if err != nil {
@@ -200,6 +246,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	})
+	if syncer != nil {
+		checks.Add("cluster-topology", func(context.Context) error {
+			st := syncer.Status()
+			if !st.Stale {
+				return nil
+			}
+			return fmt.Errorf("topology store unreachable for %s; serving epoch %d (revision %d): %s",
+				time.Since(st.LastContact).Round(time.Second), st.Epoch, st.Revision, st.Err)
+		})
+	}
 
 	serving = true
 	g, gctx := errgroup.WithContext(ctx)
@@ -213,6 +269,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if clusterWatcher != nil {
 		g.Go(func() error { return clusterWatcher.Run(gctx) })
+	}
+	if syncer != nil {
+		g.Go(func() error { return syncer.Run(gctx) })
 	}
 	up.Store(true)
 	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "http", httpLis.Addr().String(),

@@ -12,7 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/namespace"
+	"github.com/portico-io/portico/cachenode/topology"
 )
 
 // Metrics is the node's collector plus its latency histogram.
@@ -131,4 +133,46 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	g(descNodeMem, m.reg.NodeUsage().Load())
 	g(descNodeMax, m.maxmem)
 	g(descClients, int64(m.clients()))
+}
+
+// RegisterCluster registers the cluster-mode gauges: the slot map's epoch
+// and, when topo is set (the map comes from a topology store), the stored
+// revision installed, whether the map is stale (the store unreachable past
+// the Syncer's StaleAfter) and the seconds since the store last answered.
+func RegisterCluster(r prometheus.Registerer, st *cluster.State, topo func() topology.Status) error {
+	cs := []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "portico_cachenode_cluster_epoch",
+		Help: "Epoch of the slot map the node serves.",
+	}, func() float64 { return float64(st.Load().Epoch) })}
+	if topo != nil {
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "portico_cachenode_cluster_topology_revision",
+				Help: "Topology store revision of the last stored map seen.",
+			}, func() float64 { return float64(topo().Revision) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "portico_cachenode_cluster_topology_stale",
+				Help: "1 when the topology store has not answered for too long: the node serves its last slot map, which may be outdated.",
+			}, func() float64 {
+				if topo().Stale {
+					return 1
+				}
+				return 0
+			}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "portico_cachenode_cluster_topology_last_contact_age_seconds",
+				Help: "Seconds since the topology store last answered a read or sent a watch event.",
+			}, func() float64 {
+				if lc := topo().LastContact; !lc.IsZero() {
+					return time.Since(lc).Seconds()
+				}
+				return -1
+			}))
+	}
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

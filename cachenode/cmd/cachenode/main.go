@@ -26,6 +26,9 @@ func main() {
 	httpAddr := envflag.String(fs, "http-addr", "PORTICO_CACHE_HTTP_ADDR", cachenode.DefaultHTTPAddr, "HTTP /metrics, /healthz, /readyz listen address")
 	nsFile := envflag.String(fs, "namespaces-file", "PORTICO_CACHE_NAMESPACES_FILE", "", "YAML namespaces file, hot-reloaded (empty = only the default namespace)")
 	clusterConfig := envflag.String(fs, "cluster-config", "PORTICO_CACHE_CLUSTER_CONFIG", "", "cluster mode: YAML/JSON static slot map (nodes, slot ranges, epoch), hot-reloaded")
+	kvAddrs := envflag.String(fs, "cluster-kv-addrs", "PORTICO_CACHE_CLUSTER_KV_ADDRS", "", "cluster mode from a topology store: comma-separated kvnode HTTP addresses (host:port) whose consensus tier holds the slot map (needs --cluster-name; excludes --cluster-config)")
+	clusterName := envflag.String(fs, "cluster-name", "PORTICO_CACHE_CLUSTER_NAME", "", "cluster name: the slot map is the key <name>/topology of --cluster-kv-keyspace")
+	kvKeyspace := envflag.String(fs, "cluster-kv-keyspace", "PORTICO_CACHE_CLUSTER_KV_KEYSPACE", "cache", "kvnode CP keyspace holding topologies (declared with kvnode --cp-keyspaces)")
 	maxmem := envflag.String(fs, "maxmemory", "PORTICO_CACHE_MAXMEMORY", "0", "node memory limit: bytes or 256mb-style; 0 = unlimited")
 	requireAuth := envflag.Bool(fs, "require-auth", "PORTICO_CACHE_REQUIRE_AUTH", false, "refuse commands before AUTH <namespace> <secret>")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
@@ -55,7 +58,12 @@ func main() {
 		}
 	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile, ClusterConfig: *clusterConfig,
+		ClusterKVAddrs: splitList(*kvAddrs), ClusterName: *clusterName, ClusterKVKeyspace: *kvKeyspace,
 		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
+	if (len(cfg.ClusterKVAddrs) > 0) != (cfg.ClusterName != "") {
+		fmt.Fprintln(os.Stderr, "--cluster-kv-addrs and --cluster-name go together")
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -63,6 +71,17 @@ func main() {
 		log.Error("cachenode: exiting", "err", err)
 		os.Exit(1)
 	}
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // memoryLimit is the Go soft memory limit: 1.5 x maxmemory + 64 MB, so the
