@@ -4,10 +4,11 @@
 // sampling and per-namespace metrics. RESP on :7000, HTTP /metrics,
 // /healthz, /readyz on :18700.
 //
-// With ClusterConfig it is one node of a static Redis-Cluster-style cluster
+// With ClusterConfig it is one node of a Redis-Cluster-style cluster
 // (package cluster): MOVED/CROSSSLOT and the CLUSTER commands, so cluster
-// clients work unchanged. Resharding, replication and failover are later
-// steps.
+// clients work unchanged. With ClusterKVAddrs the slot map comes from
+// kvnode's consensus tier instead of a file (package topology). Resharding,
+// replication and failover are later steps.
 package cachenode
 
 import (
