@@ -25,12 +25,15 @@ var (
 	buildErr  error
 )
 
-// Binary builds kvnode once per test process and returns its path.
+// Binary builds kvnode once per test process and returns its path: one
+// file per user in the temp dir, replaced atomically by each build (the
+// build cache makes a rebuild of unchanged code quick), so test runs leave
+// one binary behind, not one each.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "kvtest-bin-")
-		if err != nil {
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("portico-kvtest-%d", os.Getuid()))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
 			buildErr = err
 			return
 		}
@@ -39,11 +42,18 @@ func Binary(t testing.TB) string {
 			buildErr = fmt.Errorf("go list -m: %w", err)
 			return
 		}
-		binPath = filepath.Join(dir, "kvnode")
-		cmd := exec.Command("go", "build", "-o", binPath, "./kvnode/cmd/kvnode")
+		tmp := filepath.Join(dir, fmt.Sprintf("kvnode.%d", os.Getpid()))
+		cmd := exec.Command("go", "build", "-o", tmp, "./kvnode/cmd/kvnode")
 		cmd.Dir = strings.TrimSpace(string(root))
 		if out, err := cmd.CombinedOutput(); err != nil {
+			os.Remove(tmp)
 			buildErr = fmt.Errorf("go build kvnode: %v\n%s", err, out)
+			return
+		}
+		binPath = filepath.Join(dir, "kvnode")
+		if err := os.Rename(tmp, binPath); err != nil {
+			os.Remove(tmp)
+			buildErr = err
 		}
 	})
 	if buildErr != nil {
