@@ -70,8 +70,16 @@ type Group struct {
 	ids       []string
 	keyspaces []string
 	args      [][]string
+	logs      []string // each node's output, appended across restarts
 	mu        sync.Mutex
-	procs     []*exec.Cmd
+	procs     []*proc
+}
+
+// proc is one kvnode process; exited closes when it ends.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
 }
 
 func freeAddr(t testing.TB) string {
@@ -84,20 +92,41 @@ func freeAddr(t testing.TB) string {
 }
 
 // Start runs three kvnodes declaring keyspaces CP and returns once a Raft
-// leader is known to all of them; they are killed when the test ends.
+// leader is known to all of them; they are killed when the test ends. The
+// ports are picked free and then bound by the processes, so another
+// process can take one in between: a group that does not come up is
+// replaced by one on new ports (three attempts).
 func Start(t testing.TB, keyspaces ...string) *Group {
 	t.Helper()
 	if len(keyspaces) == 0 {
 		t.Fatal("kvtest.Start: no CP keyspace")
 	}
-	g := &Group{t: t, bin: Binary(t), keyspaces: keyspaces}
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		g := &Group{t: t, bin: Binary(t), keyspaces: keyspaces}
+		g.launch()
+		if _, err = g.waitLeader(30 * time.Second); err == nil {
+			t.Cleanup(g.killAll)
+			return g
+		}
+		g.killAll()
+		t.Logf("kvtest: attempt %d: %v", attempt, err)
+	}
+	t.Fatalf("kvtest: no kvnode group came up: %v", err)
+	return nil
+}
+
+func (g *Group) launch() {
+	t := g.t
 	var grpc, raft, peers []string
+	dir := t.TempDir()
 	for i := range 3 {
 		g.ids = append(g.ids, fmt.Sprintf("kv-%d", i))
 		g.HTTPAddrs = append(g.HTTPAddrs, freeAddr(t))
 		grpc = append(grpc, freeAddr(t))
 		raft = append(raft, freeAddr(t))
 		peers = append(peers, g.ids[i]+"="+raft[i])
+		g.logs = append(g.logs, filepath.Join(dir, g.ids[i]+".log"))
 	}
 	for i := range 3 {
 		var seeds []string
@@ -107,57 +136,91 @@ func Start(t testing.TB, keyspaces ...string) *Group {
 			}
 		}
 		g.args = append(g.args, []string{"--log-format=text", "--log-level=warn", "--node-id=" + g.ids[i],
-			"--http-addr=" + g.HTTPAddrs[i], "--grpc-addr=" + grpc[i], "--data-dir=" + filepath.Join(t.TempDir(), g.ids[i]),
+			"--http-addr=" + g.HTTPAddrs[i], "--grpc-addr=" + grpc[i], "--data-dir=" + filepath.Join(dir, g.ids[i]),
 			"--seeds=" + strings.Join(seeds, ","), "--startup-wait=1s", "--raft-addr=" + raft[i],
-			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(keyspaces, ",")})
+			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(g.keyspaces, ",")})
 		g.procs = append(g.procs, nil)
 		g.start(i)
 	}
-	t.Cleanup(func() {
-		for i := range g.procs {
-			g.Kill(i)
-		}
-	})
-	g.WaitLeader(30 * time.Second)
-	return g
+}
+
+func (g *Group) killAll() {
+	for i := range g.procs {
+		g.Kill(i)
+	}
 }
 
 func (g *Group) start(i int) {
+	out, err := os.OpenFile(g.logs[i], os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		g.t.Fatal(err)
+	}
 	cmd := exec.Command(g.bin, g.args[i]...)
-	cmd.Stdout = os.Stderr
-	cmd.Stderr = os.Stderr
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
+		out.Close()
 		g.t.Fatalf("start %s: %v", g.ids[i], err)
 	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		out.Close()
+		close(p.exited)
+	}()
 	g.mu.Lock()
-	g.procs[i] = cmd
+	g.procs[i] = p
 	g.mu.Unlock()
 }
 
 // Kill SIGKILLs node i (no-op when it is not running).
 func (g *Group) Kill(i int) {
 	g.mu.Lock()
-	cmd := g.procs[i]
+	p := g.procs[i]
 	g.procs[i] = nil
 	g.mu.Unlock()
-	if cmd != nil {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
+	if p != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.exited
 	}
 }
 
 // Restart starts a killed node i again with its data.
 func (g *Group) Restart(i int) { g.start(i) }
 
+// alive reports whether node i was started and not killed; died reports
+// one that ended by itself (its log tail in the error).
+func (g *Group) alive(i int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.procs[i] != nil
+}
+
+func (g *Group) died() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, p := range g.procs {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.exited:
+			b, _ := os.ReadFile(g.logs[i])
+			if len(b) > 2000 {
+				b = b[len(b)-2000:]
+			}
+			return fmt.Errorf("%s exited (%v):\n%s", g.ids[i], p.err, b)
+		default:
+		}
+	}
+	return nil
+}
+
 // Leader is the index of the node a running node reports as Raft leader,
 // or -1.
 func (g *Group) Leader() int {
 	hc := &http.Client{Timeout: time.Second}
 	for i, a := range g.HTTPAddrs {
-		g.mu.Lock()
-		up := g.procs[i] != nil
-		g.mu.Unlock()
-		if !up {
+		if !g.alive(i) {
 			continue
 		}
 		resp, err := hc.Get("http://" + a + "/admin/v1/cp/members")
@@ -189,19 +252,25 @@ func (g *Group) Leader() int {
 	return -1
 }
 
-func (g *Group) alive(i int) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.procs[i] != nil
-}
-
 // WaitLeader waits until a running node leads and every running node
-// serves a linearizable CP read (not 503), and returns the leader's index.
+// serves a linearizable CP read (not 503), and returns the leader's index;
+// it fails the test after d or when a node died by itself.
 func (g *Group) WaitLeader(d time.Duration) int {
 	g.t.Helper()
+	l, err := g.waitLeader(d)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return l
+}
+
+func (g *Group) waitLeader(d time.Duration) (int, error) {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(d)
 	for {
+		if err := g.died(); err != nil {
+			return -1, err
+		}
 		if l := g.Leader(); l >= 0 {
 			ok := true
 			for i, a := range g.HTTPAddrs {
@@ -219,11 +288,19 @@ func (g *Group) WaitLeader(d time.Duration) int {
 				}
 			}
 			if ok {
-				return l
+				return l, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			g.t.Fatalf("no kvnode Raft leader serving after %s", d)
+			var tails strings.Builder
+			for i, path := range g.logs {
+				b, _ := os.ReadFile(path)
+				if len(b) > 800 {
+					b = b[len(b)-800:]
+				}
+				fmt.Fprintf(&tails, "\n%s: %s", g.ids[i], b)
+			}
+			return -1, fmt.Errorf("no kvnode Raft leader serving after %s; logs:%s", d, tails.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
