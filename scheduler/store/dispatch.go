@@ -194,31 +194,32 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 				return ErrShardsLost
 			}
 		}
-		// Lock the due rows first, then join their jobs: joining before the
-		// LIMIT would look up the job of every due row of the held shards on
-		// every pass (a 20,000-run burst made each pass 3x slower).
-		lockDue := `SELECT id FROM scheduler.scheduled_execution
+		// Lock the due rows first (returning what firing needs of them),
+		// then join their jobs: joining before the LIMIT would look up the
+		// job of every due row of the held shards on every pass (a
+		// 20,000-run burst made each pass 3x slower).
+		lockDue := `SELECT id, schedule_id, scheduled_at, manual FROM scheduler.scheduled_execution
 				WHERE status = 'SCHEDULED' AND scheduled_at <= now()
 					AND ($2::bytea IS NULL OR get_bit($2::bytea, (schedule_id % 1024)::int) = 1)
 				ORDER BY scheduled_at LIMIT $1 FOR UPDATE SKIP LOCKED`
 		args := []any{batch, shardBitmap(shards)}
 		if ids != nil {
 			// By primary key: status through an expression (see leaseHeld).
-			lockDue = `SELECT id FROM scheduler.scheduled_execution
+			lockDue = `SELECT id, schedule_id, scheduled_at, manual FROM scheduler.scheduled_execution
 				WHERE id = ANY($3::bigint[]) AND status || '' = 'SCHEDULED' AND scheduled_at <= now()
 					AND ($2::bytea IS NULL OR get_bit($2::bytea, (schedule_id % 1024)::int) = 1)
 				ORDER BY scheduled_at, id LIMIT $1 FOR UPDATE SKIP LOCKED`
 			args = append(args, ids)
 		}
 		rows, err := tx.Query(ctx, `WITH c AS (`+lockDue+`)
-			SELECT e.id, e.schedule_id, e.scheduled_at, e.manual, d.spec - 'target' - 'notifications',
+			SELECT c.id, c.schedule_id, c.scheduled_at, c.manual, d.spec - 'target' - 'notifications',
 				d.enabled AND d.deleted_at IS NULL,
 				d.spec->'execution'->>'concurrencyPolicy' IN ('FORBID', 'REPLACE') AND
-					EXISTS (SELECT 1 FROM scheduler.scheduled_execution o WHERE o.schedule_id = e.schedule_id
+					EXISTS (SELECT 1 FROM scheduler.scheduled_execution o WHERE o.schedule_id = c.schedule_id
 						AND o.status IN ('QUEUED','RUNNING','RETRY_WAIT')),
 				now()
-			FROM c JOIN scheduler.scheduled_execution e ON e.id = c.id JOIN scheduler.schedule_details d ON d.id = e.schedule_id
-			ORDER BY e.scheduled_at, e.id`, args...)
+			FROM c JOIN scheduler.schedule_details d ON d.id = c.schedule_id
+			ORDER BY c.scheduled_at, c.id`, args...)
 		if err != nil {
 			return fmt.Errorf("store: fire: %w", err)
 		}
