@@ -141,19 +141,8 @@ func BenchmarkClusterVsRedisCluster(b *testing.B) {
 					perRound = append(perRound, fmt.Sprintf("%.0f (%.2f cpu-s) vs %.0f (%.2f cpu-s)", r1.rps, cpu1, r2.rps, cpu2))
 				}
 				b.Logf("%s_P%d rounds, cachenode vs redis ops/s: %s", test, pipeline, strings.Join(perRound, "; "))
-				name := fmt.Sprintf("%s_P%d", test, pipeline)
-				total := float64(rounds * n)
-				ourPerCPU, theirPerCPU := total/ourCPU, total/theirCPU
-				b.ReportMetric(ourPerCPU, "cachenode_"+name+"_ops/cpu-s")
-				b.ReportMetric(theirPerCPU, "redis_"+name+"_ops/cpu-s")
-				b.ReportMetric(ourPerCPU/theirPerCPU, name+"_ops_per_cpu_ratio")
-				b.ReportMetric(ours.rps, "cachenode_"+name+"_ops/s")
-				b.ReportMetric(theirs.rps, "redis_"+name+"_ops/s")
-				b.ReportMetric(ours.rps/theirs.rps, name+"_throughput_ratio")
-				b.ReportMetric(ours.p99, "cachenode_"+name+"_p99_ms")
-				b.ReportMetric(theirs.p99, "redis_"+name+"_p99_ms")
-				b.Logf("%-7s cachenode cluster %9.0f ops/s p99 %.3f ms %9.0f ops/cpu-s | redis cluster %9.0f ops/s p99 %.3f ms %9.0f ops/cpu-s | ratio %.2f, per cpu-s %.2f",
-					name, ours.rps, ours.p99, ourPerCPU, theirs.rps, theirs.p99, theirPerCPU, ours.rps/theirs.rps, ourPerCPU/theirPerCPU)
+				reportPair(b, fmt.Sprintf("%s_P%d", test, pipeline), "cachenode cluster", "redis cluster",
+					float64(rounds*n), ours, theirs, ourCPU, theirCPU)
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/portico-io/portico/cachenode/internal/filepoll"
 )
 
 // Watcher loads a cluster config file into a State and re-reads it every
@@ -61,26 +63,15 @@ func (w *Watcher) check() (bool, error) {
 
 // Run checks every Interval until ctx is done. Load must have succeeded.
 func (w *Watcher) Run(ctx context.Context) error {
-	iv := w.Interval
-	if iv <= 0 {
-		iv = 2 * time.Second
-	}
-	t := time.NewTicker(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			applied, err := w.check()
-			if err != nil && w.Logger != nil {
-				w.Logger.Error("cluster config rejected; keeping the current slot map", "path", w.Path, "err", err)
-			} else if applied && w.Logger != nil {
-				w.Logger.Info("cluster config reloaded", "path", w.Path, "epoch", w.state.Load().Epoch)
-			}
-			if (applied || err != nil) && w.OnCheck != nil {
-				w.OnCheck(applied, err)
-			}
+	filepoll.Run(ctx, w.Interval, w.check, func(applied bool, err error) {
+		if err != nil && w.Logger != nil {
+			w.Logger.Error("cluster config rejected; keeping the current slot map", "path", w.Path, "err", err)
+		} else if applied && w.Logger != nil {
+			w.Logger.Info("cluster config reloaded", "path", w.Path, "epoch", w.state.Load().Epoch)
 		}
-	}
+		if (applied || err != nil) && w.OnCheck != nil {
+			w.OnCheck(applied, err)
+		}
+	})
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/portico-io/portico/cachenode/evict"
+	"github.com/portico-io/portico/cachenode/internal/filepoll"
 )
 
 // fileSpec is the YAML shape of a namespaces file:
@@ -163,26 +164,15 @@ func (w *Watcher) check() (bool, error) {
 
 // Run checks every Interval until ctx is done.
 func (w *Watcher) Run(ctx context.Context) error {
-	iv := w.Interval
-	if iv <= 0 {
-		iv = 2 * time.Second
-	}
-	t := time.NewTicker(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			applied, err := w.check()
-			if err != nil && w.Logger != nil {
-				w.Logger.Error("namespaces file rejected; keeping the last good one", "path", w.Path, "err", err)
-			} else if applied && w.Logger != nil {
-				w.Logger.Info("namespaces reloaded", "path", w.Path)
-			}
-			if w.OnCheck != nil {
-				w.OnCheck(applied, err)
-			}
+	filepoll.Run(ctx, w.Interval, w.check, func(applied bool, err error) {
+		if err != nil && w.Logger != nil {
+			w.Logger.Error("namespaces file rejected; keeping the last good one", "path", w.Path, "err", err)
+		} else if applied && w.Logger != nil {
+			w.Logger.Info("namespaces reloaded", "path", w.Path)
 		}
-	}
+		if w.OnCheck != nil {
+			w.OnCheck(applied, err)
+		}
+	})
+	return nil
 }
