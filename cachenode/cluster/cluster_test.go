@@ -80,7 +80,7 @@ func TestRoute(t *testing.T) {
 		{[]string{"bar", "foo"}, ErrCrossSlot},
 		{[]string{"{bar}x", "bar", "{bar}"}, ""},
 	} {
-		if got := m.Route(k(tc.keys...), false); got != tc.want {
+		if got, check := m.Route(k(tc.keys...), Query{}); got != tc.want || check != -1 {
 			t.Errorf("Route(%q) = %q, want %q", tc.keys, got, tc.want)
 		}
 	}
@@ -88,10 +88,10 @@ func TestRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := part.Route(k("foo"), false); got != ErrUnbound {
+	if got, _ := part.Route(k("foo"), Query{}); got != ErrUnbound {
 		t.Errorf("unassigned slot: %q", got)
 	}
-	if got := part.Route(k("bar"), false); got != ErrClusterDown {
+	if got, _ := part.Route(k("bar"), Query{}); got != ErrClusterDown {
 		t.Errorf("owned slot, incomplete coverage: %q", got)
 	}
 }
@@ -157,5 +157,136 @@ func TestSpecValidateAndJSON(t *testing.T) {
 	s.Nodes[0].Slots = []string{"0-5461"}
 	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "assigned to both") {
 		t.Fatalf("overlap: %v", err)
+	}
+}
+
+// sixNodes: three primaries with a replica each; slot 5061 ("bar") moving
+// from a to b in the state given.
+func sixNodes(t *testing.T, self, state string) *Map {
+	t.Helper()
+	doc := `
+epoch: 9
+nodes:
+  - {id: a, host: h, port: 7000, slots: ["0-5460"]}
+  - {id: b, host: h, port: 7001, slots: ["5461-10922"]}
+  - {id: c, host: h, port: 7002, slots: ["10923-16383"]}
+  - {id: a2, host: h, port: 7003, replica_of: a}
+  - {id: b2, host: h, port: 7004, replica_of: b, failed: true}
+  - {id: c2, host: h, port: 7005, replica_of: c, bus_port: 9999}
+`
+	if state == Handoff {
+		doc = strings.Replace(doc, `"0-5460"`, `"0-5060", "5062-5460"`, 1)
+		doc = strings.Replace(doc, `"5461-10922"`, `"5061", "5461-10922"`, 1)
+	}
+	if state != "" {
+		doc += "migrations: [{slot: 5061, from: a, to: b, state: " + state + "}]\n"
+	}
+	m, err := Parse([]byte(doc), self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestReplicasAndSpecRoundTrip(t *testing.T) {
+	m := sixNodes(t, "a2", "")
+	if m.Size() != 3 || m.Quorum() != 2 || !m.Myself().IsReplica() || m.Primary(m.Myself()).ID != "a" {
+		t.Fatalf("size %d quorum %d", m.Size(), m.Quorum())
+	}
+	if a := m.Node("a"); len(a.Replicas) != 1 || m.Nodes[a.Replicas[0]].ID != "a2" || a.BusPort != 17000 {
+		t.Fatalf("a = %+v", a)
+	}
+	if c2 := m.Node("c2"); c2.BusAddr() != "h:9999" || !m.Node("b2").Failed {
+		t.Fatal("bus port or failed flag lost")
+	}
+	// Spec() is the document the map came from: rebuilding gives the same map.
+	back, err := m.Spec().Map("a2")
+	if err != nil || !reflect.DeepEqual(back.Spec(), m.Spec()) || back.owner != m.owner {
+		t.Fatalf("round trip: %v\n%+v\n%+v", err, back.Spec(), m.Spec())
+	}
+	mg := sixNodes(t, "a", Migrating)
+	back, err = mg.Spec().Map("a")
+	if err != nil || !reflect.DeepEqual(back.Migrations, mg.Migrations) || back.Migration(5061) == nil {
+		t.Fatalf("migrations round trip: %v %+v", err, back.Migrations)
+	}
+	for _, bad := range []struct{ doc, want string }{
+		{`nodes: [{id: a, host: h, port: 1, slots: ["0-16383"]}, {id: r, host: h, port: 2, replica_of: x}]`, "not listed"},
+		{`nodes: [{id: a, host: h, port: 1, slots: ["0-16383"]}, {id: r, host: h, port: 2, replica_of: a, slots: ["1"]}]`, "cannot own slots"},
+		{`nodes: [{id: a, host: h, port: 1, replica_of: a}]`, "itself"},
+		{`nodes: [{id: a, host: h, port: 1}, {id: b, host: h, port: 2, replica_of: a}, {id: c, host: h, port: 3, replica_of: b}]`, "no chains"},
+		{`nodes: [{id: a, host: h, port: 60000}]`, "set bus_port"},
+		{`{nodes: [{id: a, host: h, port: 1, slots: ["0-16383"]}, {id: b, host: h, port: 2}], migrations: [{slot: 1, from: b, to: a, state: migrating}]}`, "does not own it"},
+		{`{nodes: [{id: a, host: h, port: 1, slots: ["0-16383"]}, {id: b, host: h, port: 2}], migrations: [{slot: 1, from: b, to: a, state: handoff}]}`, ""},
+		{`{nodes: [{id: a, host: h, port: 1, slots: ["0-16383"]}, {id: b, host: h, port: 2}], migrations: [{slot: 1, from: a, to: b, state: handoff}]}`, "does not own it"},
+		{`{nodes: [{id: a, host: h, port: 1, slots: ["0-16383"]}, {id: b, host: h, port: 2}], migrations: [{slot: 1, from: a, to: b, state: moving}]}`, "state"},
+		{`{nodes: [{id: a, host: h, port: 1, slots: ["0-16383"]}, {id: b, host: h, port: 2}], migrations: [{slot: 1, from: a, to: a, state: importing}]}`, "two primaries"},
+		{`{nodes: [{id: a, host: h, port: 1, slots: ["0-16383"]}, {id: b, host: h, port: 2}], migrations: [{slot: 1, from: a, to: b, state: importing}, {slot: 1, from: a, to: b, state: migrating}]}`, "twice"},
+	} {
+		_, err := Parse([]byte(bad.doc), "a")
+		if bad.want == "" {
+			if err != nil {
+				t.Errorf("Parse(%s) = %v, want success", bad.doc, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Parse(%s) = %v, want %q", bad.doc, err, bad.want)
+		}
+	}
+}
+
+// TestRouteMovingAndReplicas: Redis's getNodeByQuery rules for a slot in
+// each migration state, on the source, the target and a bystander, and
+// for replica reads.
+func TestRouteMovingAndReplicas(t *testing.T) {
+	bar := [][]byte{[]byte("bar")}                      // slot 5061
+	two := [][]byte{[]byte("{bar}1"), []byte("{bar}2")} // slot 5061 too
+	type tc struct {
+		self, state string
+		keys        [][]byte
+		q           Query
+		want        string
+		check       bool
+	}
+	askB, movedA, movedB := "ASK 5061 h:7001", "MOVED 5061 h:7000", "MOVED 5061 h:7001"
+	for i, c := range []tc{
+		{"a", Importing, bar, Query{}, "", false},
+		{"b", Importing, bar, Query{}, movedA, false},
+		{"b", Importing, bar, Query{Asking: true}, "", false},
+		{"b", Importing, two, Query{Asking: true}, "", true},
+		{"a", Migrating, bar, Query{}, "", true},
+		{"b", Migrating, bar, Query{Asking: true}, "", false},
+		{"b", Migrating, bar, Query{}, movedA, false},
+		{"c", Migrating, bar, Query{Asking: true}, movedA, false},
+		{"a", Handoff, bar, Query{}, askB, false},
+		{"b", Handoff, bar, Query{}, "", false},
+		{"c", Handoff, bar, Query{}, movedB, false},
+		{"a", "", bar, Query{}, "", false},
+		{"a2", "", bar, Query{}, movedA, false},
+		{"a2", "", bar, Query{ReadOnly: true}, "", false},
+		{"a2", "", bar, Query{ReadOnly: true, Write: true}, movedA, false},
+		{"b2", "", bar, Query{ReadOnly: true}, movedA, false},
+	} {
+		m := sixNodes(t, c.self, c.state)
+		got, check := m.Route(c.keys, c.q)
+		if got != c.want || (check >= 0) != c.check {
+			t.Errorf("%d: %s %s %+v: Route = %q, %d; want %q, check %v", i, c.self, c.state, c.q, got, check, c.want, c.check)
+		}
+	}
+	src := sixNodes(t, "a", Migrating)
+	for _, c := range []struct {
+		present, missing int
+		want             string
+	}{{1, 0, ""}, {0, 1, askB}, {1, 1, ErrTryAgain}, {2, 0, ""}} {
+		if got := src.RouteMoving(5061, Query{}, c.present, c.missing); got != c.want {
+			t.Errorf("source, %d present %d missing: %q, want %q", c.present, c.missing, got, c.want)
+		}
+	}
+	dst := sixNodes(t, "b", Importing)
+	if got := dst.RouteMoving(5061, Query{Asking: true}, 1, 1); got != ErrTryAgain {
+		t.Errorf("target, one key missing: %q", got)
+	}
+	if got := dst.RouteMoving(5061, Query{Asking: true}, 2, 0); got != "" {
+		t.Errorf("target, all keys here: %q", got)
 	}
 }

@@ -145,18 +145,33 @@ func clusterInfo(m *cluster.Map) string {
 
 // clusterNodes is CLUSTER NODES's text: one line per node, Redis's format
 // "<id> <ip:port@cport> <flags> <master> <ping-sent> <pong-recv>
-// <config-epoch> <link-state> <slots>...". Every node is a master; the bus
-// port is reported as 0 (there is no cluster bus).
+// <config-epoch> <link-state> <slots>...". cport is the node's bus port;
+// failure detection goes through the topology store, so ping times are 0
+// and the link is "connected" unless the node is declared failed. This
+// node's own line lists its moving slots as Redis does:
+// [slot->-<to>] when migrating out, [slot-<-<from>] when importing.
 func clusterNodes(m *cluster.Map) string {
 	var b strings.Builder
 	epoch := strconv.FormatUint(m.Epoch, 10)
 	for i := range m.Nodes {
 		n := &m.Nodes[i]
-		flags := "master"
+		var flags []string
 		if i == m.Self {
-			flags = "myself,master"
+			flags = append(flags, "myself")
 		}
-		b.WriteString(n.ID + " " + n.Addr() + "@0 " + flags + " - 0 0 " + epoch + " connected")
+		master := "-"
+		if n.IsReplica() {
+			flags = append(flags, "slave")
+			master = m.Nodes[n.ReplicaOf].ID
+		} else {
+			flags = append(flags, "master")
+		}
+		link := "connected"
+		if n.Failed {
+			flags = append(flags, "fail")
+			link = "disconnected"
+		}
+		b.WriteString(n.ID + " " + n.Addr() + "@" + strconv.Itoa(n.BusPort) + " " + strings.Join(flags, ",") + " " + master + " 0 0 " + epoch + " " + link)
 		for _, r := range n.Ranges {
 			b.WriteByte(' ')
 			b.WriteString(strconv.Itoa(r.Start))
@@ -164,12 +179,24 @@ func clusterNodes(m *cluster.Map) string {
 				b.WriteString("-" + strconv.Itoa(r.End))
 			}
 		}
+		if i == m.Self {
+			for _, mg := range m.Migrations {
+				switch {
+				case mg.State == cluster.Migrating && mg.From == i:
+					b.WriteString(" [" + strconv.Itoa(mg.Slot) + "->-" + m.Nodes[mg.To].ID + "]")
+				case mg.State != cluster.Handoff && mg.To == i:
+					b.WriteString(" [" + strconv.Itoa(mg.Slot) + "-<-" + m.Nodes[mg.From].ID + "]")
+				}
+			}
+		}
 		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
-// clusterSlots: [[start, end, [host, port, id, {}]], ...] by slot.
+// clusterSlots: [[start, end, primary, replicas...], ...] by slot, each
+// node as [host, port, id, {}]; failed replicas are left out, as Redis
+// does, so clients do not send READONLY reads to them.
 func clusterSlots(c *Ctx, m *cluster.Map) {
 	type entry struct {
 		r cluster.Range
@@ -184,46 +211,82 @@ func clusterSlots(c *Ctx, m *cluster.Map) {
 	sort.Slice(all, func(i, j int) bool { return all[i].r.Start < all[j].r.Start })
 	c.W.Array(len(all))
 	for _, e := range all {
-		c.W.Array(3)
+		var reps []*cluster.Node
+		for _, ri := range e.n.Replicas {
+			if !m.Nodes[ri].Failed {
+				reps = append(reps, &m.Nodes[ri])
+			}
+		}
+		c.W.Array(3 + len(reps))
 		c.W.Int(int64(e.r.Start))
 		c.W.Int(int64(e.r.End))
-		c.W.Array(4)
-		c.W.BulkString(e.n.Host)
-		c.W.Int(int64(e.n.Port))
-		c.W.BulkString(e.n.ID)
-		c.W.Map(0)
+		for _, n := range append([]*cluster.Node{e.n}, reps...) {
+			c.W.Array(4)
+			c.W.BulkString(n.Host)
+			c.W.Int(int64(n.Port))
+			c.W.BulkString(n.ID)
+			c.W.Map(0)
+		}
 	}
 }
 
-// clusterShards: one shard per node owning slots (no replicas yet), its
-// node "online" (the static map lists live nodes only as configured).
+// clusterShards: one shard per primary with its replicas. Health is
+// "fail" for a node the cluster declared failed, "loading" for this node
+// while it loads a full sync, else "online"; replication offsets are
+// known for this node only (there is no gossip carrying the others').
 func clusterShards(c *Ctx, m *cluster.Map) {
-	c.W.Array(len(m.Nodes))
+	var primaries []int
 	for i := range m.Nodes {
-		n := &m.Nodes[i]
+		if !m.Nodes[i].IsReplica() {
+			primaries = append(primaries, i)
+		}
+	}
+	c.W.Array(len(primaries))
+	for _, pi := range primaries {
+		p := &m.Nodes[pi]
 		c.W.Map(2)
 		c.W.BulkString("slots")
-		c.W.Array(2 * len(n.Ranges))
-		for _, r := range n.Ranges {
+		c.W.Array(2 * len(p.Ranges))
+		for _, r := range p.Ranges {
 			c.W.Int(int64(r.Start))
 			c.W.Int(int64(r.End))
 		}
 		c.W.BulkString("nodes")
-		c.W.Array(1)
-		c.W.Map(7)
-		c.W.BulkString("id")
-		c.W.BulkString(n.ID)
-		c.W.BulkString("port")
-		c.W.Int(int64(n.Port))
-		c.W.BulkString("ip")
-		c.W.BulkString(n.Host)
-		c.W.BulkString("endpoint")
-		c.W.BulkString(n.Host)
-		c.W.BulkString("role")
-		c.W.BulkString("master")
-		c.W.BulkString("replication-offset")
-		c.W.Int(0)
-		c.W.BulkString("health")
-		c.W.BulkString("online")
+		members := append([]int{pi}, p.Replicas...)
+		c.W.Array(len(members))
+		for _, ni := range members {
+			n := &m.Nodes[ni]
+			role := "master"
+			if n.IsReplica() {
+				role = "replica"
+			}
+			var offset int64
+			health := "online"
+			if ni == m.Self && c.e.cfg.Replication != nil {
+				var loading bool
+				offset, loading = c.e.cfg.Replication()
+				if loading {
+					health = "loading"
+				}
+			}
+			if n.Failed {
+				health = "fail"
+			}
+			c.W.Map(7)
+			c.W.BulkString("id")
+			c.W.BulkString(n.ID)
+			c.W.BulkString("port")
+			c.W.Int(int64(n.Port))
+			c.W.BulkString("ip")
+			c.W.BulkString(n.Host)
+			c.W.BulkString("endpoint")
+			c.W.BulkString(n.Host)
+			c.W.BulkString("role")
+			c.W.BulkString(role)
+			c.W.BulkString("replication-offset")
+			c.W.Int(offset)
+			c.W.BulkString("health")
+			c.W.BulkString(health)
+		}
 	}
 }

@@ -79,6 +79,15 @@ type Config struct {
 	// slots it does not own get MOVED (CROSSSLOT, CLUSTERDOWN), and CLUSTER,
 	// READONLY, READWRITE and ASKING are served from the current slot map.
 	Cluster *cluster.State
+	// WriteFence, when set, is asked before every write in cluster mode: a
+	// non-empty answer (an error reply without '-') refuses the write. A
+	// primary that lost contact with the topology store longer than its
+	// lease answers so, so it stops taking writes before a failover can
+	// promote its replica.
+	WriteFence func() string
+	// Replication, when set, reports this node's replication offset and
+	// whether it is loading a full sync (CLUSTER SHARDS).
+	Replication func() (offset int64, loading bool)
 	// Now is the wall clock (default time.Now). When set, it is also what
 	// TTLs and rate limits see (it must then match the Registry's clock).
 	Now func() time.Time
@@ -203,6 +212,8 @@ func (c *Ctx) defaultExpire() int64 {
 	return 0
 }
 
+const errReadOnlyReplica = "READONLY You can't write against a read only replica."
+
 // Close records that a session's connection is gone.
 func (e *Engine) Close(s *Session) { e.conns.Add(-1) }
 
@@ -244,18 +255,30 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 		return
 	}
 	keys := spec.keys(args, s.keys[:0])
-	if len(keys) > 0 {
-		if e.cfg.Cluster != nil {
-			if redirect := e.cfg.Cluster.Load().Route(keys, asking); redirect != "" {
-				w.Error(redirect)
-				return
-			}
+	check := -1
+	var q cluster.Query
+	var m *cluster.Map
+	if e.cfg.Cluster != nil {
+		m = e.cfg.Cluster.Load()
+		q = cluster.Query{Asking: asking, ReadOnly: s.ReadOnly, Write: spec.has(flagWrite)}
+		var redirect string
+		if len(keys) > 0 {
+			redirect, check = m.Route(keys, q)
+		} else if q.Write && m.Myself().IsReplica() {
+			redirect = errReadOnlyReplica
 		}
-		if e.cfg.Route != nil {
-			if redirect := e.cfg.Route(keys); redirect != "" {
-				w.Error(redirect)
-				return
-			}
+		if redirect == "" && q.Write && e.cfg.WriteFence != nil {
+			redirect = e.cfg.WriteFence()
+		}
+		if redirect != "" {
+			w.Error(redirect)
+			return
+		}
+	}
+	if len(keys) > 0 && e.cfg.Route != nil {
+		if redirect := e.cfg.Route(keys); redirect != "" {
+			w.Error(redirect)
+			return
 		}
 	}
 	if e.fakeClock {
@@ -299,6 +322,22 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 	c := &s.ctx
 	*c = Ctx{e: e, Args: args, W: w, S: s, NS: ns, spec: spec, Tx: &s.tx}
 	e.keyspace(ns).BeginAt(c.Tx, keys, nowMs)
+	if check >= 0 {
+		// The slot is moving: whether the keys are here decides, under the
+		// same locks the slot's mover takes.
+		present := 0
+		for _, k := range keys {
+			if c.Tx.Peek(k) != nil {
+				present++
+			}
+		}
+		if redirect := m.RouteMoving(check, q, present, len(keys)-present); redirect != "" {
+			c.Tx.End()
+			w.Error(redirect)
+			e.observe(ns, spec, start, true)
+			return
+		}
+	}
 	spec.fn(c)
 	c.Tx.End()
 	if c.NS != ns { // AUTH/HELLO switched namespaces

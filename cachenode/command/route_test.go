@@ -105,7 +105,7 @@ func TestClusterMode(t *testing.T) {
 		{"CLUSTER MYID", "$2\r\nme\r\n"},
 		{"CLUSTER COUNTKEYSINSLOT 5061", ":1\r\n"},
 		{"CLUSTER GETKEYSINSLOT 5061 5", "*1\r\n$3\r\nbar\r\n"},
-		{"CLUSTER NODES", "$106\r\nme h:1@0 myself,master - 0 0 7 connected 0-8191\nother 10.0.0.2:7000@0 master - 0 0 7 connected 8192-16383\n\r\n"},
+		{"CLUSTER NODES", "$114\r\nme h:1@10001 myself,master - 0 0 7 connected 0-8191\nother 10.0.0.2:7000@17000 master - 0 0 7 connected 8192-16383\n\r\n"},
 		{"INFO cluster", "$30\r\n# Cluster\r\ncluster_enabled:1\r\n\r\n"},
 	} {
 		if got := exec(strings.Fields(tc[0])...); got != tc[1] {
