@@ -101,15 +101,16 @@ type Value struct {
 
 // DecodeValue decodes a value encoding. It never panics: truncation, a bad
 // version, a bad checksum, an unknown kind, lengths past the input and
-// trailing bytes are all ErrCorrupt (or ErrVersion).
+// trailing bytes are all ErrCorrupt; a checksum mismatch is ErrChecksum
+// (which is also ErrCorrupt) and an unknown version ErrVersion.
 func DecodeValue(b []byte) (Value, error) {
 	var v Value
 	if len(b) < headerLen+trailerLen+1 {
-		return v, fmt.Errorf("%w: %d bytes is too short", ErrCorrupt, len(b))
+		return v, fmt.Errorf("%w: %d bytes is too short", ErrChecksum, len(b))
 	}
 	body := b[:len(b)-trailerLen]
 	if crc64.Checksum(body, crcTable) != binary.LittleEndian.Uint64(b[len(body):]) {
-		return v, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+		return v, ErrChecksum
 	}
 	if body[0] != Version {
 		return v, fmt.Errorf("%w: version %d, want %d", ErrVersion, body[0], Version)

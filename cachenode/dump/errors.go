@@ -1,6 +1,9 @@
 package dump
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors.
 var (
@@ -9,6 +12,9 @@ var (
 	ErrCorrupt = errors.New("dump: corrupt payload")
 	// ErrVersion is a value encoded by an unknown format version.
 	ErrVersion = errors.New("dump: unsupported version")
+	// ErrChecksum is a value whose checksum does not match (or too short to
+	// have one); it wraps ErrCorrupt too.
+	ErrChecksum = fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	// ErrShort is a buffer holding only part of a record: a stream reader
 	// should read more and try again.
 	ErrShort = errors.New("dump: incomplete record")

@@ -352,6 +352,10 @@ func (tx *Txn) Update(key []byte, e *Entry) {
 	e.size = n
 }
 
+// SetMeta overwrites e's eviction metadata (RESTORE's IDLETIME and FREQ);
+// meta is in package evict's layout for the DB's policy.
+func (tx *Txn) SetMeta(e *Entry, meta uint32) { e.meta = meta }
+
 // SetExpire changes key's deadline (0 = persist).
 func (tx *Txn) SetExpire(key []byte, e *Entry, expireAt int64) {
 	tx.setExpire(tx.shard(key), key, e, expireAt)
