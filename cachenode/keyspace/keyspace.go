@@ -9,9 +9,15 @@
 // SINTER) is atomic with respect to other commands. A Txn must only touch
 // the keys it was opened with. The command layer consumes a DB through its
 // command.Keyspace interface, which a slot-owning cluster node can wrap.
+//
+// An Observer (Config.Observer) sees every change to every key, whatever
+// made it (a command, lazy or active expiry, eviction, a flush): it is the
+// write feed replication is built on.
 package keyspace
 
 import (
+	"bytes"
+	"iter"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -67,6 +73,26 @@ type Config struct {
 	Node *Usage
 	// Policy is the initial eviction policy (SetPolicy changes it).
 	Policy evict.Policy
+	// Name is the namespace the DB holds, for observers (DB.Name).
+	Name string
+	// Observer, when set, is told about every change (see Observer). Nil
+	// costs the write path one pointer test.
+	Observer Observer
+}
+
+// Observer is told about every change to a DB, after it happened and while
+// the changed key's shard lock is still held (all shard locks for
+// Flushed), so for any one key the calls come in the order of its changes.
+// A Txn reports each key it changed once, with its final state, in End.
+// key and e are valid only during the call; e may be read (not changed).
+// An Observer must be fast and must not call back into the DB: it runs
+// inside the write path.
+type Observer interface {
+	// Changed reports key's new state; e is nil when key was deleted
+	// (DEL, lazy or active expiry, eviction, rename away).
+	Changed(db *DB, key []byte, e *Entry)
+	// Flushed reports that every key of db was deleted at once.
+	Flushed(db *DB)
 }
 
 // DefaultShards is the default number of lock shards.
@@ -79,6 +105,8 @@ type DB struct {
 	now    func() int64
 	node   *Usage
 	policy atomic.Uint32
+	name   string
+	obs    Observer
 
 	used      atomic.Int64
 	keys      atomic.Int64
@@ -105,7 +133,7 @@ func New(cfg Config) *DB {
 	for p < n && p < NumSlots {
 		p <<= 1
 	}
-	db := &DB{shards: make([]shard, p), mask: p - 1, now: cfg.Now, node: cfg.Node}
+	db := &DB{shards: make([]shard, p), mask: p - 1, now: cfg.Now, node: cfg.Node, name: cfg.Name, obs: cfg.Observer}
 	if db.now == nil {
 		db.now = func() int64 { return time.Now().UnixMilli() }
 	}
@@ -122,6 +150,19 @@ func New(cfg Config) *DB {
 
 // Now is the DB's clock in unix ms.
 func (db *DB) Now() int64 { return db.now() }
+
+// Name is Config.Name.
+func (db *DB) Name() string { return db.name }
+
+// ShardOf is the lock shard key lives in.
+func (db *DB) ShardOf(key []byte) int { return db.shardOf(key) }
+
+// changed reports a change made outside a Txn; sh's lock is held.
+func (db *DB) changed(key string, e *Entry) {
+	if db.obs != nil {
+		db.obs.Changed(db, unsafe.Slice(unsafe.StringData(key), len(key)), e)
+	}
+}
 
 // SetPolicy changes the eviction policy (a namespace config reload). Keys
 // keep their metadata; it is reinterpreted, so victims are less precise for
@@ -167,6 +208,12 @@ type Txn struct {
 	knownLen  [2]int
 	knownSlot [2]int
 	nknown    int
+	// Keys changed in this Txn, reported to the Observer in End (tracked
+	// only when the DB has one). Inline room for the common case; more
+	// spills into moreDirty, reused across Txns.
+	dirty     [4][]byte
+	ndirty    int
+	moreDirty [][]byte
 }
 
 // Begin locks the shards of keys (in index order, so concurrent multi-key
@@ -211,8 +258,11 @@ func (db *DB) BeginAt(tx *Txn, keys [][]byte, nowMs int64) {
 	tx.now = nowMs
 }
 
-// End releases the locks.
+// End reports the changed keys to the DB's Observer and releases the locks.
 func (tx *Txn) End() {
+	if tx.ndirty > 0 {
+		tx.report()
+	}
 	for i := len(tx.held) - 1; i >= 0; i-- {
 		tx.db.shards[tx.held[i]].mu.Unlock()
 	}
@@ -221,6 +271,54 @@ func (tx *Txn) End() {
 
 // Now is the command's clock reading in unix ms.
 func (tx *Txn) Now() int64 { return tx.now }
+
+// mark records that key changed, for End to report. The keys a Txn is
+// given must stay unchanged until End (they alias the command's args).
+func (tx *Txn) mark(key []byte) {
+	if tx.db.obs != nil {
+		tx.addDirty(key)
+	}
+}
+
+func (tx *Txn) addDirty(key []byte) {
+	n := min(tx.ndirty, len(tx.dirty))
+	for _, k := range tx.dirty[:n] {
+		if bytes.Equal(k, key) {
+			return
+		}
+	}
+	if tx.ndirty < len(tx.dirty) {
+		tx.dirty[tx.ndirty] = key
+		tx.ndirty++
+		return
+	}
+	for _, k := range tx.moreDirty {
+		if bytes.Equal(k, key) {
+			return
+		}
+	}
+	tx.moreDirty = append(tx.moreDirty, key)
+	tx.ndirty++
+}
+
+// report tells the Observer each dirty key's final state; the locks are
+// still held.
+func (tx *Txn) report() {
+	db := tx.db
+	one := func(key []byte) {
+		db.obs.Changed(db, key, tx.shard(key).m[string(key)])
+	}
+	for _, k := range tx.dirty[:min(tx.ndirty, len(tx.dirty))] {
+		one(k)
+	}
+	for _, k := range tx.moreDirty {
+		one(k)
+	}
+	clear(tx.dirty[:])
+	clear(tx.moreDirty)
+	tx.moreDirty = tx.moreDirty[:0]
+	tx.ndirty = 0
+}
 
 func (tx *Txn) shard(key []byte) *shard {
 	if len(key) > 0 {
@@ -254,6 +352,7 @@ func (tx *Txn) Peek(key []byte) *Entry {
 	if e.expireAt != 0 && e.expireAt <= tx.now {
 		tx.db.remove(sh, string(key), e)
 		tx.db.expired.Add(1)
+		tx.mark(key)
 		return nil
 	}
 	return e
@@ -331,6 +430,7 @@ func (tx *Txn) insert(sh *shard, key []byte, e *Entry, expireAt int64) *Entry {
 	}
 	tx.db.keys.Add(1)
 	tx.db.account(int64(e.size))
+	tx.mark(key)
 	return e
 }
 
@@ -350,6 +450,7 @@ func (tx *Txn) Update(key []byte, e *Entry) {
 	n := entrySize(len(key), e)
 	tx.db.account(int64(n) - int64(e.size))
 	e.size = n
+	tx.mark(key)
 }
 
 // SetMeta overwrites e's eviction metadata (RESTORE's IDLETIME and FREQ);
@@ -371,6 +472,7 @@ func (tx *Txn) setExpire(sh *shard, key []byte, e *Entry, expireAt int64) {
 		tx.db.volatile.Add(-1)
 	}
 	e.expireAt = expireAt
+	tx.mark(key)
 }
 
 // Delete removes key; it reports whether a live key was removed.
@@ -380,6 +482,7 @@ func (tx *Txn) Delete(key []byte) bool {
 	}
 	sh := tx.shard(key)
 	tx.db.remove(sh, string(key), sh.m[string(key)])
+	tx.mark(key)
 	return true
 }
 
@@ -392,6 +495,7 @@ func (tx *Txn) Rename(src, dst []byte, e *Entry) {
 	exp := e.expireAt
 	sh := tx.shard(src)
 	tx.db.remove(sh, string(src), e)
+	tx.mark(src)
 	e.expireAt = 0
 	e.size = 0
 	meta := e.meta
@@ -414,6 +518,7 @@ func (db *DB) Scan(cursor uint64, count int, fn func(key string, e *Entry)) uint
 			if e.expireAt != 0 && e.expireAt <= now {
 				db.remove(sh, k, e)
 				db.expired.Add(1)
+				db.changed(k, nil)
 				continue
 			}
 			fn(k, e)
@@ -442,28 +547,70 @@ func (db *DB) ScanSlot(slot int, fn func(key string, e *Entry)) {
 		if e.expireAt != 0 && e.expireAt <= now {
 			db.remove(sh, k, e)
 			db.expired.Add(1)
+			db.changed(k, nil)
 			continue
 		}
 		fn(k, e)
 	}
 }
 
-// Flush deletes every key.
+// ViewShard runs fn with lock shard i held; entries yields the shard's
+// live keys (expired ones are skipped, not removed). fn must not call back
+// into db. It is what a consistent snapshot is built from: with an
+// Observer that numbers changes, whatever the Observer saw for shard i
+// before fn ran is in entries, and nothing after.
+func (db *DB) ViewShard(i int, fn func(entries iter.Seq2[string, *Entry])) {
+	sh := &db.shards[i&db.mask]
+	now := db.now()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	fn(func(yield func(string, *Entry) bool) {
+		for k, e := range sh.m {
+			if e.expireAt != 0 && e.expireAt <= now {
+				continue
+			}
+			if !yield(k, e) {
+				return
+			}
+		}
+	})
+}
+
+// Flush deletes every key. With an Observer it holds every shard lock at
+// once, so the flush is one point in the change order; without one it
+// clears a shard at a time.
 func (db *DB) Flush() {
+	if db.obs != nil {
+		for i := range db.shards {
+			db.shards[i].mu.Lock()
+		}
+		for i := range db.shards {
+			db.clearShard(&db.shards[i])
+		}
+		db.obs.Flushed(db)
+		for i := len(db.shards) - 1; i >= 0; i-- {
+			db.shards[i].mu.Unlock()
+		}
+		return
+	}
 	for i := range db.shards {
 		sh := &db.shards[i]
 		sh.mu.Lock()
-		var freed int64
-		for _, e := range sh.m {
-			freed += int64(e.size)
-		}
-		db.keys.Add(-int64(len(sh.m)))
-		db.volatile.Add(-int64(len(sh.vol)))
-		sh.m = map[string]*Entry{}
-		sh.vol = map[string]struct{}{}
-		db.account(-freed)
+		db.clearShard(sh)
 		sh.mu.Unlock()
 	}
+}
+
+func (db *DB) clearShard(sh *shard) {
+	var freed int64
+	for _, e := range sh.m {
+		freed += int64(e.size)
+	}
+	db.keys.Add(-int64(len(sh.m)))
+	db.volatile.Add(-int64(len(sh.vol)))
+	sh.m = map[string]*Entry{}
+	sh.vol = map[string]struct{}{}
+	db.account(-freed)
 }
 
 // ExpireSample looks at up to n keys with a TTL in shard i and deletes the
@@ -481,6 +628,7 @@ func (db *DB) ExpireSample(i, n int) (sampled, expired int) {
 		e := sh.m[k]
 		if e.expireAt <= now {
 			db.remove(sh, k, e)
+			db.changed(k, nil)
 			expired++
 		}
 	}
@@ -557,6 +705,7 @@ func (db *DB) EvictOne(samples int) (freed int64, ok bool) {
 	freed = int64(ve.size)
 	db.remove(sh, victim, ve)
 	db.evicted.Add(1)
+	db.changed(victim, nil)
 	return freed, true
 }
 

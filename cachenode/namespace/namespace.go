@@ -204,6 +204,7 @@ type Registry struct {
 	shards int
 	now    func() int64
 	sink   func(ns, key string)
+	obs    keyspace.Observer
 }
 
 // RegistryConfig configures a Registry.
@@ -215,11 +216,14 @@ type RegistryConfig struct {
 	// HotKeySink receives sampled keys (the optional sample stream); it must
 	// not block.
 	HotKeySink func(ns, key string)
+	// Observer is given every namespace's changes (keyspace.Config.Observer;
+	// DB.Name tells which namespace), e.g. the replication feed.
+	Observer keyspace.Observer
 }
 
 // NewRegistry returns a registry holding only the default namespace.
 func NewRegistry(cfg RegistryConfig) *Registry {
-	r := &Registry{ns: map[string]*Namespace{}, node: &keyspace.Usage{}, shards: cfg.Shards, now: cfg.Now, sink: cfg.HotKeySink}
+	r := &Registry{ns: map[string]*Namespace{}, node: &keyspace.Usage{}, shards: cfg.Shards, now: cfg.Now, sink: cfg.HotKeySink, obs: cfg.Observer}
 	if r.now == nil {
 		r.now = func() int64 { return time.Now().UnixMilli() }
 	}
@@ -305,8 +309,9 @@ func (r *Registry) Apply(set []Settings) error {
 		n := r.ns[s.Name]
 		if n == nil {
 			n = &Namespace{
-				Name:     s.Name,
-				DB:       keyspace.New(keyspace.Config{Shards: r.shards, Now: r.now, Node: r.node, Policy: s.Policy}),
+				Name: s.Name,
+				DB: keyspace.New(keyspace.Config{Shards: r.shards, Now: r.now, Node: r.node, Policy: s.Policy,
+					Name: s.Name, Observer: r.obs}),
 				prefixes: map[string]*PrefixCounters{},
 			}
 			var sink func(string)
