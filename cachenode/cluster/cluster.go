@@ -72,6 +72,16 @@ const (
 	Handoff   = "handoff"
 )
 
+// MoveStatus is the progress of a slot a node migrates out.
+type MoveStatus struct {
+	Slot  int
+	To    string
+	Epoch uint64 // the map epoch the work started under
+	Moved int64  // keys copied and deleted on the source
+	Done  bool   // no key of the slot is left on the source
+	Err   string // the last failure, empty after a success
+}
+
 // Migration is one slot in motion.
 type Migration struct {
 	Slot     int

@@ -88,6 +88,9 @@ type Config struct {
 	// Replication, when set, reports this node's replication offset and
 	// whether it is loading a full sync (CLUSTER SHARDS).
 	Replication func() (offset int64, loading bool)
+	// Moves, when set, lists the slots this node migrates out (CACHE
+	// MIGRATIONS).
+	Moves func() []cluster.MoveStatus
 	// Now is the wall clock (default time.Now). When set, it is also what
 	// TTLs and rate limits see (it must then match the Registry's clock).
 	Now func() time.Time

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/portico-io/portico/cachenode/cluster"
+
 	"github.com/portico-io/portico/cachenode/namespace"
 )
 
@@ -271,9 +273,38 @@ func cmdConfig(c *Ctx) {
 // cmdCache is CACHE HOTKEYS [namespace]: the sampled top keys with their
 // estimated access counts (sampled count × sampling rate). A connection
 // sees its own namespace; one in "default" may name any namespace.
+//
+// CACHE MIGRATIONS lists the slots this node is migrating out: for each,
+// [slot, to, epoch, moved, done (0/1), error] (what cachectl waits on
+// before it hands a slot off).
 func cmdCache(c *Ctx) {
+	if eqFold(c.Args[1], "migrations") {
+		if len(c.Args) != 2 {
+			c.W.Error("ERR wrong number of arguments for 'cache|migrations' command")
+			return
+		}
+		var st []cluster.MoveStatus
+		if c.e.cfg.Moves != nil {
+			st = c.e.cfg.Moves()
+		}
+		c.W.Array(len(st))
+		for _, s := range st {
+			c.W.Array(6)
+			c.W.Int(int64(s.Slot))
+			c.W.BulkString(s.To)
+			c.W.Int(int64(s.Epoch))
+			c.W.Int(s.Moved)
+			done := int64(0)
+			if s.Done {
+				done = 1
+			}
+			c.W.Int(done)
+			c.W.BulkString(s.Err)
+		}
+		return
+	}
 	if !eqFold(c.Args[1], "hotkeys") {
-		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CACHE HOTKEYS.")
+		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CACHE HOTKEYS or CACHE MIGRATIONS.")
 		return
 	}
 	if len(c.Args) > 3 {

@@ -67,14 +67,7 @@ type Config struct {
 }
 
 // SlotStatus is one slot this node migrates out (CACHE MIGRATIONS).
-type SlotStatus struct {
-	Slot  int
-	To    string
-	Epoch uint64 // the map epoch the work started under
-	Moved int64  // keys copied and deleted here
-	Done  bool   // no key of the slot is left here
-	Err   string // the last failure, empty after a success
-}
+type SlotStatus = cluster.MoveStatus
 
 // Mover copies out the slots the current map says this node migrates.
 type Mover struct {

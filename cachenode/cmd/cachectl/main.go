@@ -3,6 +3,14 @@
 //
 //	cachectl --kv-addrs 127.0.0.1:18400,127.0.0.1:18401 --cluster prod topology get
 //	cachectl --kv-addrs … --cluster prod topology set --file map.yaml [--revision N]
+//	cachectl … node add --id d --host 10.0.0.4 --port 7000 [--bus-port P] [--replica-of a]
+//	cachectl … node remove --id d
+//	cachectl … reshard --slots 0-99,200 --to d [--batch 16] [--pause 0]
+//	cachectl … rebalance [--exclude d,e]
+//
+// node, reshard and rebalance change the stored map step by step (package
+// reshard) and wait for the nodes concerned to follow each step; an
+// interrupted reshard or rebalance resumes when run again.
 //
 // get prints the stored map as YAML, with its revision in a comment. set
 // validates the file as a slot map, takes the stored epoch + 1 when the
@@ -26,6 +34,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/portico-io/portico/cachenode/cluster"
+	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/internal/envflag"
 )
@@ -38,6 +47,10 @@ func main() {
 
 const usage = `usage: cachectl [flags] topology get
        cachectl [flags] topology set --file map.yaml [--revision N]
+       cachectl [flags] node add --id ID --host HOST --port PORT [--bus-port P] [--replica-of ID]
+       cachectl [flags] node remove --id ID
+       cachectl [flags] reshard --slots 0-99,200 --to ID [--batch N] [--pause D]
+       cachectl [flags] rebalance [--exclude ID,ID]
 flags:
 `
 
@@ -48,12 +61,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	addrs := envflag.String(fs, "kv-addrs", "PORTICO_CACHE_CLUSTER_KV_ADDRS", "127.0.0.1:18400,127.0.0.1:18401,127.0.0.1:18402", "comma-separated kvnode HTTP addresses")
 	name := envflag.String(fs, "cluster", "PORTICO_CACHE_CLUSTER_NAME", "", "cluster name (the key <name>/topology)")
 	keyspace := envflag.String(fs, "keyspace", "PORTICO_CACHE_CLUSTER_KV_KEYSPACE", topology.DefaultKeyspace, "kvnode CP keyspace")
-	timeout := fs.Duration("timeout", 30*time.Second, "overall deadline")
+	timeout := fs.Duration("timeout", 30*time.Second, "overall deadline (reshard and rebalance: per step)")
+	user := envflag.String(fs, "node-user", "PORTICO_CACHE_NODE_USER", "", "AUTH username (namespace) for the nodes, when they require auth")
+	pass := envflag.String(fs, "node-password", "PORTICO_CACHE_NODE_PASSWORD", "", "AUTH secret for the nodes")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	rest := fs.Args()
-	if len(rest) < 2 || rest[0] != "topology" || (rest[1] != "get" && rest[1] != "set") {
+	valid := len(rest) >= 2 && (rest[0] == "topology" && (rest[1] == "get" || rest[1] == "set") ||
+		rest[0] == "node" && (rest[1] == "add" || rest[1] == "remove")) ||
+		len(rest) >= 1 && (rest[0] == "reshard" || rest[0] == "rebalance")
+	if !valid {
 		fs.Usage()
 		return 2
 	}
@@ -67,17 +85,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "cachectl:", err)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
+	rs := &reshard.Resharder{Client: c, Nodes: reshard.RESP{Username: *user, Password: *pass}, StepTimeout: *timeout, Log: stdout}
 	var err error
-	if rest[1] == "get" {
-		err = get(ctx, c, rest[2:], stdout)
-	} else {
-		err = set(ctx, c, rest[2:], stdout, stderr)
+	switch rest[0] {
+	case "reshard":
+		err = reshardCmd(ctx, rs, rest[1:], stderr)
+	case "rebalance":
+		err = rebalanceCmd(ctx, rs, rest[1:], stdout, stderr)
+	default:
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		switch rest[0] + " " + rest[1] {
+		case "topology get":
+			err = get(ctx, c, rest[2:], stdout)
+		case "topology set":
+			err = set(ctx, c, rest[2:], stdout, stderr)
+		case "node add":
+			err = nodeAdd(ctx, rs, rest[2:], stdout, stderr)
+		case "node remove":
+			err = nodeRemove(ctx, rs, rest[2:], stdout, stderr)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "cachectl:", err)
-		if errors.Is(err, errUsage) {
+		if errors.Is(err, errUsage) || errors.Is(err, reshard.ErrUsage) {
 			return 2
 		}
 		return 1
@@ -150,5 +181,80 @@ func set(ctx context.Context, c *topology.Client, args []string, stdout, stderr 
 		return err
 	}
 	fmt.Fprintf(stdout, "published cluster %s epoch %d at revision %d (was epoch %d, revision %d)\n", c.Cluster, spec.Epoch, newRev, storedEpoch, stored)
+	return nil
+}
+
+func nodeAdd(ctx context.Context, rs *reshard.Resharder, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("node add", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var n cluster.NodeSpec
+	fs.StringVar(&n.ID, "id", "", "node id (its --node-id)")
+	fs.StringVar(&n.Host, "host", "", "address clients and peers reach it at")
+	fs.IntVar(&n.Port, "port", 0, "RESP port")
+	fs.IntVar(&n.BusPort, "bus-port", 0, "node-to-node port (default port + 10000)")
+	fs.StringVar(&n.ReplicaOf, "replica-of", "", "add as a replica of this primary")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || n.ID == "" || n.Host == "" || n.Port == 0 {
+		return fmt.Errorf("%w: node add --id ID --host HOST --port PORT [--bus-port P] [--replica-of ID]", errUsage)
+	}
+	m, err := rs.AddNode(ctx, n)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "added %s at epoch %d (it owns no slots: reshard or rebalance to give it some)\n", n.ID, m.Epoch)
+	return nil
+}
+
+func nodeRemove(ctx context.Context, rs *reshard.Resharder, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("node remove", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	id := fs.String("id", "", "node id")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *id == "" {
+		return fmt.Errorf("%w: node remove --id ID", errUsage)
+	}
+	m, err := rs.RemoveNode(ctx, *id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "removed %s at epoch %d\n", *id, m.Epoch)
+	return nil
+}
+
+func reshardCmd(ctx context.Context, rs *reshard.Resharder, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reshard", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	spec := fs.String("slots", "", "slots to move: 0-99,200")
+	to := fs.String("to", "", "primary receiving them")
+	fs.IntVar(&rs.Batch, "batch", 16, "slots taken through each step together")
+	fs.DurationVar(&rs.Pause, "pause", 0, "wait between batches")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *spec == "" || *to == "" {
+		return fmt.Errorf("%w: reshard --slots 0-99,200 --to ID [--batch N] [--pause D]", errUsage)
+	}
+	list, err := reshard.ParseSlots(*spec)
+	if err != nil {
+		return err
+	}
+	return rs.Move(ctx, list, *to)
+}
+
+func rebalanceCmd(ctx context.Context, rs *reshard.Resharder, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("rebalance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	exclude := fs.String("exclude", "", "primaries to drain (comma-separated)")
+	fs.IntVar(&rs.Batch, "batch", 16, "slots taken through each step together")
+	fs.DurationVar(&rs.Pause, "pause", 0, "wait between batches")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return fmt.Errorf("%w: rebalance [--exclude ID,ID]", errUsage)
+	}
+	var ex []string
+	for _, id := range strings.Split(*exclude, ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			ex = append(ex, id)
+		}
+	}
+	n, err := rs.Rebalance(ctx, ex...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "rebalanced: %d slots moved\n", n)
 	return nil
 }
