@@ -45,7 +45,7 @@
 //     replica_of the candidate with failed: true, P's other replicas
 //     re-pointed to the candidate, and migrations from or to P dropped.
 //   - Failed flags. The lowest-id live primary (owning slots, not failed,
-//     fresh report) marks failed: true on a node down by quorum that has no
+//     fresh report, not down by quorum) marks failed: true on a node down by quorum that has no
 //     promotion to wait for (a replica, a primary without slots, or a
 //     primary with no eligible replica), and clears it on a failed node that
 //     a quorum of voters reports up again. Its changes of one round go into
@@ -217,7 +217,7 @@ type Monitor struct {
 	// Fence state, read on every write.
 	lastConfirm atomic.Int64  // mono ns of the last confirming read's start; -1 none
 	demoted     atomic.Uint64 // epoch of the last stored map read that does not make this node a primary; 0 none
-	holdUntil   atomic.Int64 // mono ns
+	holdUntil   atomic.Int64  // mono ns
 
 	mu       sync.Mutex
 	reports  map[string]received // by node id, from the watch
@@ -389,18 +389,36 @@ func (m *Monitor) tick(ctx context.Context) {
 	}
 }
 
-// confirm reads the stored map; a map listing this node as a primary
-// renews the write lease from the read's start.
+// Confirm reads the stored map once, as Run does every Interval: a map
+// listing this node as a primary renews its write lease (until the first
+// such read a primary refuses writes; call Confirm before serving to not
+// wait for Run's first round). It returns the read's error.
+func (m *Monitor) Confirm(ctx context.Context) error {
+	_, err := m.confirmRead(ctx)
+	return err
+}
+
 func (m *Monitor) confirm(ctx context.Context) *topology.Topology {
-	start := m.mono()
-	rctx, cancel := context.WithTimeout(ctx, m.cfg.Interval)
-	t, err := m.cfg.Client.Load(rctx)
-	cancel()
+	t, err := m.confirmRead(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Debug("topology read failed", "err", err)
 		}
 		return nil
+	}
+	return t
+}
+
+// confirmRead reads the stored map; a map listing this node as a primary
+// renews the write lease from the read's start (the read linearizes after
+// it), one that does not fences writes at once.
+func (m *Monitor) confirmRead(ctx context.Context) (*topology.Topology, error) {
+	start := m.mono()
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.Interval)
+	t, err := m.cfg.Client.Load(rctx)
+	cancel()
+	if err != nil {
+		return nil, err
 	}
 	me := (*cluster.NodeSpec)(nil)
 	for i := range t.Spec.Nodes {
@@ -419,7 +437,7 @@ func (m *Monitor) confirm(ctx context.Context) *topology.Topology {
 	m.mu.Lock()
 	m.stored = t
 	m.mu.Unlock()
-	return t
+	return t, nil
 }
 
 func (m *Monitor) probeAll(ctx context.Context, mp *cluster.Map) {
@@ -682,7 +700,7 @@ func (m *Monitor) decide(t *topology.Topology, reports map[string]Report) *actio
 		return nil
 	}
 	for _, n := range v.voters() {
-		if _, ok := reports[n.ID]; ok && !n.Failed {
+		if _, ok := reports[n.ID]; ok && !n.Failed && !v.downByQuorum(n.ID) {
 			if n.ID != me.ID {
 				return nil // a live primary with a lower id
 			}

@@ -3,9 +3,12 @@ package failover
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -108,11 +111,47 @@ func (p *fakePeer) revive(t *testing.T) {
 	p.serve(ln)
 }
 
+// cutTransport cuts a node off from the store on demand: new requests
+// fail, and so does reading a stream already open (a watch).
+type cutTransport struct {
+	cut atomic.Bool
+}
+
+var errCut = errors.New("partitioned from the store (test)")
+
+func (c *cutTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if c.cut.Load() {
+		return nil, errCut
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil {
+		resp.Body = &cutBody{ReadCloser: resp.Body, cut: &c.cut}
+	}
+	return resp, err
+}
+
+type cutBody struct {
+	io.ReadCloser
+	cut *atomic.Bool
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.cut.Load() {
+		return 0, errCut
+	}
+	n, err := b.ReadCloser.Read(p)
+	if b.cut.Load() {
+		return 0, errCut
+	}
+	return n, err
+}
+
 // tnode is one simulated cache node: a fake RESP listener, a Syncer
 // keeping its State, and its Monitor.
 type tnode struct {
 	id      string
 	peer    *fakePeer
+	link    cutTransport
 	offset  atomic.Int64
 	probe   func(ctx context.Context, addr string) error
 	state   *cluster.State
@@ -172,11 +211,16 @@ func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
+// nodeClient is n's own client, through its cuttable link.
+func (c *tcluster) nodeClient(n *tnode) *topology.Client {
+	return &topology.Client{Addrs: c.g.HTTPAddrs, Cluster: c.name, HTTP: &http.Client{Transport: &n.link, Timeout: 10 * time.Second}}
+}
+
 func (c *tcluster) start(id string) {
 	t := c.t
 	n := c.nodes[id]
 	ctx, cancel := context.WithCancel(context.Background())
-	syncer := &topology.Syncer{Client: c.client(), SelfID: id, CheckInterval: testInterval, Logger: testLogger(t)}
+	syncer := &topology.Syncer{Client: c.nodeClient(n), SelfID: id, CheckInterval: testInterval, Logger: testLogger(t)}
 	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
 	st, err := syncer.Load(lctx)
 	lcancel()
@@ -186,7 +230,7 @@ func (c *tcluster) start(id string) {
 	}
 	n.state = st
 	n.reg = prometheus.NewRegistry()
-	mon, err := New(Config{Client: c.client(), State: st, SelfID: id, Probe: n.probe,
+	mon, err := New(Config{Client: c.nodeClient(n), State: st, SelfID: id, Probe: n.probe,
 		Interval: testInterval, FailAfter: testFailAfter, Lease: testLease,
 		ReplOffset: n.offset.Load, Logger: testLogger(t), Registerer: n.reg,
 		OnPublish: func(epoch uint64, why string) {
@@ -369,13 +413,79 @@ func TestFailover(t *testing.T) {
 	g := kvtest.Start(t, "cache")
 	t.Run("Promotion", func(t *testing.T) { testPromotion(t, g) })
 	t.Run("NoQuorum", func(t *testing.T) { testNoQuorum(t, g) })
+	t.Run("Asymmetric", func(t *testing.T) { testAsymmetric(t, g) })
 	t.Run("ConcurrentCandidates", func(t *testing.T) { testConcurrentCandidates(t, g) })
 	t.Run("Lease", func(t *testing.T) { runLeaseTest(t, g) })
 }
 
-// Kill primary a of {a, b, c} with replicas a1 (offset 100), a2 (offset
-// 200), b1, c1: a2 is promoted once, a becomes its failed replica and a1
-// follows it; a returns and its failed flag is cleared.
+// stopWatch records, polling every 2 ms, when a node first stopped taking
+// writes as a primary of an epoch up to maxEpoch (its fence is up, or its
+// map makes it a replica), and any moment after that it took them again.
+type stopWatch struct {
+	stopped   atomic.Int64 // unix ns
+	violation atomic.Pointer[string]
+	done      chan struct{}
+	wg        sync.WaitGroup
+}
+
+func watchStop(n *tnode, maxEpoch uint64) *stopWatch {
+	w := &stopWatch{done: make(chan struct{})}
+	w.wg.Go(func() {
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			f := n.mon.WriteFence()
+			st := n.state.Load() // after the fence: maps only move forward
+			writable := f == "" && !st.Myself().IsReplica() && st.Epoch <= maxEpoch
+			switch {
+			case !writable:
+				w.stopped.CompareAndSwap(0, time.Now().UnixNano())
+			case w.stopped.Load() != 0:
+				v := fmt.Sprintf("%s took writes again at epoch %d", n.id, st.Epoch)
+				w.violation.CompareAndSwap(nil, &v)
+			}
+		}
+	})
+	return w
+}
+
+func (w *stopWatch) end(t *testing.T) {
+	close(w.done)
+	w.wg.Wait()
+	if v := w.violation.Load(); v != nil {
+		t.Error(*v)
+	}
+}
+
+// opensWatch records when n first takes writes as a primary.
+func watchOpen(n *tnode) (at *atomic.Int64, stop func()) {
+	at = &atomic.Int64{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if n.mon.WriteFence() == "" && !n.state.Load().Myself().IsReplica() {
+				at.CompareAndSwap(0, time.Now().UnixNano())
+			}
+		}
+	})
+	return at, func() { close(done); wg.Wait() }
+}
+
+// Primary a of {a, b, c} with replicas a1 (offset 100), a2 (offset 200),
+// b1, c1 is cut off from its peers and from the store: it stops taking
+// writes (lease) before a2 is promoted, once; a becomes a2's failed
+// replica and a1 follows a2. When the partition heals, a sees the newer
+// epoch, never takes a write as a primary again, follows a2, and its
+// failed flag is cleared.
 func testPromotion(t *testing.T, g *kvtest.Group) {
 	c := newCluster(t, g, "promote", "a1", "a2", "b1", "c1")
 	c.nodes["a1"].offset.Store(100)
@@ -386,49 +496,61 @@ func testPromotion(t *testing.T, g *kvtest.Group) {
 			t.Fatalf("primary %s fenced with a reachable store: %q", id, f)
 		}
 	}
+	a, a2 := c.nodes["a"], c.nodes["a2"]
+	aw := watchStop(a, 1)
+	a2Open, stopOpen := watchOpen(a2)
 
-	killed := time.Now()
-	c.nodes["a"].peer.kill()
-	c.stop("a")
+	cut := time.Now()
+	a.peer.kill()
+	a.link.cut.Store(true)
 	var why string
 	select {
 	case why = <-c.pubCh:
 	case <-time.After(15 * time.Second):
 		t.Fatal("no promotion within 15 s")
 	}
-	took := time.Since(killed)
-	t.Logf("kill → promotion published: %s (%s; fail-after %s, interval %s)", took.Round(time.Millisecond), why, testFailAfter, testInterval)
+	promoted := time.Now()
+	took := promoted.Sub(cut)
+	t.Logf("partition → promotion published: %s (%s; fail-after %s, interval %s)", took.Round(time.Millisecond), why, testFailAfter, testInterval)
 	if took < testFailAfter {
 		t.Fatalf("promoted after %s, before fail-after %s", took, testFailAfter)
 	}
 	if took > testFailAfter+10*testInterval+time.Second {
 		t.Errorf("promotion took %s", took)
 	}
+	stopped := aw.stopped.Load()
+	if stopped == 0 || stopped > promoted.UnixNano() {
+		t.Fatalf("a still took writes when a2 was promoted")
+	}
+	t.Logf("partition → a refuses writes: %s; that is %s before the promotion", time.Duration(stopped-cut.UnixNano()).Round(time.Millisecond),
+		time.Duration(promoted.UnixNano()-stopped).Round(time.Millisecond))
+	if f := a.mon.WriteFence(); !strings.Contains(f, "could not be confirmed") {
+		t.Errorf("a's fence: %q", f)
+	}
 	if !strings.HasPrefix(why, "a2 2 promote a2 over failed a") {
 		t.Fatalf("publication %q, want a2 promoting itself at epoch 2", why)
 	}
-	top := c.load()
-	s := top.Spec
+	s := c.load().Spec
 	if s.Epoch != 2 {
 		t.Fatalf("epoch %d", s.Epoch)
 	}
-	if a := nodeSpec(s, "a"); a.ReplicaOf != "a2" || !a.Failed || len(a.Slots) != 0 {
-		t.Fatalf("a = %+v", a)
+	if n := nodeSpec(s, "a"); n.ReplicaOf != "a2" || !n.Failed || len(n.Slots) != 0 {
+		t.Fatalf("a = %+v", n)
 	}
-	if a2 := nodeSpec(s, "a2"); a2.ReplicaOf != "" || a2.Failed || fmt.Sprint(a2.Slots) != "[0-5460]" {
-		t.Fatalf("a2 = %+v", a2)
+	if n := nodeSpec(s, "a2"); n.ReplicaOf != "" || n.Failed || fmt.Sprint(n.Slots) != "[0-5460]" {
+		t.Fatalf("a2 = %+v", n)
 	}
-	if a1 := nodeSpec(s, "a1"); a1.ReplicaOf != "a2" || a1.Failed {
-		t.Fatalf("a1 = %+v", a1)
+	if n := nodeSpec(s, "a1"); n.ReplicaOf != "a2" || n.Failed {
+		t.Fatalf("a1 = %+v", n)
 	}
 	// The new primary holds writes for the old primary's lease.
-	a2 := c.nodes["a2"]
 	c.waitFor(5*time.Second, "a2 installs epoch 2", func() bool { return a2.state.Load().Epoch >= 2 })
 	if f := a2.mon.WriteFence(); !strings.Contains(f, "just promoted") {
 		t.Errorf("a2 fence right after its promotion: %q", f)
 	}
-	c.waitFor(5*time.Second, "a2 takes writes", func() bool { return a2.mon.WriteFence() == "" })
-	t.Logf("kill → a2 takes writes: %s", time.Since(killed).Round(time.Millisecond))
+	c.waitFor(5*time.Second, "a2 takes writes", func() bool { return a2Open.Load() != 0 })
+	stopOpen()
+	t.Logf("partition → a2 takes writes: %s", time.Duration(a2Open.Load()-cut.UnixNano()).Round(time.Millisecond))
 	if p, f := Role(c.nodes["a1"].state.Load()); p || f == nil || f.ID != "a2" {
 		t.Errorf("a1 follows %v", f)
 	}
@@ -436,15 +558,14 @@ func testPromotion(t *testing.T, g *kvtest.Group) {
 		t.Errorf("a2 promotions_total = %v", v)
 	}
 
-	// a comes back: a quorum sees it, its failed flag is cleared by the
-	// lowest-id live primary (a2), and it stays a2's replica.
-	c.nodes["a"].peer.revive(t)
-	c.start("a")
-	if p, f := Role(c.nodes["a"].state.Load()); p || f.ID != "a2" {
+	// The partition heals: a installs the newer map (a replica of a2,
+	// refusing writes throughout), a quorum reaches it, and the lowest-id
+	// live primary (a2) clears its failed flag.
+	a.link.cut.Store(false)
+	a.peer.revive(t)
+	c.waitFor(5*time.Second, "a installs the newer map", func() bool { return a.state.Load().Epoch >= 2 })
+	if p, f := Role(a.state.Load()); p || f.ID != "a2" {
 		t.Fatalf("returning a: primary %v, follows %v", p, f)
-	}
-	if fence := c.nodes["a"].mon.WriteFence(); fence != "" {
-		t.Errorf("returning a (a replica) fenced: %q", fence) // routing refuses its writes
 	}
 	select {
 	case why = <-c.pubCh:
@@ -455,18 +576,55 @@ func testPromotion(t *testing.T, g *kvtest.Group) {
 		t.Fatalf("publication %q", why)
 	}
 	s = c.load().Spec
-	if a := nodeSpec(s, "a"); a.ReplicaOf != "a2" || a.Failed {
-		t.Fatalf("a = %+v", a)
+	if n := nodeSpec(s, "a"); n.ReplicaOf != "a2" || n.Failed {
+		t.Fatalf("a = %+v", n)
 	}
 	time.Sleep(3 * testInterval)
+	aw.end(t)
 	if pubs := c.publications(); len(pubs) != 2 {
 		t.Fatalf("publications %q, want exactly one promotion and one clear", pubs)
 	}
 	c.checkHistory(3)
 }
 
+// Only a's peers lose it: a still reaches the store (and takes writes)
+// until it reads the promotion, which the promoted a1 does not take writes
+// before: at no moment do both take writes.
+func testAsymmetric(t *testing.T, g *kvtest.Group) {
+	c := newCluster(t, g, "asym", "a1", "b1", "c1")
+	c.startAll()
+	a, a1 := c.nodes["a"], c.nodes["a1"]
+	aw := watchStop(a, 1)
+	a1Open, stopOpen := watchOpen(a1)
+	a.peer.kill()
+	select {
+	case why := <-c.pubCh:
+		if !strings.HasPrefix(why, "a1 2 promote a1 over failed a") {
+			t.Fatalf("publication %q", why)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no promotion within 15 s")
+	}
+	promoted := time.Now()
+	c.waitFor(5*time.Second, "a1 takes writes", func() bool { return a1Open.Load() != 0 })
+	stopOpen()
+	stopped := aw.stopped.Load()
+	if stopped == 0 || stopped >= a1Open.Load() {
+		t.Fatalf("a1 took writes before a stopped (a stopped at %d, a1 open at %d)", stopped, a1Open.Load())
+	}
+	t.Logf("promotion published → old primary a stops: %s; → a1 takes writes: %s",
+		time.Duration(stopped-promoted.UnixNano()).Round(time.Millisecond), time.Duration(a1Open.Load()-promoted.UnixNano()).Round(time.Millisecond))
+	time.Sleep(3 * testInterval)
+	aw.end(t)
+	if p, f := Role(a.state.Load()); p || f.ID != "a1" {
+		t.Fatalf("a: primary %v, follows %v", p, f)
+	}
+}
+
 // Only c finds a unreachable (b still reaches it): one primary's view is
-// not a quorum of two, nothing is published.
+// not a quorum of two, a is not failed over. Replica c1, which both b and
+// c lose, is flagged failed by b (the lowest-id live primary once a's
+// reports have gone stale).
 func testNoQuorum(t *testing.T, g *kvtest.Group) {
 	c := newCluster(t, g, "noquorum", "a1", "b1", "c1")
 	aAddr := c.nodes["a"].peer.addr
@@ -478,8 +636,18 @@ func testNoQuorum(t *testing.T, g *kvtest.Group) {
 		return p.Probe(ctx, addr)
 	}
 	c.startAll()
-	c.nodes["a"].peer.kill()
-	c.stop("a")
+	for _, id := range []string{"a", "c1"} {
+		c.nodes[id].peer.kill()
+		c.stop(id)
+	}
+	select {
+	case why := <-c.pubCh:
+		if !strings.HasPrefix(why, "b 2 failed [c1], recovered []") {
+			t.Fatalf("publication %q", why)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("c1 not flagged failed within 15 s")
+	}
 	a1 := c.nodes["a1"]
 	c.waitFor(10*time.Second, "a1 counts c's report of a down for fail-after", func() bool {
 		r, ok := a1.mon.Status().Reports["c"]
@@ -489,11 +657,12 @@ func testNoQuorum(t *testing.T, g *kvtest.Group) {
 	if r := a1.mon.Status().Reports["b"]; r.DownMS["a"] != 0 || !slices.Contains(r.Up, "a") {
 		t.Fatalf("b's report %+v", r)
 	}
-	if pubs := c.publications(); len(pubs) != 0 {
-		t.Fatalf("published on one primary's view: %q", pubs)
+	if pubs := c.publications(); len(pubs) != 1 {
+		t.Fatalf("publications %q, want only c1's flag", pubs)
 	}
-	if e := c.load().Spec.Epoch; e != 1 {
-		t.Fatalf("epoch %d", e)
+	s := c.load().Spec
+	if n := nodeSpec(s, "a"); s.Epoch != 2 || n.Failed || n.ReplicaOf != "" || !nodeSpec(s, "c1").Failed {
+		t.Fatalf("stored %+v", s)
 	}
 }
 
