@@ -127,14 +127,16 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 }
 
 // Conn is one bus connection as a handler sees it. Not safe for
-// concurrent use, except that Close may be called from any goroutine.
+// concurrent use, except that Close may be called from any goroutine and
+// one goroutine may ReadCommand while another writes (a stream that reads
+// the peer's acks).
 type Conn struct {
 	// W collects replies; Flush sends them.
-	W      resp.Writer
-	nc     net.Conn
-	rd     *resp.Reader
-	ctx    context.Context
-	s      *Server
+	W   resp.Writer
+	nc  net.Conn
+	rd  *resp.Reader
+	ctx context.Context
+	s   *Server
 }
 
 // Context ends when the server stops.
