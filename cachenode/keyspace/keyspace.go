@@ -196,7 +196,9 @@ func (db *DB) account(delta int64) {
 }
 
 // Txn is a set of held shard locks plus the clock reading the command runs
-// at. The zero value is ready for Begin; it must not be copied after.
+// at. The zero value is ready for Begin; it must not be copied after. When
+// the DB has an Observer, the key slices given to a Txn's methods must stay
+// unchanged until End, which reports them.
 type Txn struct {
 	db    *DB
 	small [4]int
