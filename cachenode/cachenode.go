@@ -26,10 +26,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/portico-io/portico/cachenode/bus"
 	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/command"
 	"github.com/portico-io/portico/cachenode/expire"
 	"github.com/portico-io/portico/cachenode/metrics"
+	"github.com/portico-io/portico/cachenode/migrate"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/server"
 	"github.com/portico-io/portico/cachenode/topology"
@@ -69,6 +71,16 @@ type Config struct {
 	// is reachable (default 5 s); the map is reported stale after three
 	// periods without contact.
 	ClusterTopologyCheck time.Duration
+	// BusAddr is the node-to-node listen address in cluster mode (default
+	// ":<this node's bus port in the map>", RESP port + 10000 unless the
+	// map says otherwise): slot imports and replication.
+	BusAddr string
+	// ClusterSecret, when set, is required (AUTH) on the bus port and
+	// presented to peers.
+	ClusterSecret string
+	// MigrateKeysPerSecond limits how fast this node copies out slots it
+	// migrates (default migrate.DefaultKeysPerSec).
+	MigrateKeysPerSecond float64
 	// MaxMemory is the node-wide limit in bytes (0 = unlimited).
 	MaxMemory int64
 	// RequireAuth refuses commands before AUTH <namespace> <secret>.
@@ -99,8 +111,8 @@ type Config struct {
 	Ready chan<- Addrs
 }
 
-// Addrs are the addresses the node listens on.
-type Addrs struct{ RESP, HTTP string }
+// Addrs are the addresses the node listens on (Bus in cluster mode).
+type Addrs struct{ RESP, HTTP, Bus string }
 
 func (c *Config) defaults() {
 	if c.RESPAddr == "" {
@@ -221,8 +233,38 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("cachenode: metrics: %w", err)
 		}
 	}
+	var (
+		busLis net.Listener
+		busSrv *bus.Server
+		mover  *migrate.Mover
+		sender *migrate.BusSender
+		moves  func() []cluster.MoveStatus
+	)
+	if clusterState != nil {
+		addr := cfg.BusAddr
+		if addr == "" {
+			addr = ":" + strconv.Itoa(clusterState.Load().Myself().BusPort)
+		}
+		if busLis, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("cachenode: listen %s (bus): %w", addr, err)
+		}
+		defer func() {
+			if !serving {
+				busLis.Close()
+			}
+		}()
+		busSrv = &bus.Server{Secret: cfg.ClusterSecret, Logger: log}
+		busSrv.Handle(migrate.ImportCommand, migrate.ImportHandler(clusterState, reg))
+		sender = &migrate.BusSender{Secret: cfg.ClusterSecret}
+		mover, err = migrate.New(migrate.Config{State: clusterState, Registry: reg, Send: sender.Send,
+			KeysPerSecond: cfg.MigrateKeysPerSecond, Logger: log, Registerer: cfg.Registry})
+		if err != nil {
+			return fmt.Errorf("cachenode: %w", err)
+		}
+		moves = mover.Status
+	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
-		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState})
+		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}
@@ -274,12 +316,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if syncer != nil {
 		g.Go(func() error { return syncer.Run(gctx) })
 	}
+	if busSrv != nil {
+		g.Go(func() error { return busSrv.Serve(gctx, busLis) })
+		g.Go(func() error {
+			defer sender.Close()
+			return mover.Run(gctx)
+		})
+	}
 	up.Store(true)
 	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "http", httpLis.Addr().String(),
 		"maxmemory", strconv.FormatInt(cfg.MaxMemory, 10), "requireAuth", cfg.RequireAuth, "namespaces", len(reg.All()),
 		"cluster", clusterState != nil)
 	if cfg.Ready != nil {
-		cfg.Ready <- Addrs{RESP: respLis.Addr().String(), HTTP: httpLis.Addr().String()}
+		a := Addrs{RESP: respLis.Addr().String(), HTTP: httpLis.Addr().String()}
+		if busLis != nil {
+			a.Bus = busLis.Addr().String()
+		}
+		cfg.Ready <- a
 	}
 	err = g.Wait()
 	up.Store(false)

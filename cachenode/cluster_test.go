@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,9 +38,26 @@ func clusterYAML(epoch int, ports []string, ranges []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "epoch: %d\nnodes:\n", epoch)
 	for i, p := range ports {
-		fmt.Fprintf(&b, "  - id: %s\n    host: 127.0.0.1\n    port: %s\n    slots: [%q]\n", nodeID(i), p, ranges[i])
+		fmt.Fprintf(&b, "  - id: %s\n    host: 127.0.0.1\n    port: %s\n    bus_port: %d\n    slots: [%q]\n", nodeID(i), p, busPort(p), ranges[i])
 	}
 	return b.String()
+}
+
+// busPorts: the bus port picked for each RESP port, stable for a test
+// binary (port + 10000, the default, may not be a port or may be taken).
+var busPorts sync.Map
+
+func busPort(respPort string) int {
+	if p, ok := busPorts.Load(respPort); ok {
+		return p.(int)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	p, _ := busPorts.LoadOrStore(respPort, l.Addr().(*net.TCPAddr).Port)
+	return p.(int)
 }
 
 // nodeID is a 40-hex-digit id, as Redis's node ids look.

@@ -26,7 +26,7 @@ func topoSpec(epoch uint64, ports []string, ranges [][]string) cluster.Spec {
 	s := cluster.Spec{Epoch: epoch}
 	for i, p := range ports {
 		port, _ := strconv.Atoi(p)
-		s.Nodes = append(s.Nodes, cluster.NodeSpec{ID: nodeID(i), Host: "127.0.0.1", Port: port, Slots: ranges[i]})
+		s.Nodes = append(s.Nodes, cluster.NodeSpec{ID: nodeID(i), Host: "127.0.0.1", Port: port, BusPort: busPort(p), Slots: ranges[i]})
 	}
 	return s
 }

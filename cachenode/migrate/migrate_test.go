@@ -135,7 +135,7 @@ func TestMigrationUnderLoad(t *testing.T) {
 	ta := a.eng.NewSession("t2")
 	var w resp.Writer
 	ta.NS, _ = a.reg.Get("tenant")
-	for _, cmd := range [][]string{{"RPUSH", "{bar}list", "x", "y", "z"}, {"PEXPIRE", "{bar}list", "600000"}} {
+	for _, cmd := range [][]string{{"RPUSH", "{bar}list", "x", "y", "z"}, {"PEXPIRE", "{bar}list", "600000"}, {"SET", "{bar}ttl", "v", "EX", "3600"}} {
 		w.Reset()
 		args := make([][]byte, len(cmd))
 		for i, x := range cmd {
@@ -144,9 +144,21 @@ func TestMigrationUnderLoad(t *testing.T) {
 		a.eng.Exec(ta, args, &w)
 	}
 
+	var sentMu sync.Mutex
+	sentKeys := map[string]int{}
 	send := func(_ context.Context, addr string, batch []byte) error {
 		if addr != "127.0.0.1:17001" {
 			return fmt.Errorf("sent to %s", addr)
+		}
+		for rest := batch; len(rest) > 0; {
+			r, n, _ := dump.ReadRecord(rest)
+			rest = rest[n:]
+			sentMu.Lock()
+			sentKeys[r.NS+"/"+string(r.Key)]++
+			if sentKeys[r.NS+"/"+string(r.Key)] > 1 {
+				t.Errorf("sent twice: %s/%q", r.NS, r.Key)
+			}
+			sentMu.Unlock()
 		}
 		_, err := Import(b.state, b.reg, batch, time.Now().UnixMilli())
 		return err
@@ -202,7 +214,7 @@ func TestMigrationUnderLoad(t *testing.T) {
 	for {
 		st := mv.Status()
 		if len(st) == 1 && st[0].Done {
-			if st[0].Moved != keys+1 || st[0].Slot != slot || st[0].To != "b" {
+			if st[0].Moved != keys+2 || st[0].Slot != slot || st[0].To != "b" {
 				t.Fatalf("status %+v", st[0])
 			}
 			break
@@ -250,10 +262,12 @@ func TestMigrationUnderLoad(t *testing.T) {
 			t.Fatalf("%s on the target = %q", c.args, w.Buf)
 		}
 	}
-	w.Reset()
-	b.eng.Exec(tx, [][]byte{[]byte("PTTL"), []byte("{bar}list")}, &w)
-	if ttl, _ := strconv.Atoi(strings.TrimSpace(string(w.Buf[1:]))); ttl <= 0 || ttl > 600000 {
-		t.Fatalf("TTL lost in migration: %q", w.Buf)
+	for _, k := range []string{"{bar}list", "{bar}ttl"} {
+		w.Reset()
+		b.eng.Exec(tx, [][]byte{[]byte("PTTL"), []byte(k)}, &w)
+		if ttl, _ := strconv.Atoi(strings.TrimSpace(string(w.Buf[1:]))); ttl <= 0 || ttl > 3600000 {
+			t.Fatalf("%s: TTL lost in migration: %q", k, w.Buf)
+		}
 	}
 	if len(mv.Status()) != 0 {
 		t.Fatalf("status kept after the migration ended: %+v", mv.Status())

@@ -66,7 +66,7 @@ var ErrUsage = errors.New("reshard")
 // compare-and-set on the revision read; on a conflict it starts over.
 func (r *Resharder) publish(ctx context.Context, what string, edit func(m *cluster.Map, s *cluster.Spec) (bool, error)) (*cluster.Map, error) {
 	for attempt := 0; ; attempt++ {
-		t, err := r.Client.Load(ctx)
+		t, err := r.load(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -90,11 +90,46 @@ func (r *Resharder) publish(ctx context.Context, what string, edit func(m *clust
 		if errors.Is(err, topology.ErrConflict) && attempt < 20 {
 			continue
 		}
+		if errors.Is(err, topology.ErrUnavailable) {
+			// No leader (an election) or no answer: whether the write
+			// happened is unknown, so start over from a read, which finds
+			// the edit done (nothing to change) or not.
+			if err := r.retryWait(ctx, what, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		r.logf("epoch %d: %s", s.Epoch, what)
 		return s.Map(s.Nodes[0].ID)
+	}
+}
+
+// load reads the stored map, retrying while the store is unavailable
+// (a Raft election) for up to the step timeout.
+func (r *Resharder) load(ctx context.Context) (*topology.Topology, error) {
+	deadline := time.Now().Add(r.stepTimeout())
+	for {
+		t, err := r.Client.Load(ctx)
+		if !errors.Is(err, topology.ErrUnavailable) || time.Now().After(deadline) {
+			return t, err
+		}
+		if err := r.retryWait(ctx, "read the map", err); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// retryWait logs why and waits a little before a retry.
+func (r *Resharder) retryWait(ctx context.Context, what string, err error) error {
+	r.logf("%s: %v; retrying", what, err)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(200 * time.Millisecond):
+		return nil
 	}
 }
 
@@ -184,7 +219,7 @@ func (r *Resharder) Move(ctx context.Context, slotList []int, to string) error {
 // moveBatch takes slots (owned by any primaries) through importing,
 // migrating, handoff and done, grouped by their source.
 func (r *Resharder) moveBatch(ctx context.Context, batch []int, to string) error {
-	t, err := r.Client.Load(ctx)
+	t, err := r.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -470,7 +505,7 @@ func Plan(m *cluster.Map, exclude ...string) ([]Move, error) {
 
 // Rebalance moves slots as Plan says, grouped by target.
 func (r *Resharder) Rebalance(ctx context.Context, exclude ...string) (int, error) {
-	t, err := r.Client.Load(ctx)
+	t, err := r.load(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -29,6 +29,9 @@ func main() {
 	kvAddrs := envflag.String(fs, "cluster-kv-addrs", "PORTICO_CACHE_CLUSTER_KV_ADDRS", "", "cluster mode from a topology store: comma-separated kvnode HTTP addresses (host:port) whose consensus tier holds the slot map (needs --cluster-name; excludes --cluster-config)")
 	clusterName := envflag.String(fs, "cluster-name", "PORTICO_CACHE_CLUSTER_NAME", "", "cluster name: the slot map is the key <name>/topology of --cluster-kv-keyspace")
 	kvKeyspace := envflag.String(fs, "cluster-kv-keyspace", "PORTICO_CACHE_CLUSTER_KV_KEYSPACE", "cache", "kvnode CP keyspace holding topologies (declared with kvnode --cp-keyspaces)")
+	busAddr := envflag.String(fs, "bus-addr", "PORTICO_CACHE_BUS_ADDR", "", "cluster mode: node-to-node listen address for slot imports and replication (default :<the map's bus port for this node>, RESP port + 10000)")
+	clusterSecret := envflag.String(fs, "cluster-secret", "PORTICO_CACHE_CLUSTER_SECRET", "", "cluster mode: shared secret required on the bus port and presented to peers")
+	migrateRate := envflag.Uint(fs, "migrate-keys-per-second", "PORTICO_CACHE_MIGRATE_KEYS_PER_SECOND", 20000, "cluster mode: rate at which this node copies out slots it migrates")
 	maxmem := envflag.String(fs, "maxmemory", "PORTICO_CACHE_MAXMEMORY", "0", "node memory limit: bytes or 256mb-style; 0 = unlimited")
 	requireAuth := envflag.Bool(fs, "require-auth", "PORTICO_CACHE_REQUIRE_AUTH", false, "refuse commands before AUTH <namespace> <secret>")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
@@ -59,6 +62,7 @@ func main() {
 	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile, ClusterConfig: *clusterConfig,
 		ClusterKVAddrs: splitList(*kvAddrs), ClusterName: *clusterName, ClusterKVKeyspace: *kvKeyspace,
+		BusAddr: *busAddr, ClusterSecret: *clusterSecret, MigrateKeysPerSecond: float64(*migrateRate),
 		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
 	if (len(cfg.ClusterKVAddrs) > 0) != (cfg.ClusterName != "") {
 		fmt.Fprintln(os.Stderr, "--cluster-kv-addrs and --cluster-name go together")
