@@ -170,8 +170,8 @@ type Config struct {
 	// the store for this long (default 2 s); Interval < Lease < FailAfter.
 	Lease time.Duration
 	// PromotionHold: a node that promoted itself refuses writes this long
-	// after its publication (default Lease × 1.1; < 0: none). See the
-	// package comment.
+	// after its publication (default Lease × 1.1; at least Lease; < 0:
+	// none). See the package comment.
 	PromotionHold time.Duration
 	// Heartbeat is the period of unchanged reports (default 1 s).
 	Heartbeat time.Duration
@@ -209,15 +209,18 @@ type Report struct {
 // node or flags others when the reports agree, and fences this node's
 // writes.
 type Monitor struct {
-	cfg   Config
-	log   *slog.Logger
-	base  time.Time // monotonic origin
-	stale time.Duration
+	cfg    Config
+	log    *slog.Logger
+	pinger *Pinger   // the default probe's, closed when Run ends
+	base   time.Time // monotonic origin
+	stale  time.Duration
 
 	// Fence state, read on every write.
 	lastConfirm atomic.Int64  // mono ns of the last confirming read's start; -1 none
 	demoted     atomic.Uint64 // epoch of the last stored map read that does not make this node a primary; 0 none
 	holdUntil   atomic.Int64  // mono ns
+
+	kick chan struct{} // a report arrived
 
 	mu       sync.Mutex
 	reports  map[string]received // by node id, from the watch
@@ -273,8 +276,11 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.Lease <= cfg.Interval {
 		return nil, fmt.Errorf("failover: lease %s must be longer than the interval %s that renews it", cfg.Lease, cfg.Interval)
 	}
-	if cfg.PromotionHold == 0 {
+	switch {
+	case cfg.PromotionHold == 0:
 		cfg.PromotionHold = cfg.Lease + cfg.Lease/10
+	case cfg.PromotionHold > 0 && cfg.PromotionHold < cfg.Lease:
+		return nil, fmt.Errorf("failover: promotion hold %s must outlast the lease %s (or be negative: no hold)", cfg.PromotionHold, cfg.Lease)
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -285,12 +291,14 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = min(cfg.Interval, time.Second)
 	}
+	var pinger *Pinger
 	if cfg.Probe == nil {
-		cfg.Probe = (&Pinger{}).Probe
+		pinger = &Pinger{}
+		cfg.Probe = pinger.Probe
 	}
-	m := &Monitor{cfg: cfg, log: cfg.Logger, base: time.Now(),
+	m := &Monitor{cfg: cfg, log: cfg.Logger, base: time.Now(), pinger: pinger,
 		stale:   3*cfg.Interval + cfg.Heartbeat,
-		reports: map[string]received{}, health: map[string]*peer{},
+		reports: map[string]received{}, health: map[string]*peer{}, kick: make(chan struct{}, 1),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -339,15 +347,58 @@ func (m *Monitor) Run(ctx context.Context) error {
 		})
 	})
 	defer wg.Wait()
-	t := time.NewTicker(m.cfg.Interval)
-	defer t.Stop()
+	if m.pinger != nil {
+		defer m.pinger.Close()
+	}
 	for {
+		start := m.mono()
 		m.tick(ctx)
+		// The next round: after Interval, or when a peer found down will
+		// have been down for FailAfter (its report then says so at once).
+		next := start + m.cfg.Interval
+		if c := m.nextCrossing(); c > m.mono() && c < next {
+			next = c
+		}
+		timer := time.NewTimer(max(0, next-m.mono()))
+	wait:
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return nil
-		case <-t.C:
+		case <-timer.C:
+		case <-m.kick:
+			m.react(ctx)
+			goto wait
 		}
+	}
+}
+
+// nextCrossing is the earliest moment a peer found down will have been
+// down for FailAfter, or 0.
+func (m *Monitor) nextCrossing() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Duration
+	now := m.mono()
+	for _, p := range m.health {
+		if c := p.downSince + m.cfg.FailAfter; p.probed && !p.up && c > now && (next == 0 || c < next) {
+			next = c
+		}
+	}
+	return next
+}
+
+// react decides on a new report without waiting for the next round: a
+// replica promotes itself as soon as the last report needed arrives.
+func (m *Monitor) react(ctx context.Context) {
+	m.mu.Lock()
+	t := m.stored
+	m.mu.Unlock()
+	if t == nil || m.decide(t, m.fresh()) == nil {
+		return
+	}
+	if t = m.confirm(ctx); t != nil {
+		m.act(ctx, t)
 	}
 }
 
@@ -368,6 +419,10 @@ func (m *Monitor) onReport(e topology.Entry) error {
 		return nil
 	}
 	m.reports[id] = received{r: r, rev: e.Revision, at: m.mono()}
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
 	return nil
 }
 

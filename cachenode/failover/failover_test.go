@@ -25,11 +25,19 @@ import (
 	"github.com/portico-io/portico/cachenode/topology"
 )
 
-const (
+// Shortened timings; FAILOVER_TEST_DEFAULTS=1 runs with the defaults
+// (to measure them).
+var (
 	testInterval  = 200 * time.Millisecond
 	testFailAfter = 1500 * time.Millisecond
 	testLease     = time.Second
 )
+
+func init() {
+	if os.Getenv("FAILOVER_TEST_DEFAULTS") != "" {
+		testInterval, testFailAfter, testLease = DefaultInterval, DefaultFailAfter, DefaultLease
+	}
+}
 
 // fakePeer stands for a cache node's RESP listener: it answers every
 // command with +PONG until killed.
@@ -339,6 +347,7 @@ func TestConfigValidation(t *testing.T) {
 		{Config{Client: c, State: st, SelfID: "a", Lease: 4 * time.Second, FailAfter: 3 * time.Second}, "shorter than fail-after"},
 		{Config{Client: c, State: st, SelfID: "a", Lease: 400 * time.Millisecond}, "longer than the interval"},
 		{Config{Client: c, State: st}, "required"},
+		{Config{Client: c, State: st, SelfID: "a", PromotionHold: time.Second}, "must outlast the lease"},
 	} {
 		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want %q", tc.cfg, err, tc.want)
