@@ -208,6 +208,7 @@ type proxy struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	closed bool
+	gate   chan struct{} // non-nil: upstream→client copying waits for it to close
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -223,6 +224,7 @@ func newProxy(t *testing.T, target string) *proxy {
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
+		p.resume()
 		p.cut()
 		wg.Wait()
 	})
@@ -250,10 +252,50 @@ func newProxy(t *testing.T, target string) *proxy {
 			p.mu.Unlock()
 			wg.Add(2)
 			go func() { defer wg.Done(); io.Copy(u, c); u.Close(); c.Close() }()
-			go func() { defer wg.Done(); io.Copy(c, u); u.Close(); c.Close() }()
+			go func() { defer wg.Done(); p.copyGated(c, u); u.Close(); c.Close() }()
 		}
 	}()
 	return p
+}
+
+// pause stops forwarding what the primary sends (a replica that stops
+// reading); resume lets it through again.
+func (p *proxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+}
+
+func (p *proxy) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+}
+
+func (p *proxy) copyGated(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		p.mu.Lock()
+		gate := p.gate
+		p.mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *proxy) cut() {

@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,16 +103,8 @@ func (p *Primary) Replicas() []ReplicaStatus {
 			LastAck: time.UnixMilli(r.lastAck.Load())})
 	}
 	p.mu.Unlock()
-	sortStatus(out)
+	slices.SortFunc(out, func(a, b ReplicaStatus) int { return strings.Compare(a.Addr, b.Addr) })
 	return out
-}
-
-func sortStatus(s []ReplicaStatus) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j].Addr < s[j-1].Addr; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // serveSync handles SYNC <replid> <offset> [announced-addr]. It replies
@@ -156,10 +150,11 @@ func (p *Primary) serveSync(c *bus.Conn, args [][]byte) {
 	ctx, cancel := context.WithCancel(c.Context())
 	defer cancel()
 	acks := make(chan struct{})
+	var ackErr error // why the ack reader stopped; read after acks closes
 	go func() {
 		defer close(acks)
 		defer cancel()
-		p.readAcks(c, r)
+		ackErr = p.readAcks(c, r)
 	}()
 	defer func() { c.Close(); <-acks }()
 	p.mu.Lock()
@@ -185,11 +180,18 @@ func (p *Primary) serveSync(c *bus.Conn, args [][]byte) {
 	}
 	r.online.Store(true)
 	err = p.stream(ctx, c, r, off)
+	c.Close()
+	<-acks
+	if ctx.Err() != nil && ackErr != nil {
+		err = ackErr // the ack reader ended the stream
+	}
 	switch {
 	case errors.Is(err, ErrBehind):
 		log.Warn("repl: replica fell out of the backlog; it must full-sync", "offset", off)
-	case ctx.Err() != nil && c.Context().Err() != nil:
+	case c.Context().Err() != nil:
 		// the node is stopping
+	case errors.Is(err, io.EOF):
+		log.Info("repl: replica disconnected")
 	default:
 		log.Warn("repl: replica link lost", "err", err)
 	}
@@ -197,11 +199,11 @@ func (p *Primary) serveSync(c *bus.Conn, args [][]byte) {
 
 // readAcks reads REPLCONF ACK <offset> until the connection fails or the
 // replica is silent past Timeout.
-func (p *Primary) readAcks(c *bus.Conn, r *replica) {
+func (p *Primary) readAcks(c *bus.Conn, r *replica) error {
 	for {
 		args, err := c.ReadCommand(p.cfg.Timeout)
 		if err != nil {
-			return
+			return err
 		}
 		if len(args) == 3 && strings.EqualFold(string(args[0]), "replconf") && strings.EqualFold(string(args[1]), "ack") {
 			if n, err := strconv.ParseInt(string(args[2]), 10, 64); err == nil {

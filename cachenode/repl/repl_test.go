@@ -245,6 +245,33 @@ func TestFullResyncWhenBacklogOverflowed(t *testing.T) {
 	sameState(t, p, r)
 }
 
+// TestSlowReplicaDropped: a connected replica that stops reading while the
+// primary writes more than the backlog holds is dropped by the primary
+// and full-syncs when it reads again.
+func TestSlowReplicaDropped(t *testing.T) {
+	clk := newClock()
+	p := newNode(t, clk, nodeOpts{backlog: 64 << 10}, "a")
+	r := newNode(t, clk, nodeOpts{}, "a")
+	px := newProxy(t, p.bus)
+	r.fol.Follow(px.addr)
+	r.waitSynced(t, true)
+
+	px.pause()
+	// Far more than the socket buffers between the primary and the
+	// replica, so the primary's sender blocks and the backlog overtakes it.
+	val := make([]byte, 4<<10)
+	for i := range 4000 {
+		p.write(t, "a", fmt.Sprint("k", i%500), func(tx *keyspace.Txn, k []byte) { tx.SetString(k, val, 0) })
+	}
+	px.resume()
+	r.waitSynced(t, true)
+	r.waitCaughtUp(t, p)
+	sameState(t, p, r)
+	if st := r.fol.Status(); st.FullSyncs != 2 || st.PartialSyncs != 0 {
+		t.Fatalf("status %+v: want 2 full syncs and no partial one", st)
+	}
+}
+
 // TestSnapshotUnderConcurrentWrites: writers hammer the same keys (every
 // kind, TTLs, deletes, renames, flushes of one namespace) while replicas
 // full-sync; once the writers stop, every replica must equal the primary
