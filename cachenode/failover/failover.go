@@ -346,7 +346,21 @@ func (m *Monitor) Run(ctx context.Context) error {
 			},
 		})
 	})
+	// The lease's reads run on their own, so slow probes or publications
+	// never delay a renewal.
+	wg.Go(func() {
+		for {
+			start := m.mono()
+			m.confirm(wctx)
+			select {
+			case <-wctx.Done():
+				return
+			case <-time.After(max(0, start+m.cfg.Interval-m.mono())):
+			}
+		}
+	})
 	defer wg.Wait()
+	defer cancel()
 	if m.pinger != nil {
 		defer m.pinger.Close()
 	}
@@ -394,10 +408,7 @@ func (m *Monitor) react(ctx context.Context) {
 	m.mu.Lock()
 	t := m.stored
 	m.mu.Unlock()
-	if t == nil || m.decide(t, m.fresh()) == nil {
-		return
-	}
-	if t = m.confirm(ctx); t != nil {
+	if t != nil {
 		m.act(ctx, t)
 	}
 }
@@ -426,8 +437,13 @@ func (m *Monitor) onReport(e topology.Entry) error {
 	return nil
 }
 
+// tick is one round: probe, report, decide on the last map read (a
+// publication is a compare-and-set on its revision, so a map changed since
+// is a conflict, never an overwrite).
 func (m *Monitor) tick(ctx context.Context) {
-	t := m.confirm(ctx)
+	m.mu.Lock()
+	t := m.stored
+	m.mu.Unlock()
 	mp := m.cfg.State.Load()
 	if t != nil {
 		if sm, err := t.Spec.Map(m.cfg.SelfID); err == nil {
@@ -475,6 +491,12 @@ func (m *Monitor) confirmRead(ctx context.Context) (*topology.Topology, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stored != nil && t.Revision < m.stored.Revision {
+		return m.stored, nil // an overlapping read saw a later map
+	}
+	m.stored = t
 	me := (*cluster.NodeSpec)(nil)
 	for i := range t.Spec.Nodes {
 		if t.Spec.Nodes[i].ID == m.cfg.SelfID {
@@ -482,16 +504,15 @@ func (m *Monitor) confirmRead(ctx context.Context) (*topology.Topology, error) {
 		}
 	}
 	if me != nil && me.ReplicaOf == "" {
-		m.lastConfirm.Store(int64(start))
+		if int64(start) > m.lastConfirm.Load() {
+			m.lastConfirm.Store(int64(start))
+		}
 		if m.demoted.Swap(0) != 0 {
 			m.log.Info("stored topology lists this node as a primary again", "epoch", t.Spec.Epoch)
 		}
 	} else if m.demoted.Swap(t.Spec.Epoch) != t.Spec.Epoch {
 		m.log.Warn("stored topology no longer makes this node a primary; fencing writes", "epoch", t.Spec.Epoch, "listed", me != nil)
 	}
-	m.mu.Lock()
-	m.stored = t
-	m.mu.Unlock()
 	return t, nil
 }
 
@@ -857,7 +878,7 @@ func (m *Monitor) act(ctx context.Context, t *topology.Topology) {
 		}
 		m.log.Info("publishing map: "+a.why, append([]any{"epoch", a.spec.Epoch, "revision", t.Revision}, a.attrs...)...)
 		pctx, cancel := context.WithTimeout(ctx, 2*m.cfg.Interval+time.Second)
-		_, err := m.cfg.Client.Publish(pctx, a.spec, t.Revision)
+		rev, err := m.cfg.Client.Publish(pctx, a.spec, t.Revision)
 		cancel()
 		conflict := errors.Is(err, topology.ErrConflict) || errors.Is(err, topology.ErrEpoch)
 		if a.promote && !conflict && m.cfg.PromotionHold > 0 {
@@ -866,6 +887,12 @@ func (m *Monitor) act(ctx context.Context, t *topology.Topology) {
 		}
 		switch {
 		case err == nil:
+			m.mu.Lock()
+			if m.stored == nil || m.stored.Revision < rev {
+				// Decide on our own map from now on, not the one it replaced.
+				m.stored = &topology.Topology{Revision: rev, Spec: a.spec}
+			}
+			m.mu.Unlock()
 			m.pubs.WithLabelValues(a.kind).Inc()
 			if a.promote {
 				m.promotions.Inc()
@@ -878,10 +905,7 @@ func (m *Monitor) act(ctx context.Context, t *topology.Topology) {
 		case conflict:
 			m.conflicts.Inc()
 			m.log.Info("map changed by another writer; reading it again to decide again", "err", err)
-			rctx, cancel := context.WithTimeout(ctx, m.cfg.Interval)
-			t, err = m.cfg.Client.Load(rctx)
-			cancel()
-			if err != nil {
+			if t, err = m.confirmRead(ctx); err != nil {
 				return
 			}
 		default:

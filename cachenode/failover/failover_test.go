@@ -566,6 +566,9 @@ func testPromotion(t *testing.T, g *kvtest.Group) {
 	if v := metricValue(a2.mon.promotions); v != 1 {
 		t.Errorf("a2 promotions_total = %v", v)
 	}
+	if v := metricValue(a2.mon.conflicts); v != 0 {
+		t.Errorf("a2 publish_conflicts_total = %v (deciding on the map it replaced?)", v)
+	}
 
 	// The partition heals: a installs the newer map (a replica of a2,
 	// refusing writes throughout), a quorum reaches it, and the lowest-id
