@@ -154,9 +154,6 @@ func (db *DB) Now() int64 { return db.now() }
 // Name is Config.Name.
 func (db *DB) Name() string { return db.name }
 
-// ShardOf is the lock shard key lives in.
-func (db *DB) ShardOf(key []byte) int { return db.shardOf(key) }
-
 // changed reports a change made outside a Txn; sh's lock is held.
 func (db *DB) changed(key string, e *Entry) {
 	if db.obs != nil {

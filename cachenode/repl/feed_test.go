@@ -178,3 +178,26 @@ func FuzzStream(f *testing.F) {
 		tx.End()
 	})
 }
+
+// BenchmarkTxnSetFed is keyspace's BenchmarkTxnSet with a Feed observing:
+// a SET of a 100-byte value on one of 1024 keys, logged.
+func BenchmarkTxnSetFed(b *testing.B) {
+	f := NewFeed(FeedConfig{})
+	db := keyspace.New(keyspace.Config{Name: "default", Observer: f})
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "key:%d", i)
+	}
+	val := make([]byte, 100)
+	var tx keyspace.Txn
+	one := make([][]byte, 1)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		one[0] = keys[i&1023]
+		i++
+		db.BeginAt(&tx, one, 1)
+		tx.SetStringOver(one[0], tx.Get(one[0]), val, 0)
+		tx.End()
+	}
+}
