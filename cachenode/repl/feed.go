@@ -47,6 +47,12 @@ type FeedConfig struct {
 // Feed is a keyspace.Observer that logs every change as a dump record into
 // the replication backlog. Safe for concurrent use; appends from all shard
 // locks serialize on one mutex, held only for the copy into the ring.
+//
+// A change is logged as the key's whole new value (a state, not the
+// command), so applying records is idempotent and only their order per key
+// matters, which is what lets a snapshot overlap the stream. The price is
+// that a write to a large list, set or hash logs the whole container.
+// (The encoding runs under the key's shard lock, before the mutex.)
 type Feed struct {
 	size int
 	pool sync.Pool
