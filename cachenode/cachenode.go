@@ -30,9 +30,11 @@ import (
 	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/command"
 	"github.com/portico-io/portico/cachenode/expire"
+	"github.com/portico-io/portico/cachenode/keyspace"
 	"github.com/portico-io/portico/cachenode/metrics"
 	"github.com/portico-io/portico/cachenode/migrate"
 	"github.com/portico-io/portico/cachenode/namespace"
+	"github.com/portico-io/portico/cachenode/repl"
 	"github.com/portico-io/portico/cachenode/server"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/internal/health"
@@ -81,6 +83,10 @@ type Config struct {
 	// MigrateKeysPerSecond limits how fast this node copies out slots it
 	// migrates (default migrate.DefaultKeysPerSec).
 	MigrateKeysPerSecond float64
+	// ReplBacklogBytes is the replication backlog (default
+	// repl.DefaultBacklogBytes): a replica that falls further behind, or
+	// reconnects later, needs a full resync.
+	ReplBacklogBytes int
 	// MaxMemory is the node-wide limit in bytes (0 = unlimited).
 	MaxMemory int64
 	// RequireAuth refuses commands before AUTH <namespace> <secret>.
@@ -145,8 +151,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if now == nil {
 		now = time.Now
 	}
+	clusterMode := cfg.ClusterConfig != "" || len(cfg.ClusterKVAddrs) > 0 || cfg.ClusterName != ""
+	var feed *repl.Feed
+	var observer keyspace.Observer
+	if clusterMode {
+		// Every change is logged for replicas from the start, so a replica
+		// that connects later can continue from the backlog.
+		feed = repl.NewFeed(repl.FeedConfig{BacklogBytes: cfg.ReplBacklogBytes})
+		observer = feed
+	}
 	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: cfg.Shards, HotKeySink: cfg.HotKeySink,
-		Now: func() int64 { return now().UnixMilli() }})
+		Now: func() int64 { return now().UnixMilli() }, Observer: observer})
 	var watcher *namespace.Watcher
 	if cfg.NamespacesFile != "" {
 		watcher = &namespace.Watcher{Path: cfg.NamespacesFile, Registry: reg, Interval: cfg.ReloadInterval, Logger: log, OnCheck: cfg.OnReload}
@@ -239,6 +254,11 @@ func Run(ctx context.Context, cfg Config) error {
 		mover  *migrate.Mover
 		sender *migrate.BusSender
 		moves  func() []cluster.MoveStatus
+
+		primary  *repl.Primary
+		follower *repl.Follower
+		replInfo func() string
+		replPos  func() (int64, bool)
 	)
 	if clusterState != nil {
 		addr := cfg.BusAddr
@@ -262,9 +282,25 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("cachenode: %w", err)
 		}
 		moves = mover.Status
+		rm, err := repl.NewMetrics(cfg.Registry, feed)
+		if err != nil {
+			return fmt.Errorf("cachenode: metrics: %w", err)
+		}
+		primary = repl.NewPrimary(repl.PrimaryConfig{Feed: feed, Registry: reg, Logger: log, Metrics: rm})
+		primary.Register(busSrv)
+		follower = repl.NewFollower(repl.FollowerConfig{Registry: reg, Secret: cfg.ClusterSecret, Logger: log, Metrics: rm,
+			Announce: net.JoinHostPort(clusterState.Load().Myself().Host, strconv.Itoa(port))})
+		replInfo = func() string { return repl.Info(feed, primary, follower) }
+		replPos = func() (int64, bool) {
+			if st := follower.Status(); st.Primary != "" {
+				return st.Offset, st.Syncing
+			}
+			return feed.Offset(), false
+		}
 	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
-		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves})
+		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
+		ReplicationInfo: replInfo, Replication: replPos})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}
@@ -322,6 +358,7 @@ func Run(ctx context.Context, cfg Config) error {
 			defer sender.Close()
 			return mover.Run(gctx)
 		})
+		g.Go(func() error { return followRole(gctx, clusterState, feed, follower, log) })
 	}
 	up.Store(true)
 	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "http", httpLis.Addr().String(),
@@ -337,4 +374,38 @@ func Run(ctx context.Context, cfg Config) error {
 	err = g.Wait()
 	up.Store(false)
 	return err
+}
+
+// followRole makes the node's replication follow its role in the slot map:
+// a replica follows its primary's bus port (a demoted primary drops its
+// data in the full resync), and a replica promoted to primary stops
+// following and takes a new replication id, so its replicas resync from it.
+func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, f *repl.Follower, log *slog.Logger) error {
+	defer f.Stop()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var epoch uint64
+	for {
+		if m := st.Load(); m.Epoch != epoch {
+			epoch = m.Epoch
+			me := m.Myself()
+			following := f.Status().Primary
+			switch {
+			case me.IsReplica():
+				if p := m.Primary(me); following != p.BusAddr() {
+					log.Info("replicating", "primary", p.ID, "bus", p.BusAddr(), "epoch", m.Epoch)
+					f.Follow(p.BusAddr())
+				}
+			case following != "":
+				f.Stop()
+				id := feed.Promote()
+				log.Info("promoted to primary: stopped replicating", "was_following", following, "replid", id, "epoch", m.Epoch)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }

@@ -88,6 +88,9 @@ type Config struct {
 	// Replication, when set, reports this node's replication offset and
 	// whether it is loading a full sync (CLUSTER SHARDS).
 	Replication func() (offset int64, loading bool)
+	// ReplicationInfo, when set, is INFO replication's fields
+	// ("name:value\r\n" lines); default: a primary without replicas.
+	ReplicationInfo func() string
 	// Moves, when set, lists the slots this node migrates out (CACHE
 	// MIGRATIONS).
 	Moves func() []cluster.MoveStatus

@@ -435,6 +435,13 @@ func cmdInfo(c *Ctx) {
 	if e.cfg.Cluster != nil {
 		cl = "1"
 	}
+	var repl []string
+	if e.cfg.ReplicationInfo != nil {
+		repl = strings.Split(strings.TrimSuffix(e.cfg.ReplicationInfo(), "\r\n"), "\r\n")
+	} else {
+		repl = []string{"role:master", "connected_slaves:0"}
+	}
+	section("Replication", repl...)
 	section("Cluster", "cluster_enabled:"+cl)
 	section("Keyspace", ks...)
 	section("Namespace",

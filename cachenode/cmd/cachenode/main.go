@@ -29,6 +29,7 @@ func main() {
 	kvAddrs := envflag.String(fs, "cluster-kv-addrs", "PORTICO_CACHE_CLUSTER_KV_ADDRS", "", "cluster mode from a topology store: comma-separated kvnode HTTP addresses (host:port) whose consensus tier holds the slot map (needs --cluster-name; excludes --cluster-config)")
 	clusterName := envflag.String(fs, "cluster-name", "PORTICO_CACHE_CLUSTER_NAME", "", "cluster name: the slot map is the key <name>/topology of --cluster-kv-keyspace")
 	kvKeyspace := envflag.String(fs, "cluster-kv-keyspace", "PORTICO_CACHE_CLUSTER_KV_KEYSPACE", "cache", "kvnode CP keyspace holding topologies (declared with kvnode --cp-keyspaces)")
+	topoCheck := envflag.Duration(fs, "cluster-topology-check", "PORTICO_CACHE_CLUSTER_TOPOLOGY_CHECK", 0, "cluster mode from a topology store: period of the read confirming the store (default 5s; failover needs it shorter than the write lease)")
 	busAddr := envflag.String(fs, "bus-addr", "PORTICO_CACHE_BUS_ADDR", "", "cluster mode: node-to-node listen address for slot imports and replication (default :<the map's bus port for this node>, RESP port + 10000)")
 	clusterSecret := envflag.String(fs, "cluster-secret", "PORTICO_CACHE_CLUSTER_SECRET", "", "cluster mode: shared secret required on the bus port and presented to peers")
 	migrateRate := envflag.Uint(fs, "migrate-keys-per-second", "PORTICO_CACHE_MIGRATE_KEYS_PER_SECOND", 20000, "cluster mode: rate at which this node copies out slots it migrates")
@@ -62,7 +63,7 @@ func main() {
 	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile, ClusterConfig: *clusterConfig,
 		ClusterKVAddrs: splitList(*kvAddrs), ClusterName: *clusterName, ClusterKVKeyspace: *kvKeyspace,
-		BusAddr: *busAddr, ClusterSecret: *clusterSecret, MigrateKeysPerSecond: float64(*migrateRate),
+		ClusterTopologyCheck: *topoCheck, BusAddr: *busAddr, ClusterSecret: *clusterSecret, MigrateKeysPerSecond: float64(*migrateRate),
 		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
 	if (len(cfg.ClusterKVAddrs) > 0) != (cfg.ClusterName != "") {
 		fmt.Fprintln(os.Stderr, "--cluster-kv-addrs and --cluster-name go together")

@@ -9,57 +9,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/portico-io/portico/cachenode/internal/proctest"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// Binary builds kvnode once per test process and returns its path: one
-// file per user in the temp dir, replaced atomically by each build (the
-// build cache makes a rebuild of unchanged code quick), so test runs leave
-// one binary behind, not one each.
+// Binary builds kvnode once per test process and returns its path.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("portico-kvtest-%d", os.Getuid()))
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			buildErr = err
-			return
-		}
-		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-		if err != nil {
-			buildErr = fmt.Errorf("go list -m: %w", err)
-			return
-		}
-		tmp := filepath.Join(dir, fmt.Sprintf("kvnode.%d", os.Getpid()))
-		cmd := exec.Command("go", "build", "-o", tmp, "./kvnode/cmd/kvnode")
-		cmd.Dir = strings.TrimSpace(string(root))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			os.Remove(tmp)
-			buildErr = fmt.Errorf("go build kvnode: %v\n%s", err, out)
-			return
-		}
-		binPath = filepath.Join(dir, "kvnode")
-		if err := os.Rename(tmp, binPath); err != nil {
-			os.Remove(tmp)
-			buildErr = err
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr) // never a skip: the module builds its own kvnode
-	}
-	return binPath
+	return proctest.Build(t, "./kvnode/cmd/kvnode", "kvnode")
 }
 
 // Group is a running 3-node kvnode group.
@@ -69,17 +30,7 @@ type Group struct {
 	HTTPAddrs []string // by node index
 	ids       []string
 	keyspaces []string
-	args      [][]string
-	logs      []string // each node's output, appended across restarts
-	mu        sync.Mutex
-	procs     []*proc
-}
-
-// proc is one kvnode process; exited closes when it ends.
-type proc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error
+	procs     []*proctest.Proc // output appended to a log file across restarts
 }
 
 func freeAddr(t testing.TB) string {
@@ -126,7 +77,6 @@ func (g *Group) launch() {
 		grpc = append(grpc, freeAddr(t))
 		raft = append(raft, freeAddr(t))
 		peers = append(peers, g.ids[i]+"="+raft[i])
-		g.logs = append(g.logs, filepath.Join(dir, g.ids[i]+".log"))
 	}
 	for i := range 3 {
 		var seeds []string
@@ -135,11 +85,10 @@ func (g *Group) launch() {
 				seeds = append(seeds, grpc[j])
 			}
 		}
-		g.args = append(g.args, []string{"--log-format=text", "--log-level=warn", "--node-id=" + g.ids[i],
+		g.procs = append(g.procs, &proctest.Proc{Name: g.ids[i], Bin: g.bin, Log: filepath.Join(dir, g.ids[i]+".log"), Args: []string{"--log-format=text", "--log-level=warn", "--node-id=" + g.ids[i],
 			"--http-addr=" + g.HTTPAddrs[i], "--grpc-addr=" + grpc[i], "--data-dir=" + filepath.Join(dir, g.ids[i]),
 			"--seeds=" + strings.Join(seeds, ","), "--startup-wait=1s", "--raft-addr=" + raft[i],
-			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(g.keyspaces, ",")})
-		g.procs = append(g.procs, nil)
+			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(g.keyspaces, ",")}})
 		g.start(i)
 	}
 }
@@ -151,65 +100,25 @@ func (g *Group) killAll() {
 }
 
 func (g *Group) start(i int) {
-	out, err := os.OpenFile(g.logs[i], os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
+	if err := g.procs[i].Start(); err != nil {
 		g.t.Fatal(err)
 	}
-	cmd := exec.Command(g.bin, g.args[i]...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		g.t.Fatalf("start %s: %v", g.ids[i], err)
-	}
-	p := &proc{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		out.Close()
-		close(p.exited)
-	}()
-	g.mu.Lock()
-	g.procs[i] = p
-	g.mu.Unlock()
 }
 
 // Kill SIGKILLs node i (no-op when it is not running).
-func (g *Group) Kill(i int) {
-	g.mu.Lock()
-	p := g.procs[i]
-	g.procs[i] = nil
-	g.mu.Unlock()
-	if p != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.exited
-	}
-}
+func (g *Group) Kill(i int) { g.procs[i].Kill() }
 
 // Restart starts a killed node i again with its data.
 func (g *Group) Restart(i int) { g.start(i) }
 
 // alive reports whether node i was started and not killed; died reports
 // one that ended by itself (its log tail in the error).
-func (g *Group) alive(i int) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.procs[i] != nil
-}
+func (g *Group) alive(i int) bool { return g.procs[i].Running() }
 
 func (g *Group) died() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for i, p := range g.procs {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.exited:
-			b, _ := os.ReadFile(g.logs[i])
-			if len(b) > 2000 {
-				b = b[len(b)-2000:]
-			}
-			return fmt.Errorf("%s exited (%v):\n%s", g.ids[i], p.err, b)
-		default:
+	for _, p := range g.procs {
+		if err := p.Exited(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -293,12 +202,8 @@ func (g *Group) waitLeader(d time.Duration) (int, error) {
 		}
 		if time.Now().After(deadline) {
 			var tails strings.Builder
-			for i, path := range g.logs {
-				b, _ := os.ReadFile(path)
-				if len(b) > 800 {
-					b = b[len(b)-800:]
-				}
-				fmt.Fprintf(&tails, "\n%s: %s", g.ids[i], b)
+			for i, p := range g.procs {
+				fmt.Fprintf(&tails, "\n%s: %s", g.ids[i], p.Tail(800))
 			}
 			return -1, fmt.Errorf("no kvnode Raft leader serving after %s; logs:%s", d, tails.String())
 		}
