@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/portico-io/portico/cachenode/cluster"
+	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/controlplane/seal"
 )
 
@@ -43,6 +45,8 @@ type Process struct {
 	Env  []string
 	// Ready is polled (HTTP GET, 2xx) before the next process starts.
 	Ready string
+	// Prepare, when set, runs before the process starts.
+	Prepare func(ctx context.Context) error
 }
 
 // Processes lists what `make run` starts, in order. Later components are
@@ -59,8 +63,6 @@ func Processes(root string) []Process {
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
 		{Name: "scheduler", Args: []string{bin("scheduler"), "--log-format=text"},
 			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "http://127.0.0.1:18300/readyz"},
-		{Name: "cachenode", Args: []string{bin("cachenode"), "--log-format=text", "--node-id=cache-0",
-			"--resp-addr=127.0.0.1:7000", "--http-addr=127.0.0.1:18700", "--maxmemory=256mb"}, Ready: "http://127.0.0.1:18700/readyz"},
 	}
 	// Three kvnodes on 18400-18402 (HTTP) and 18500-18502 (internode), each
 	// seeded with the others; the first founds the ring, the rest join it.
@@ -80,10 +82,76 @@ func Processes(root string) []Process {
 			// the same three voters, which is safe (Raft keeps one config).
 			// It serves the keyspace locks (/v1/cp/locks/… = /v1/kv/locks:…).
 			"--raft-bootstrap", "--raft-peers=kv-0=127.0.0.1:18600,kv-1=127.0.0.1:18601,kv-2=127.0.0.1:18602",
-			"--cp-keyspaces=locks"},
+			// and the cache cluster's topology (keyspace cache).
+			"--cp-keyspaces=locks,cache"},
 			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18400+i)})
 	}
+	// The cache cluster: three primaries (7000-7002) and a replica of each
+	// (7003-7005), bus ports 17000+i, HTTP 18700+i, the slot map in the
+	// kvnodes' Raft tier.
+	for i := range CacheNodes {
+		p := Process{Name: fmt.Sprintf("cachenode-%d", i), Args: []string{bin("cachenode"), "--log-format=text",
+			fmt.Sprintf("--node-id=cache-%d", i), fmt.Sprintf("--resp-addr=127.0.0.1:%d", 7000+i),
+			fmt.Sprintf("--http-addr=127.0.0.1:%d", 18700+i), fmt.Sprintf("--bus-addr=127.0.0.1:%d", 17000+i),
+			"--cluster-kv-addrs=" + strings.Join(kvAddrs, ","), "--cluster-name=" + CacheCluster,
+			"--cluster-topology-check=500ms", "--maxmemory=256mb"},
+			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18700+i)}
+		if i == 0 {
+			p.Prepare = func(ctx context.Context) error { return EnsureCacheTopology(ctx, kvAddrs) }
+		}
+		ps = append(ps, p)
+	}
 	return ps
+}
+
+// The local cache cluster.
+const (
+	CacheCluster = "portico"
+	CacheNodes   = 6
+)
+
+var kvAddrs = []string{"127.0.0.1:18400", "127.0.0.1:18401", "127.0.0.1:18402"}
+
+// CacheTopology is the local cache cluster's first slot map: cache-0..2
+// own a third of the slots each, cache-3..5 replicate them.
+func CacheTopology() cluster.Spec {
+	s := cluster.Spec{Epoch: 1}
+	ranges := []string{"0-5460", "5461-10922", "10923-16383"}
+	for i := range CacheNodes {
+		n := cluster.NodeSpec{ID: fmt.Sprintf("cache-%d", i), Host: "127.0.0.1", Port: 7000 + i, BusPort: 17000 + i}
+		if i < 3 {
+			n.Slots = []string{ranges[i]}
+		} else {
+			n.ReplicaOf = fmt.Sprintf("cache-%d", i-3)
+		}
+		s.Nodes = append(s.Nodes, n)
+	}
+	return s
+}
+
+// EnsureCacheTopology publishes CacheTopology unless a map is stored
+// already (kvnode keeps its data in .run across runs, and a map reshaped
+// with cachectl or by a failover stays as it is).
+func EnsureCacheTopology(ctx context.Context, addrs []string) error {
+	c := &topology.Client{Addrs: addrs, Cluster: CacheCluster}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		_, err := c.Load(ctx)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, topology.ErrNotFound) {
+			_, err = c.Publish(ctx, CacheTopology(), 0)
+			if err == nil || errors.Is(err, topology.ErrConflict) {
+				return nil
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("publishing the cache topology: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond) // a Raft election
+	}
 }
 
 // SecretKeyFile is the control plane's key sealing TLS private keys in a
@@ -169,6 +237,11 @@ func Run(ctx context.Context, cfg Config) error {
 		envoy, _ = exec.LookPath("envoy")
 	}
 	for _, p := range procs {
+		if p.Prepare != nil {
+			if err := p.Prepare(ctx); err != nil {
+				return err
+			}
+		}
 		c, err := start(p, logDir)
 		if err != nil {
 			return err
@@ -227,7 +300,8 @@ Portico is running. Next:
   curl -s localhost:18401/v1/kv/hello?consistency=QUORUM
   curl -s -X PUT localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier (keyspace locks): CAS, create-only
   curl -si localhost:18401/v1/kv/locks:leader                               # the same key through /v1/kv/, linearizable
-  redis-cli -p 7000 SET greeting hi EX 60 && redis-cli -p 7000 GET greeting  # cachenode
+  redis-cli -c -p 7000 SET greeting hi EX 60 && redis-cli -c -p 7001 GET greeting  # cache cluster (7000-7005)
+  bin/cachectl --cluster portico topology get                               # its slot map (3 primaries, 3 replicas)
 Ctrl-C stops everything (or 'make stop' from another shell).
 `
 
