@@ -28,7 +28,6 @@ package dump
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc64"
 
 	"github.com/portico-io/portico/cachenode/keyspace"
 )
@@ -39,8 +38,6 @@ const Version = 1
 // MaxRecord bounds a record's body (a 512 MB value plus its names), so a
 // corrupt length in a stream is an error rather than a wait for gigabytes.
 const MaxRecord = 512<<20 + 1<<20
-
-var crcTable = crc64.MakeTable(crc64.ECMA)
 
 const (
 	headerLen  = 2 + 8 // version, kind, expireAt
@@ -74,7 +71,7 @@ func AppendValue(dst []byte, e *keyspace.Entry) []byte {
 			dst = appendBytes(dst, v)
 		}
 	}
-	return binary.LittleEndian.AppendUint64(dst, crc64.Checksum(dst[start:], crcTable))
+	return binary.LittleEndian.AppendUint64(dst, checksum(dst[start:]))
 }
 
 func appendBytes(dst, b []byte) []byte {
@@ -109,7 +106,7 @@ func DecodeValue(b []byte) (Value, error) {
 		return v, fmt.Errorf("%w: %d bytes is too short", ErrChecksum, len(b))
 	}
 	body := b[:len(b)-trailerLen]
-	if crc64.Checksum(body, crcTable) != binary.LittleEndian.Uint64(b[len(body):]) {
+	if checksum(body) != binary.LittleEndian.Uint64(b[len(body):]) {
 		return v, ErrChecksum
 	}
 	if body[0] != Version {
@@ -244,5 +241,5 @@ func (v *Value) Store(tx *keyspace.Txn, key []byte) *keyspace.Entry {
 }
 
 func appendChecksum(b []byte) []byte {
-	return binary.LittleEndian.AppendUint64(b, crc64.Checksum(b, crcTable))
+	return binary.LittleEndian.AppendUint64(b, checksum(b))
 }

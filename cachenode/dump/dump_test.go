@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc64"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -241,3 +243,31 @@ func TestApply(t *testing.T) {
 }
 
 func appendCRC(b []byte) []byte { return appendChecksum(b) }
+
+func TestChecksumMatchesStdlib(t *testing.T) {
+	tab := crc64.MakeTable(crc64.ECMA)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := range 1100 {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(rng.Uint32())
+		}
+		if got, want := checksum(p), crc64.Checksum(p, tab); got != want {
+			t.Fatalf("length %d: %#x, want %#x", n, got, want)
+		}
+	}
+}
+
+func BenchmarkAppendValue100(b *testing.B) {
+	db := newDB()
+	var tx keyspace.Txn
+	k := []byte("k")
+	db.Begin(&tx, [][]byte{k})
+	e := tx.SetString(k, make([]byte, 100), 0)
+	tx.End()
+	buf := make([]byte, 0, 256)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendValue(buf[:0], e)
+	}
+}
