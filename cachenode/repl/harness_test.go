@@ -2,6 +2,7 @@ package repl
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"iter"
@@ -160,6 +161,11 @@ func describe(e *keyspace.Entry) string {
 			items = append(items, f+"="+string(v))
 		}
 		slices.Sort(items)
+	}
+	for i, it := range items {
+		if len(it) > 64 { // keep big values cheap to compare and print
+			items[i] = fmt.Sprintf("%d bytes sha256 %x", len(it), sha256.Sum256([]byte(it)))
+		}
 	}
 	return fmt.Sprintf("%s exp=%d %q", e.Kind(), e.ExpireAt(), items)
 }
