@@ -28,6 +28,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"sync"
+	"sync/atomic"
 
 	"github.com/portico-io/portico/cachenode/dump"
 	"github.com/portico-io/portico/cachenode/keyspace"
@@ -53,9 +54,15 @@ type FeedConfig struct {
 // matters, which is what lets a snapshot overlap the stream. The price is
 // that a write to a large list, set or hash logs the whole container.
 // (The encoding runs under the key's shard lock, before the mutex.)
+//
+// Like Redis's backlog, the feed logs nothing until the first replica
+// asks to sync: a primary without replicas pays one atomic load per
+// change. Skipping those changes is safe because a first sync is always a
+// full one, whose snapshot holds them.
 type Feed struct {
-	size int
-	pool sync.Pool
+	size   int
+	pool   sync.Pool
+	active atomic.Bool // set by the first SYNC, never cleared
 
 	mu      sync.Mutex
 	buf     []byte // ring; grows to size, then wraps
@@ -86,6 +93,9 @@ func newReplID() string {
 
 // Changed logs key's new state (keyspace.Observer).
 func (f *Feed) Changed(db *keyspace.DB, key []byte, e *keyspace.Entry) {
+	if !f.active.Load() {
+		return
+	}
 	op := dump.OpSet
 	if e == nil {
 		op = dump.OpDel
@@ -100,6 +110,9 @@ func (f *Feed) Changed(db *keyspace.DB, key []byte, e *keyspace.Entry) {
 
 // Flushed logs a namespace flush (keyspace.Observer).
 func (f *Feed) Flushed(db *keyspace.DB) {
+	if !f.active.Load() {
+		return
+	}
 	f.append(dump.AppendRecord(nil, dump.OpFlush, db.Name(), nil, nil))
 }
 
@@ -147,6 +160,11 @@ func (f *Feed) signal() {
 		f.waiting = false
 	}
 }
+
+// Activate starts logging (the first SYNC calls it). Every change that
+// completes after it returns is logged; one that raced with it may not
+// be, but it is in any snapshot taken after Activate.
+func (f *Feed) Activate() { f.active.Store(true) }
 
 // Position is the replication id and the offset of the next change.
 func (f *Feed) Position() (replid string, offset int64) {

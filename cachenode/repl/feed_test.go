@@ -94,6 +94,13 @@ func TestFeedRecordsDecode(t *testing.T) {
 	var tx keyspace.Txn
 	k := [][]byte{[]byte("k")}
 	db.Begin(&tx, k)
+	tx.SetString(k[0], []byte("before"), 0)
+	tx.End()
+	if f.Offset() != 0 {
+		t.Fatalf("an inactive feed logged %d bytes", f.Offset())
+	}
+	f.Activate()
+	db.Begin(&tx, k)
 	tx.SetString(k[0], []byte("v"), 0)
 	tx.End()
 	db.Begin(&tx, k)
@@ -207,6 +214,7 @@ func BenchmarkTxnSetFed(b *testing.B) {
 // of fresh memory (page faults dominate that on a VM).
 func warmFeed() *Feed {
 	f := NewFeed(FeedConfig{BacklogBytes: 8 << 20})
+	f.Activate()
 	f.append(make([]byte, 4<<20))
 	f.append(make([]byte, 4<<20))
 	return f

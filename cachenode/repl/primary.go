@@ -128,6 +128,7 @@ func (p *Primary) serveSync(c *bus.Conn, args [][]byte) {
 	}
 	r.lastAck.Store(time.Now().UnixMilli())
 	feed := p.cfg.Feed
+	feed.Activate() // before the snapshot's offset is read
 	replid, _ := feed.Position()
 	start, end := feed.Backlog()
 	full := string(args[1]) != replid || want < start || want > end
