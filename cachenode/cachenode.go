@@ -30,6 +30,7 @@ import (
 	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/command"
 	"github.com/portico-io/portico/cachenode/expire"
+	"github.com/portico-io/portico/cachenode/failover"
 	"github.com/portico-io/portico/cachenode/keyspace"
 	"github.com/portico-io/portico/cachenode/metrics"
 	"github.com/portico-io/portico/cachenode/migrate"
@@ -83,6 +84,15 @@ type Config struct {
 	// MigrateKeysPerSecond limits how fast this node copies out slots it
 	// migrates (default migrate.DefaultKeysPerSec).
 	MigrateKeysPerSecond float64
+	// Failover runs automatic failover (package failover) in topology-store
+	// mode: failure reports, quorum decisions, promotions and the write
+	// lease. FailoverInterval, FailAfter and FailoverLease default to the
+	// package's (500 ms, 3 s, 2 s).
+	Failover         bool
+	FailoverInterval time.Duration
+	FailAfter        time.Duration
+	FailoverLease    time.Duration
+	FailoverHold     time.Duration
 	// ReplBacklogBytes is the replication backlog (default
 	// repl.DefaultBacklogBytes): a replica that falls further behind, or
 	// reconnects later, needs a full resync.
@@ -298,9 +308,28 @@ func Run(ctx context.Context, cfg Config) error {
 			return feed.Offset(), false
 		}
 	}
+	var monitor *failover.Monitor
+	if syncer != nil && cfg.Failover {
+		monitor, err = failover.New(failover.Config{Client: syncer.Client, State: clusterState, SelfID: cfg.NodeID,
+			Interval: cfg.FailoverInterval, FailAfter: cfg.FailAfter, Lease: cfg.FailoverLease, PromotionHold: cfg.FailoverHold,
+			ReplOffset: func() int64 { o, _ := replPos(); return o }, Logger: log, Registerer: cfg.Registry})
+		if err != nil {
+			return fmt.Errorf("cachenode: %w", err)
+		}
+		// A primary takes writes only once the store confirmed its role.
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := monitor.Confirm(cctx); err != nil {
+			log.Warn("failover: the store did not confirm this node's role yet; writes wait for it", "err", err)
+		}
+		cancel()
+	}
+	var fence func() string
+	if monitor != nil {
+		fence = monitor.WriteFence
+	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
 		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
-		ReplicationInfo: replInfo, Replication: replPos})
+		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}
@@ -359,6 +388,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return mover.Run(gctx)
 		})
 		g.Go(func() error { return followRole(gctx, clusterState, feed, follower, log) })
+	}
+	if monitor != nil {
+		g.Go(func() error { return monitor.Run(gctx) })
 	}
 	up.Store(true)
 	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "http", httpLis.Addr().String(),

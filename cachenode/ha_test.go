@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-io/portico/cachenode/cluster"
+	"github.com/portico-io/portico/cachenode/failover"
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/internal/proctest"
 	"github.com/portico-io/portico/cachenode/slots"
@@ -325,3 +327,202 @@ func keyOwnedBy(h *haCluster, i int) string {
 }
 
 func slotOfKey(k string) int { return slots.Of([]byte(k)) }
+
+// primaryOf returns the id of the node owning key's slot in the stored map
+// and the map's epoch.
+func (h *haCluster) storedOwner(ctx context.Context, key string) (string, *cluster.Map) {
+	h.t.Helper()
+	t, err := h.pub.Load(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m, err := t.Spec.Map(t.Spec.Nodes[0].ID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return m.Owner(slotOfKey(key)).ID, m
+}
+
+// waitOwner waits until the stored map gives key's slot to node want.
+func (h *haCluster) waitOwner(ctx context.Context, key, want string, within time.Duration) *cluster.Map {
+	h.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		o, m := h.storedOwner(ctx, key)
+		if o == want {
+			return m
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("the slot of %s is still owned by %s after %s, want %s", key, o, within, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestClusterFailover: six processes with automatic failover (probes every
+// 200 ms, fail after 1.5 s, 1 s write lease).
+//   - SIGKILL a primary: a quorum of the other primaries reports it, its
+//     replica is promoted with a higher epoch within seconds, a cluster
+//     client keeps writing (errors only inside the failover window) and
+//     every write acknowledged before the replica had caught up survives.
+//   - The killed primary restarts: it finds itself a replica of the
+//     promoted node in the stored map, resyncs from it, and its failed
+//     flag is cleared.
+//   - SIGSTOP another primary (a frozen process, as a partition or a long
+//     pause looks to everyone else) until its replica is promoted, then
+//     SIGCONT: from the moment it resumes, every write sent to it directly
+//     is refused (write lease expired, then MOVED as a replica); it never
+//     acknowledges a write for a slot it lost.
+//   - The topology history: epochs strictly rise, one owner per slot in
+//     every map.
+func TestClusterFailover(t *testing.T) {
+	h := startHA(t, "--failover-interval=200ms", "--fail-after=1500ms", "--failover-lease=1s")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	// A dead primary cannot redirect: go-redis learns of the promotion at its
+	// next slot-map reload (default every 60 s), so a client that should
+	// ride through failovers reloads every second.
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs(), Protocol: 3, MaxRedirects: 8,
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
+		ClusterStateReloadInterval: time.Second})
+	defer cc.Close()
+	sample := map[string]string{}
+	for i := range 600 {
+		k, v := "k:"+strconv.Itoa(i), "v"+strconv.Itoa(i)
+		if err := cc.Set(ctx, k, v, 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", k, err)
+		}
+		sample[k] = v
+	}
+	for p := range 3 {
+		h.waitReplicated(ctx, p, p+3, sample)
+	}
+
+	// 1. Kill primary 1.
+	k1 := keyOwnedBy(h, 1)
+	stop := make(chan struct{})
+	type result struct {
+		at  time.Time
+		err error
+	}
+	results := make(chan result, 1<<16)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				close(results)
+				return
+			default:
+			}
+			err := cc.Set(ctx, "f:{"+k1+"}"+strconv.Itoa(i), "x", 0).Err()
+			results <- result{time.Now(), err}
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	killed := time.Now()
+	h.nodes[1].proc.Kill()
+	m := h.waitOwner(ctx, k1, nodeID(4), 15*time.Second)
+	promoted := time.Since(killed)
+	if n := m.Node(nodeID(1)); n.ReplicaOf < 0 || m.Nodes[n.ReplicaOf].ID != nodeID(4) || !n.Failed {
+		t.Fatalf("the dead primary in the new map: %+v", n)
+	}
+	// Writes flow again: wait for a success after the promotion.
+	var recovered time.Duration
+	deadline := time.Now().Add(15 * time.Second)
+	for recovered == 0 {
+		if err := cc.Set(ctx, "probe:{"+k1+"}", "1", 0).Err(); err == nil {
+			recovered = time.Since(killed)
+		} else if time.Now().After(deadline) {
+			t.Fatalf("writes to the failed-over slots still fail: %v", err)
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	close(stop)
+	var okBefore, failed, okAfter int
+	var lastErr error
+	for r := range results {
+		switch {
+		case r.err != nil:
+			failed++
+			lastErr = r.err
+		case r.at.Before(killed):
+			okBefore++
+		default:
+			okAfter++
+		}
+	}
+	t.Logf("kill → promotion published %s, → writes accepted again %s; writer: %d ok before, %d failed (last: %v), %d ok after",
+		promoted.Round(time.Millisecond), recovered.Round(time.Millisecond), okBefore, failed, lastErr, okAfter)
+	for k, v := range sample {
+		if g, err := cc.Get(ctx, k).Result(); err != nil || g != v {
+			t.Fatalf("after the failover GET %s = %q, %v; want %q", k, g, err, v)
+		}
+	}
+
+	// 2. The old primary returns as a replica of the promoted node.
+	if err := h.nodes[1].proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h.waitUp(h.nodes[1])
+	h.waitReplicated(ctx, 4, 1, map[string]string{"probe:{" + k1 + "}": "1"})
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		_, m = h.storedOwner(ctx, k1)
+		if !m.Node(nodeID(1)).Failed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the returned node is still flagged failed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := h.direct(1).Set(ctx, k1, "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED ") {
+		t.Fatalf("a write to the returned old primary: %v", err)
+	}
+
+	// 3. Freeze primary 2 until its replica is promoted, then resume it
+	// and write to it directly.
+	k2 := keyOwnedBy(h, 2)
+	old := h.direct(2)
+	if err := old.Set(ctx, k2, "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Replication is asynchronous: a write the replica has not received
+	// when its primary stops is what a failover may lose. Wait for it.
+	h.waitReplicated(ctx, 2, 5, map[string]string{k2: "before"})
+	if err := h.nodes[2].proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	h.waitOwner(ctx, k2, nodeID(5), 15*time.Second)
+	if err := h.nodes[2].proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	refusals := map[string]int{}
+	for i := range 200 {
+		err := old.Set(ctx, k2, "stale-"+strconv.Itoa(i), 0).Err()
+		if err == nil {
+			t.Fatalf("write %d to the resumed old primary was acknowledged", i)
+		}
+		refusals[strings.SplitN(err.Error(), " ", 2)[0]]++
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("writes to the resumed old primary: refused %v", refusals)
+	if v, err := cc.Get(ctx, k2).Result(); err != nil || v != "before" {
+		t.Fatalf("GET %s through the cluster after the second failover = %q, %v", k2, v, err)
+	}
+
+	hist, err := failover.History(ctx, h.pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := failover.CheckHistory(hist); err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) < 3 {
+		t.Fatalf("history has %d versions, want the first map and two promotions", len(hist))
+	}
+}
