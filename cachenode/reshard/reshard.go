@@ -628,3 +628,64 @@ func (n RESP) Moves(ctx context.Context, addr string) ([]cluster.MoveStatus, err
 	}
 	return out, nil
 }
+
+// Initial is a first map for nodes: the first len(nodes)/(1+replicas)
+// own equal shares of the slots (±1, in order), and each of the others
+// replicates one of them in turn. Slots and replica_of in nodes are
+// ignored.
+func Initial(nodes []cluster.NodeSpec, replicas int) (cluster.Spec, error) {
+	if replicas < 0 || len(nodes) == 0 || len(nodes)%(1+replicas) != 0 {
+		return cluster.Spec{}, fmt.Errorf("%w: %d nodes cannot be primaries with %d replicas each", ErrUsage, len(nodes), replicas)
+	}
+	primaries := len(nodes) / (1 + replicas)
+	s := cluster.Spec{Epoch: 1}
+	start := 0
+	for i, n := range nodes {
+		n.Slots, n.ReplicaOf = nil, ""
+		if i < primaries {
+			size := slots.N / primaries
+			if i < slots.N%primaries {
+				size++
+			}
+			n.Slots = []string{strconv.Itoa(start) + "-" + strconv.Itoa(start+size-1)}
+			start += size
+		} else {
+			n.ReplicaOf = nodes[(i-primaries)%primaries].ID
+		}
+		s.Nodes = append(s.Nodes, n)
+	}
+	return s, s.Validate()
+}
+
+// Init publishes Initial(nodes, replicas) unless a map is stored already;
+// it reports whether it published. Safe to run from every installer at
+// once: the publication is create-only.
+func Init(ctx context.Context, c *topology.Client, nodes []cluster.NodeSpec, replicas int) (bool, error) {
+	spec, err := Initial(nodes, replicas)
+	if err != nil {
+		return false, err
+	}
+	r := &Resharder{Client: c}
+	for {
+		_, err := r.load(ctx)
+		if err == nil {
+			return false, nil
+		}
+		if !errors.Is(err, topology.ErrNotFound) {
+			return false, err
+		}
+		_, err = c.Publish(ctx, spec, 0)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, topology.ErrConflict):
+			return false, nil // another installer won
+		case errors.Is(err, topology.ErrUnavailable):
+			if err := r.retryWait(ctx, "publish the first map", err); err != nil {
+				return false, err
+			}
+		default:
+			return false, err
+		}
+	}
+}

@@ -108,3 +108,27 @@ nodes:
 		t.Fatalf("setOwner: %v %+v", err, s.Nodes)
 	}
 }
+
+func TestInitial(t *testing.T) {
+	var nodes []cluster.NodeSpec
+	for i := range 6 {
+		nodes = append(nodes, cluster.NodeSpec{ID: string(rune('a' + i)), Host: "h", Port: 7000 + i})
+	}
+	s, err := Initial(nodes, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Map("a")
+	if err != nil || m.Size() != 3 || m.Assigned != slots.N || m.Node("d").ReplicaOf != 0 || m.Node("f").ReplicaOf != 2 {
+		t.Fatalf("initial map: %v %+v", err, s)
+	}
+	if !reflect.DeepEqual(s.Nodes[0].Slots, []string{"0-5461"}) || !reflect.DeepEqual(s.Nodes[2].Slots, []string{"10923-16383"}) {
+		t.Fatalf("ranges %v %v", s.Nodes[0].Slots, s.Nodes[2].Slots)
+	}
+	if _, err := Initial(nodes[:5], 1); !errors.Is(err, ErrUsage) {
+		t.Fatalf("5 nodes, 1 replica each: %v", err)
+	}
+	if s, err := Initial(nodes[:1], 0); err != nil || s.Nodes[0].Slots[0] != "0-16383" {
+		t.Fatalf("one node: %v %+v", err, s)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/cachenode/cluster"
+	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/controlplane/seal"
 )
@@ -112,46 +113,19 @@ const (
 
 var kvAddrs = []string{"127.0.0.1:18400", "127.0.0.1:18401", "127.0.0.1:18402"}
 
-// CacheTopology is the local cache cluster's first slot map: cache-0..2
-// own a third of the slots each, cache-3..5 replicate them.
-func CacheTopology() cluster.Spec {
-	s := cluster.Spec{Epoch: 1}
-	ranges := []string{"0-5460", "5461-10922", "10923-16383"}
-	for i := range CacheNodes {
-		n := cluster.NodeSpec{ID: fmt.Sprintf("cache-%d", i), Host: "127.0.0.1", Port: 7000 + i, BusPort: 17000 + i}
-		if i < 3 {
-			n.Slots = []string{ranges[i]}
-		} else {
-			n.ReplicaOf = fmt.Sprintf("cache-%d", i-3)
-		}
-		s.Nodes = append(s.Nodes, n)
-	}
-	return s
-}
-
-// EnsureCacheTopology publishes CacheTopology unless a map is stored
-// already (kvnode keeps its data in .run across runs, and a map reshaped
-// with cachectl or by a failover stays as it is).
+// EnsureCacheTopology publishes the local cache cluster's first map
+// (cache-0..2 own a third of the slots each, cache-3..5 replicate them)
+// unless one is stored already: kvnode keeps its data in .run across runs,
+// and a map reshaped with cachectl or by a failover stays as it is.
 func EnsureCacheTopology(ctx context.Context, addrs []string) error {
-	c := &topology.Client{Addrs: addrs, Cluster: CacheCluster}
+	var nodes []cluster.NodeSpec
+	for i := range CacheNodes {
+		nodes = append(nodes, cluster.NodeSpec{ID: fmt.Sprintf("cache-%d", i), Host: "127.0.0.1", Port: 7000 + i, BusPort: 17000 + i})
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for {
-		_, err := c.Load(ctx)
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, topology.ErrNotFound) {
-			_, err = c.Publish(ctx, CacheTopology(), 0)
-			if err == nil || errors.Is(err, topology.ErrConflict) {
-				return nil
-			}
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("publishing the cache topology: %w", err)
-		}
-		time.Sleep(200 * time.Millisecond) // a Raft election
-	}
+	_, err := reshard.Init(ctx, &topology.Client{Addrs: addrs, Cluster: CacheCluster}, nodes, 1)
+	return err
 }
 
 // SecretKeyFile is the control plane's key sealing TLS private keys in a

@@ -3,6 +3,7 @@
 //
 //	cachectl --kv-addrs 127.0.0.1:18400,127.0.0.1:18401 --cluster prod topology get
 //	cachectl --kv-addrs … --cluster prod topology set --file map.yaml [--revision N]
+//	cachectl … topology init --node a=10.0.0.1:7000 --node b=10.0.0.2:7000 … [--replicas 1]
 //	cachectl … node add --id d --host 10.0.0.4 --port 7000 [--bus-port P] [--replica-of a]
 //	cachectl … node remove --id d
 //	cachectl … reshard --slots 0-99,200 --to d [--batch 16] [--pause 0]
@@ -25,8 +26,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -47,6 +50,7 @@ func main() {
 
 const usage = `usage: cachectl [flags] topology get
        cachectl [flags] topology set --file map.yaml [--revision N]
+       cachectl [flags] topology init --node ID=HOST:PORT[@BUSPORT] ... [--replicas N]
        cachectl [flags] node add --id ID --host HOST --port PORT [--bus-port P] [--replica-of ID]
        cachectl [flags] node remove --id ID
        cachectl [flags] reshard --slots 0-99,200 --to ID [--batch N] [--pause D]
@@ -68,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	rest := fs.Args()
-	valid := len(rest) >= 2 && (rest[0] == "topology" && (rest[1] == "get" || rest[1] == "set") ||
+	valid := len(rest) >= 2 && (rest[0] == "topology" && (rest[1] == "get" || rest[1] == "set" || rest[1] == "init") ||
 		rest[0] == "node" && (rest[1] == "add" || rest[1] == "remove")) ||
 		len(rest) >= 1 && (rest[0] == "reshard" || rest[0] == "rebalance")
 	if !valid {
@@ -100,6 +104,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = get(ctx, c, rest[2:], stdout)
 		case "topology set":
 			err = set(ctx, c, rest[2:], stdout, stderr)
+		case "topology init":
+			err = initCmd(ctx, c, rest[2:], stdout, stderr)
 		case "node add":
 			err = nodeAdd(ctx, rs, rest[2:], stdout, stderr)
 		case "node remove":
@@ -256,5 +262,56 @@ func rebalanceCmd(ctx context.Context, rs *reshard.Resharder, args []string, std
 		return err
 	}
 	fmt.Fprintf(stdout, "rebalanced: %d slots moved\n", n)
+	return nil
+}
+
+// nodeList collects repeated --node ID=HOST:PORT[@BUSPORT] flags.
+type nodeList []cluster.NodeSpec
+
+func (l *nodeList) String() string { return fmt.Sprint(len(*l), " nodes") }
+
+func (l *nodeList) Set(v string) error {
+	id, addr, ok := strings.Cut(v, "=")
+	if !ok || id == "" {
+		return fmt.Errorf("want ID=HOST:PORT[@BUSPORT], got %q", v)
+	}
+	addr, bus, hasBus := strings.Cut(addr, "@")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	n := cluster.NodeSpec{ID: id, Host: host}
+	if n.Port, err = strconv.Atoi(port); err != nil {
+		return fmt.Errorf("port %q: %w", port, err)
+	}
+	if hasBus {
+		if n.BusPort, err = strconv.Atoi(bus); err != nil {
+			return fmt.Errorf("bus port %q: %w", bus, err)
+		}
+	}
+	*l = append(*l, n)
+	return nil
+}
+
+// initCmd publishes a first map (reshard.Initial) unless one is stored:
+// safe to run from every installer.
+func initCmd(ctx context.Context, c *topology.Client, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("topology init", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var nodes nodeList
+	fs.Var(&nodes, "node", "a member, ID=HOST:PORT[@BUSPORT], repeated in order: primaries first")
+	replicas := fs.Int("replicas", 0, "replicas per primary: the last len/(1+N)*N nodes replicate the first ones")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || len(nodes) == 0 {
+		return fmt.Errorf("%w: topology init --node ID=HOST:PORT[@BUSPORT] ... [--replicas N]", errUsage)
+	}
+	published, err := reshard.Init(ctx, c, nodes, *replicas)
+	if err != nil {
+		return err
+	}
+	if published {
+		fmt.Fprintf(stdout, "published the first map of cluster %s: %d primaries, %d replicas each\n", c.Cluster, len(nodes)/(1+*replicas), *replicas)
+	} else {
+		fmt.Fprintf(stdout, "cluster %s already has a map; left as it is\n", c.Cluster)
+	}
 	return nil
 }

@@ -81,3 +81,38 @@ func TestTopologyGetSet(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+func TestTopologyInit(t *testing.T) {
+	g := kvtest.Start(t, "cache")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cachectl := func(want int, args ...string) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		full := append([]string{"--kv-addrs", strings.Join(g.HTTPAddrs, ","), "--cluster", "init"}, args...)
+		if code := run(ctx, full, &out, &errb); code != want {
+			t.Fatalf("cachectl %s = %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errb.String())
+		}
+		return out.String() + errb.String()
+	}
+	nodes := []string{"--node", "a=10.0.0.1:7000", "--node", "b=10.0.0.2:7000@17100", "--node", "c=10.0.0.3:7000", "--node", "d=10.0.0.4:7000"}
+	cachectl(2, "topology", "init", "--node", "a=nohost")
+	if out := cachectl(2, append([]string{"topology", "init", "--replicas", "2"}, nodes...)...); !strings.Contains(out, "cannot be primaries") {
+		t.Fatalf("4 nodes, 2 replicas each: %s", out)
+	}
+	if out := cachectl(0, append([]string{"topology", "init", "--replicas", "1"}, nodes...)...); !strings.Contains(out, "published the first map") {
+		t.Fatalf("init: %s", out)
+	}
+	// Again (another installer): left as it is.
+	if out := cachectl(0, append([]string{"topology", "init"}, nodes[:2]...)...); !strings.Contains(out, "already has a map") {
+		t.Fatalf("second init: %s", out)
+	}
+	cur, err := (&topology.Client{Addrs: g.HTTPAddrs, Cluster: "init"}).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cur.Spec.Map("a")
+	if err != nil || m.Size() != 2 || m.Node("c").ReplicaOf != m.Index(m.Node("a")) || m.Node("b").BusPort != 17100 || m.Node("a").BusPort != 17000 {
+		t.Fatalf("stored: %v %+v", err, cur.Spec)
+	}
+}
