@@ -54,7 +54,7 @@ type Resharder struct {
 
 func (r *Resharder) logf(format string, args ...any) {
 	if r.Log != nil {
-		fmt.Fprintf(r.Log, format+"\n", args...)
+		fmt.Fprintf(r.Log, time.Now().Format("15:04:05.000 ")+format+"\n", args...)
 	}
 }
 
