@@ -17,6 +17,7 @@ import (
 	"github.com/portico-io/portico/cachenode/failover"
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/internal/proctest"
+	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
 )
@@ -242,6 +243,29 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	if !strings.Contains(pinfo, "role:master") || !strings.Contains(pinfo, "connected_slaves:1") {
 		t.Fatalf("primary INFO replication:\n%s", pinfo)
 	}
+	// Resharding with replicas: 64 slots of node 0 move to node 1, and node
+	// 1's replica receives the imported keys through node 1's stream.
+	moved := map[string]string{}
+	for k, v := range sample {
+		if slotOfKey(k) < 64 {
+			moved[k] = v
+		}
+	}
+	if len(moved) == 0 {
+		t.Fatal("no sample key in slots 0-63")
+	}
+	rs := &reshard.Resharder{Client: h.pub, Nodes: reshard.RESP{}, Batch: 64, StepTimeout: 30 * time.Second}
+	if err := rs.Move(ctx, seq(0, 63), nodeID(1)); err != nil {
+		t.Fatal(err)
+	}
+	h.waitReplicated(ctx, 1, 4, moved)
+	for k, v := range moved {
+		if g, err := cc.Get(ctx, k).Result(); err != nil || g != v {
+			t.Fatalf("GET %s after the move = %q, %v", k, g, err)
+		}
+	}
+	h.waitReplicated(ctx, 0, 3, nil) // the source's replica dropped them too
+
 	shards, err := cc.ClusterShards(ctx).Result()
 	if err != nil || len(shards) != 3 {
 		t.Fatalf("CLUSTER SHARDS: %v, %v", shards, err)
@@ -279,12 +303,18 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	}
 	next := cur.Spec
 	next.Epoch++
+	var slots0 []string
+	for _, n := range next.Nodes {
+		if n.ID == nodeID(0) {
+			slots0 = n.Slots
+		}
+	}
 	for i := range next.Nodes {
 		switch next.Nodes[i].ID {
 		case nodeID(0):
 			next.Nodes[i].Slots, next.Nodes[i].ReplicaOf = nil, nodeID(3)
 		case nodeID(3):
-			next.Nodes[i].Slots, next.Nodes[i].ReplicaOf = []string{clusterRanges[0]}, ""
+			next.Nodes[i].Slots, next.Nodes[i].ReplicaOf = slots0, ""
 		}
 	}
 	if _, err := h.pub.Publish(ctx, next, cur.Revision); err != nil {
@@ -316,17 +346,26 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	}
 }
 
-// keyOwnedBy returns a key whose slot node i owns in the first map.
+// keyOwnedBy returns a key whose slot node i owns in the first map (and
+// that is not among the slots 0-63 the replication test moves).
 func keyOwnedBy(h *haCluster, i int) string {
 	for n := 0; ; n++ {
 		k := "key" + strconv.Itoa(n)
-		if owner(k) == i {
+		if owner(k) == i && slotOfKey(k) >= 64 {
 			return k
 		}
 	}
 }
 
 func slotOfKey(k string) int { return slots.Of([]byte(k)) }
+
+func seq(lo, hi int) []int {
+	var out []int
+	for i := lo; i <= hi; i++ {
+		out = append(out, i)
+	}
+	return out
+}
 
 // primaryOf returns the id of the node owning key's slot in the stored map
 // and the map's epoch.
