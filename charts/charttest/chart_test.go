@@ -56,6 +56,7 @@ type expect struct {
 	envoyService    corev1.ServiceType
 	controlReplicas int32
 	kvReplicas      int
+	cache           cacheExpect
 	optional        bool // NetworkPolicies, ServiceMonitors and bundled deps rendered
 	disabled        string
 }
@@ -81,6 +82,7 @@ func TestRenderDefaultValues(t *testing.T) {
 		envoyService:    corev1.ServiceTypeLoadBalancer,
 		controlReplicas: 2,
 		kvReplicas:      3,
+		cache:           defaultCache,
 	}
 	checkRender(t, objs, e)
 	for _, kind := range []string{"NetworkPolicy", "ServiceMonitor"} {
@@ -118,6 +120,7 @@ func allEnabledExpect() expect {
 		envoyService:    corev1.ServiceTypeNodePort,
 		controlReplicas: 3,
 		kvReplicas:      5,
+		cache:           allEnabledCache,
 		optional:        true,
 	}
 }
@@ -133,6 +136,17 @@ func TestDisablingAComponentRemovesAllItsObjects(t *testing.T) {
 			flag := c + ".enabled=false"
 			if slices.Contains(bundledComponents, c) {
 				flag = c + ".bundled.enabled=false"
+			}
+			e := allEnabledExpect()
+			full := full
+			if c == "kvnode" {
+				// The cache cluster keeps its slot map in kvnode (without
+				// it the chart refuses to render): compare standalone
+				// cache renders.
+				standalone := "cachenode.cluster.enabled=false"
+				full = mustDecode(t, render(t, chartDir(t), []string{allEnabledValues(t)}, "--set", standalone))
+				flag += "," + standalone
+				e.cache = cacheExpect{standalonePods: allEnabledCache.standalonePods}
 			}
 			objs := mustDecode(t, render(t, chartDir(t), []string{allEnabledValues(t)}, "--set", flag))
 			if len(ofComponent(full, c)) == 0 {
@@ -154,7 +168,6 @@ func TestDisablingAComponentRemovesAllItsObjects(t *testing.T) {
 					t.Errorf("%s/%s (component %q) disappeared with %s", o.Kind, o.Name, owner, flag)
 				}
 			}
-			e := allEnabledExpect()
 			e.disabled = c
 			checkRender(t, objs, e)
 		})
@@ -380,6 +393,7 @@ func checkRender(t *testing.T, objs []object, e expect) {
 			}
 		})
 	}
+	checkJobs(t, objs, secrets, configMaps, external, e)
 	checkPDBs(t, objs, ws)
 	checkHPAs(t, objs, ws)
 	checkServices(t, objs, ws)
@@ -416,18 +430,25 @@ func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secre
 	for _, c := range w.Claims {
 		claims[c.Name] = true
 	}
-	porticoBinary := slices.Contains(porticoComponents, w.Component) && w.Component != "envoy"
+	porticoBinary := slices.Contains(porticoComponents, w.Component) && w.Component != "envoy" || w.Kind == "Job"
 
-	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+	for i, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
 		where := "container " + c.Name
 		// Probes: readiness means "config loaded" for Portico binaries.
-		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+		// Init containers and Jobs run to completion (and the API server
+		// refuses probes on init containers).
+		switch {
+		case i < len(pod.InitContainers):
+			if c.ReadinessProbe != nil || c.LivenessProbe != nil || c.StartupProbe != nil {
+				t.Errorf("init %s: the API server refuses probes on init containers", where)
+			}
+		case w.Kind == "Job":
+		case c.ReadinessProbe == nil || c.LivenessProbe == nil:
 			t.Errorf("%s: readiness and liveness probes are required", where)
+		case porticoBinary && (c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz"):
+			t.Errorf("%s: readiness probe must GET /readyz, got %+v", where, c.ReadinessProbe)
 		}
 		if porticoBinary {
-			if g := c.ReadinessProbe.HTTPGet; g == nil || g.Path != "/readyz" {
-				t.Errorf("%s: readiness probe must GET /readyz, got %+v", where, c.ReadinessProbe)
-			}
 			if len(c.Command) != 1 || !strings.HasPrefix(c.Command[0], binDir) {
 				t.Errorf("%s: command %v must be one binary under %s", where, c.Command, binDir)
 			} else if bin := strings.TrimPrefix(c.Command[0], binDir); !cmdExists(t, bin) {
@@ -851,6 +872,7 @@ func checkWiring(t *testing.T, objs []object, by map[string]workload, e expect) 
 	}
 	if cn, ok := main("cachenode"); ok {
 		checkCacheNode(t, cn)
+		checkCache(t, objs, by, e)
 	}
 }
 
@@ -1032,6 +1054,11 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 		"cachenode.maxmemory=lots",         // not a size
 		"extauthz.pdb.minAvailable=1",      // with the default maxUnavailable: both set
 		"postgresql.bundled.enabled=true,postgresql.existingSecret=mine", // bundled builds its own URL
+		"cachenode.cluster.primaries=0",                                  // no slot owner
+		"cachenode.cluster.replicasPerPrimary=-1",                        // not a count
+		"cachenode.cluster.replicaPerPrimary=2",                          // typo
+		"cachenode.cluster.failover.lease=2",                             // not a Go duration
+		"cachenode.cluster.name=a/b",                                     // the key is <name>/topology
 	} {
 		out := renderFails(t, "--set", set)
 		if !strings.Contains(out, "Error") {
@@ -1059,6 +1086,9 @@ func TestNamesStayValidWithTheLongestReleaseName(t *testing.T) {
 			for _, p := range o.Obj.(*corev1.Service).Spec.Ports {
 				errs = append(errs, validation.IsValidPortName(p.Name)...)
 			}
+		case "Job":
+			// Its pods carry the name as the job-name label.
+			errs = validation.IsDNS1123Label(o.Name)
 		case "StatefulSet":
 			errs = validation.IsDNS1123Label(o.Name)
 			if len(o.Name) > 52 {

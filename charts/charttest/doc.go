@@ -12,7 +12,14 @@
 // workload, HPAs, headless Services and volumeClaimTemplates where they
 // belong, images taken from values, Service and ServiceMonitor ports that
 // exist, wiring between components (xDS, extauthz, ratelimit addresses),
-// and that disabling a component removes all its objects. The Envoy
+// and that disabling a component removes all its objects. The cache
+// cluster (the default) is followed end to end: pods = primaries × (1 +
+// replicasPerPrimary), kvnode's addresses and its "cache" CP keyspace, the
+// bus port, failover settings and secret, the first-map hook Job and init
+// containers, whose `cachectl topology init` arguments are turned into the
+// map cachectl would publish (reshard.Initial), the NetworkPolicies around
+// the bus, and the refusals (kvnode off, bad failover timings); standalone
+// nodes when cluster.enabled=false. The Envoy
 // bootstrap in the rendered ConfigMap is parsed strictly into the Envoy
 // Bootstrap proto, validated, and held to envoy/bootstrap.CheckGateway;
 // Envoy's preStop hook is run with bash against a loopback listener to see

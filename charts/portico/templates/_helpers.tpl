@@ -237,3 +237,71 @@ spec:
 replicas: {{ $c.replicas }}
 {{- end }}
 {{- end }}
+
+{{/*
+"true" when the cache runs as a cluster: 16384 slots over primaries and
+their replicas, the slot map in kvnode's Raft tier (CP keyspace "cache").
+*/}}
+{{- define "portico.cacheCluster" -}}
+{{- if and .Values.cachenode.enabled .Values.cachenode.cluster.enabled }}true{{ end }}
+{{- end }}
+
+{{/* kvnode's HTTP addresses (every pod's stable name), comma-separated. */}}
+{{- define "portico.kvnodeHTTPAddrs" -}}
+{{- $full := include "portico.component" (list . "kvnode") }}
+{{- $domain := printf "%s-headless.%s.svc.%s" $full .Release.Namespace .Values.clusterDomain }}
+{{- $addrs := list }}
+{{- range $i := until (int .Values.kvnode.replicas) }}
+{{- $addrs = append $addrs (printf "%s-%d.%s:18400" $full $i $domain) }}
+{{- end }}
+{{- join "," $addrs }}
+{{- end }}
+
+{{/*
+Arguments of `cachectl … topology init` (a YAML list): every cache pod in
+ordinal order, id = pod name, host = its stable name in the headless
+Service; pods 0..primaries-1 are the primaries, the rest their replicas.
+init publishes only when no map is stored, so it is safe to run again.
+*/}}
+{{- define "portico.cacheTopologyInitArgs" -}}
+{{- $cl := .Values.cachenode.cluster }}
+{{- $full := include "portico.component" (list . "cachenode") }}
+{{- $domain := printf "%s-headless.%s.svc.%s" $full .Release.Namespace .Values.clusterDomain }}
+{{- $args := list "--kv-addrs" (include "portico.kvnodeHTTPAddrs" .) "--cluster" $cl.name "--timeout" $cl.topologyInit.timeout "topology" "init" "--replicas" (toString (int $cl.replicasPerPrimary)) }}
+{{- range $i := until (int (include "portico.cacheReplicas" .)) }}
+{{- $args = append $args "--node" }}
+{{- $args = append $args (printf "%s-%d=%s-%d.%s:7000@17000" $full $i $full $i $domain) }}
+{{- end }}
+{{- toYaml $args }}
+{{- end }}
+
+{{/* cachenode pods: primaries × (1 + replicasPerPrimary) in cluster mode, else replicas. */}}
+{{- define "portico.cacheReplicas" -}}
+{{- $c := .Values.cachenode }}
+{{- if include "portico.cacheCluster" . }}
+{{- mul (int $c.cluster.primaries) (add1 (int $c.cluster.replicasPerPrimary)) }}
+{{- else }}
+{{- int $c.replicas }}
+{{- end }}
+{{- end }}
+
+{{/* Bus secret: (Secret name, key), or nothing. */}}
+{{- define "portico.cacheClusterSecretName" -}}
+{{- $cl := .Values.cachenode.cluster }}
+{{- if $cl.existingSecret }}
+{{- $cl.existingSecret }}
+{{- else if $cl.secret }}
+{{- include "portico.component" (list . "cachenode-cluster") }}
+{{- end }}
+{{- end }}
+
+{{/* A Go duration ("500ms", "1m30s") in milliseconds, for comparisons. */}}
+{{- define "portico.durationMs" -}}
+{{- $units := dict "ns" 0.000001 "us" 0.001 "µs" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 }}
+{{- $total := 0.0 }}
+{{- range $part := regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" (toString .) -1 }}
+{{- $n := regexFind "^[0-9]+(\\.[0-9]+)?" $part }}
+{{- $total = addf $total (mulf (float64 $n) (get $units (trimPrefix $n $part))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
