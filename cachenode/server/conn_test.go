@@ -221,3 +221,62 @@ func TestLargeRepliesSlowReader(t *testing.T) {
 	}
 	expect(t, r, "+PONG\r\n")
 }
+
+// TestHalfCloseAfterCommands: a client that sends commands and then shuts
+// down its side gets every reply and then the end of the connection, as
+// from Redis, also when its FIN arrives together with the commands (the
+// server then learns of the end only by reading again: see eofCheckEvery).
+func TestHalfCloseAfterCommands(t *testing.T) {
+	addr, srv, _ := startServer(t, command.Config{})
+	for range 3 {
+		c, r := dial(t, addr)
+		c.Write([]byte("PING\r\n*1\r\n$4\r\nPING\r\n"))
+		c.(*net.TCPConn).CloseWrite()
+		expect(t, r, "+PONG\r\n+PONG\r\n")
+		expectClosed(t, r)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Clients() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := srv.Clients(); n != 0 {
+		t.Errorf("Clients() = %d after the clients went away", n)
+	}
+}
+
+// TestPipelineLargerThanReadBuffer: a pipeline that arrives faster than
+// one read buffer (16 KB) takes is read whole, without waiting for more
+// input that the client will not send.
+func TestPipelineLargerThanReadBuffer(t *testing.T) {
+	addr, _, _ := startServer(t, command.Config{})
+	c, r := dial(t, addr)
+	const n = 20000
+	go c.Write([]byte(strings.Repeat("PING\r\n", n)))
+	expect(t, r, strings.Repeat("+PONG\r\n", n))
+}
+
+// TestSlowReaderDoesNotBlockOthers: a client pipelining large replies
+// without reading stalls only itself (its replies wait in the socket
+// buffers, the server stops reading its input), and gets them all, in
+// order, once it reads.
+func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
+	addr, _, _ := startServer(t, command.Config{})
+	slow, slowR := dial(t, addr)
+	val := strings.Repeat("v", 256<<10)
+	slow.Write([]byte("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$" + fmt.Sprint(len(val)) + "\r\n" + val + "\r\n"))
+	expect(t, slowR, "+OK\r\n")
+	const gets = 64 // 16 MB of replies, far more than the socket buffers
+	go slow.Write([]byte(strings.Repeat("GET k\r\n", gets) + "PING\r\n"))
+	time.Sleep(100 * time.Millisecond)
+	for range 3 {
+		c, r := dial(t, addr)
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		c.Write([]byte("PING\r\n"))
+		expect(t, r, "+PONG\r\n")
+		c.Close()
+	}
+	for range gets {
+		expect(t, slowR, "$262144\r\n"+val+"\r\n")
+	}
+	expect(t, slowR, "+PONG\r\n")
+}

@@ -3,80 +3,144 @@
 package server
 
 import (
+	"errors"
 	"io"
 	"net"
+	"os"
 	"syscall"
+	"time"
 	"unsafe"
+
+	"github.com/portico-io/portico/cachenode/resp"
 )
 
-// rawIO reads and writes a nonblocking socket with raw system calls and
-// waits in Go's network poller (syscall.RawConn) only when the socket
-// would block.
+// rawIO reads and writes a nonblocking socket with raw system calls, and
+// waits in Go's network poller (syscall.RawConn) only when the socket has
+// nothing to read or no room to write.
 //
-// Why: a write to a loopback or LAN peer routinely takes over 20 µs (the
-// kernel runs the peer's receive path in it), and a P in a syscall that
-// long is retaken by sysmon and handed to another thread. At GOMAXPROCS=1
-// that was a futex wake and two context switches per pipeline batch, and a
-// sysmon polling every 20 µs: a quarter of the node's CPU in profiles
-// under redis-benchmark. Calls on a nonblocking socket cannot block, so
-// they need not release the P (as the runtime's own nonblocking calls do
-// not).
+// Raw calls: a write to a loopback or LAN peer routinely takes over 20 µs
+// (the kernel runs the peer's receive path in it), and a P in a syscall
+// that long is retaken by sysmon and handed to another thread. At
+// GOMAXPROCS=1 that was a futex wake and two context switches per pipeline
+// batch, and a sysmon polling every 20 µs: a quarter of the node's CPU in
+// profiles under redis-benchmark. Calls on a nonblocking socket cannot
+// block, so they need not release the P (as the runtime's own nonblocking
+// calls do not).
+//
+// No read to EAGAIN: the whole connection runs inside one RawConn.Read
+// callback (serveRaw), so the poller's readiness is reset once, when the
+// connection starts, and never between a read and the next wait. The
+// poller registers sockets edge-triggered: every arrival of data after a
+// read queues a readiness event, which either is already recorded when the
+// callback returns false (the wait returns at once) or wakes the wait. So
+// after a read that did not fill the buffer (the socket had no more) the
+// replies are written and the goroutine waits without reading again: one
+// read per batch instead of two (the second returned EAGAIN), as in
+// Redis's event loop. A read that filled the buffer is followed by
+// another read, since no event announces data that had already arrived.
 type rawIO struct {
-	rc              syscall.RawConn
-	p               []byte
-	n               int
-	err             error
-	readFn, writeFn func(fd uintptr) bool // bound once: no closure per call
+	rc      syscall.RawConn
+	fd      uintptr // valid inside rc.Read's callback, which holds a reference
+	full    bool    // the last read filled the buffer: the socket may hold more
+	p       []byte
+	n       int
+	err     error
+	writeFn func(fd uintptr) bool // bound once: no closure per call
 }
 
-// newConnIO returns the reader and writer the server uses for nc: raw
-// system calls for a socket, nc itself otherwise.
-func newConnIO(nc net.Conn) io.ReadWriter {
+// errWouldBlock: the socket has nothing to read now.
+var errWouldBlock = errors.New("server: read would block")
+
+// serveRaw serves c on nc's socket with raw system calls inside one
+// RawConn.Read callback; false when nc has no socket to do so (then the
+// caller serves it through net.Conn).
+func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 	sc, ok := nc.(syscall.Conn)
 	if !ok {
-		return nc
+		return false
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return nc
+		return false
 	}
-	c := &rawIO{rc: rc}
-	c.readFn, c.writeFn = c.read, c.write
-	return c
-}
-
-func (c *rawIO) read(fd uintptr) bool {
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(c.p))), uintptr(len(c.p)))
-		switch e {
-		case 0:
-			c.n = int(n)
-			if n == 0 {
-				c.err = io.EOF
+	rw := &rawIO{rc: rc}
+	rw.writeFn = rw.write
+	c.rd = resp.NewReader(rw, s.cfg.Limits)
+	c.out = rw
+	done := false
+	// Called at once, then each time the poller reports the socket
+	// readable; true ends the connection.
+	serve := func(fd uintptr) bool {
+		rw.fd = fd
+		for {
+			err := c.rd.Fill()
+			if err == errWouldBlock {
+				return false // wait for the next arrival
 			}
+			if err != nil {
+				c.fillFailed(err)
+				done = true
+				return true
+			}
+			c.nowMs, c.sinceClock = time.Now().UnixMilli(), 0
+			if !c.run() {
+				done = true
+				return true
+			}
+			if !rw.full {
+				// The read drained the socket: anything sent since raises
+				// an event, so wait for it instead of reading to EAGAIN.
+				return false
+			}
+			if s.closing.Load() {
+				done = true // a client that never pauses must not outlive Serve
+				return true
+			}
+		}
+	}
+	for !done {
+		// A FIN or reset that arrived with the last data raised its event
+		// before that read, and no other follows: without this deadline a
+		// client that half-closes after its commands would keep its
+		// connection open forever (Redis closes it). When the deadline
+		// passes the callback starts again with a read, which sees the
+		// end; a connection that is merely idle reads EAGAIN and waits on.
+		if nc.SetReadDeadline(time.Now().Add(eofCheckEvery)) != nil {
 			return true
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false // wait in the poller, then call again
-		default:
-			c.err = e
+		}
+		if err := rc.Read(serve); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return true
 		}
 	}
+	return true
 }
 
-// Read reads once: what the socket has, or waits until it has something.
+// eofCheckEvery bounds how long a connection whose client has gone away
+// stays open when the end arrived together with its last commands.
+const eofCheckEvery = 2 * time.Second
+
+// Read reads once what the socket has: errWouldBlock when it has nothing.
+// Called only inside the RawConn.Read callback (through resp.Reader.Fill).
 func (c *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	c.p, c.n, c.err = p, 0, nil
-	err := c.rc.Read(c.readFn)
-	c.p = nil
-	if err != nil {
-		return 0, err
+	for {
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, c.fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		switch e {
+		case 0:
+			if n == 0 {
+				return 0, io.EOF
+			}
+			c.full = int(n) == len(p)
+			return int(n), nil
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return 0, errWouldBlock
+		default:
+			return 0, e
+		}
 	}
-	return c.n, c.err
 }
 
 func (c *rawIO) write(fd uintptr) bool {
@@ -97,9 +161,16 @@ func (c *rawIO) write(fd uintptr) bool {
 	return true
 }
 
-// Write writes all of p, waiting whenever the send buffer is full.
+// Write writes all of p: with raw calls while the send buffer has room,
+// then through the poller (RawConn.Write), which waits for room and
+// notices a closed connection. The connection does not read while a write
+// waits: that is the back-pressure on a client that does not read.
 func (c *rawIO) Write(p []byte) (int, error) {
 	c.p, c.n, c.err = p, 0, nil
+	if c.write(c.fd) {
+		c.p = nil
+		return c.n, c.err
+	}
 	err := c.rc.Write(c.writeFn)
 	c.p = nil
 	if err != nil {

@@ -2,10 +2,8 @@
 
 package server
 
-import (
-	"io"
-	"net"
-)
+import "net"
 
-// newConnIO returns nc: raw nonblocking system calls are Linux-only.
-func newConnIO(nc net.Conn) io.ReadWriter { return nc }
+// serveRaw reports false: raw nonblocking system calls are Linux-only, so
+// connections are served through net.Conn.
+func (s *Server) serveRaw(nc net.Conn, c *conn) bool { return false }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -52,6 +53,7 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	clients atomic.Int64
+	closing atomic.Bool // Serve is closing every connection
 }
 
 // New returns a Server.
@@ -82,6 +84,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	)
 	defer wg.Wait()
 	closeAll := func() {
+		s.closing.Store(true)
 		_ = lis.Close()
 		mu.Lock()
 		defer mu.Unlock()
@@ -150,66 +153,99 @@ func retryable(err error) bool {
 // protocol error or a failed write.
 func (s *Server) serveConn(nc net.Conn) {
 	eng := s.cfg.Engine
-	sess := eng.NewSession(nc.RemoteAddr().String())
+	c := &conn{s: s, eng: eng, sess: eng.NewSession(nc.RemoteAddr().String())}
 	defer func() {
 		_ = nc.Close()
-		eng.Close(sess)
+		eng.Close(c.sess)
 		s.clients.Add(-1)
 	}()
-	rw := newConnIO(nc)
-	rd := resp.NewReader(rw, s.cfg.Limits)
-	var w resp.Writer
-	flush := func() bool {
-		if len(w.Buf) == 0 {
-			return true
-		}
-		_, err := rw.Write(w.Buf)
-		w.Reset()
-		if cap(w.Buf) > maxIdleReplyBuf {
-			w.Buf = nil
-		}
-		return err == nil
+	if s.serveRaw(nc, c) {
+		return
 	}
-	nowMs, sinceClock := time.Now().UnixMilli(), 0
+	c.rd = resp.NewReader(nc, s.cfg.Limits)
+	c.out = nc
+	for c.run() {
+		if !c.fill() {
+			return
+		}
+	}
+}
+
+// conn is one connection's command loop, apart from how it waits for input.
+type conn struct {
+	s    *Server
+	eng  *command.Engine
+	sess *command.Session
+	rd   *resp.Reader
+	w    resp.Writer
+	out  io.Writer // replies
+
+	nowMs      int64
+	sinceClock int
+}
+
+// fill reads once into the Reader and reads the clock; false: close (the
+// client went away, a read failed, or the query buffer limit).
+func (c *conn) fill() bool {
+	if err := c.rd.Fill(); err != nil {
+		c.fillFailed(err)
+		return false
+	}
+	c.nowMs, c.sinceClock = time.Now().UnixMilli(), 0
+	return true
+}
+
+func (c *conn) fillFailed(err error) {
+	if errors.Is(err, resp.ErrQueryBufferLimit) {
+		c.s.cfg.Logger.Warn("server: closing client over the query buffer limit", "addr", c.sess.Addr)
+	}
+}
+
+// flush writes the pending replies; false when the write failed.
+func (c *conn) flush() bool {
+	if len(c.w.Buf) == 0 {
+		return true
+	}
+	_, err := c.out.Write(c.w.Buf)
+	c.w.Reset()
+	if cap(c.w.Buf) > maxIdleReplyBuf {
+		c.w.Buf = nil
+	}
+	return err == nil
+}
+
+// run executes every complete command in the Reader's buffer and writes
+// their replies, once the buffer holds no complete command (the client
+// waits for them before it sends more) or whenever they pass
+// flushThreshold. It returns false when the connection must close: QUIT,
+// a protocol error (Redis replies to the commands before it, then with
+// the error), or a failed write.
+func (c *conn) run() bool {
 	for {
-		rd.Unauthenticated = eng.NeedsAuth(sess)
-		args, err := rd.Next()
+		c.rd.Unauthenticated = c.eng.NeedsAuth(c.sess)
+		args, err := c.rd.Next()
 		if err != nil {
-			// Redis replies to the commands before a protocol error, then
-			// with the error, and closes.
 			var pe *resp.ProtocolError
 			if errors.As(err, &pe) {
-				w.Error("ERR Protocol error: " + pe.Msg)
+				c.w.Error("ERR Protocol error: " + pe.Msg)
 			}
-			flush()
-			return
+			c.flush()
+			return false
 		}
 		if args == nil {
-			// Every buffered command has run: the client is waiting for
-			// these replies before it sends more.
-			if !flush() {
-				return
-			}
-			if err := rd.Fill(); err != nil {
-				if errors.Is(err, resp.ErrQueryBufferLimit) {
-					s.cfg.Logger.Warn("server: closing client over the query buffer limit", "addr", sess.Addr)
-				}
-				return
-			}
-			nowMs, sinceClock = time.Now().UnixMilli(), 0
-			continue
+			return c.flush()
 		}
-		if sinceClock == clockEvery {
-			nowMs, sinceClock = time.Now().UnixMilli(), 0
+		if c.sinceClock == clockEvery {
+			c.nowMs, c.sinceClock = time.Now().UnixMilli(), 0
 		}
-		sinceClock++
-		eng.ExecAt(sess, args, &w, nowMs)
-		if sess.Quit {
-			flush()
-			return
+		c.sinceClock++
+		c.eng.ExecAt(c.sess, args, &c.w, c.nowMs)
+		if c.sess.Quit {
+			c.flush()
+			return false
 		}
-		if len(w.Buf) >= flushThreshold && !flush() {
-			return
+		if len(c.w.Buf) >= flushThreshold && !c.flush() {
+			return false
 		}
 	}
 }
