@@ -36,6 +36,7 @@ import (
 	"github.com/portico-io/portico/cachenode/migrate"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/repl"
+	"github.com/portico-io/portico/cachenode/samples"
 	"github.com/portico-io/portico/cachenode/server"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/internal/health"
@@ -105,8 +106,11 @@ type Config struct {
 	Shards int
 	// MaxClients caps connections (default server.DefaultMaxClients).
 	MaxClients int
+	// KeySamples is how many recent sampled key accesses the node keeps
+	// for CACHE SAMPLES (default 65536).
+	KeySamples int
 	// HotKeySink receives every sampled key access (the optional sample
-	// stream); it must not block.
+	// stream) besides the node's own ring; it must not block.
 	HotKeySink func(namespace, key string)
 	Logger     *slog.Logger
 	Registry   *prometheus.Registry
@@ -170,7 +174,15 @@ func Run(ctx context.Context, cfg Config) error {
 		feed = repl.NewFeed(repl.FeedConfig{BacklogBytes: cfg.ReplBacklogBytes})
 		observer = feed
 	}
-	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: cfg.Shards, HotKeySink: cfg.HotKeySink,
+	ring := samples.New(cfg.KeySamples, func() int64 { return now().UnixMilli() })
+	sink := ring.Add
+	if cfg.HotKeySink != nil {
+		sink = func(ns, key string) {
+			ring.Add(ns, key)
+			cfg.HotKeySink(ns, key)
+		}
+	}
+	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: cfg.Shards, HotKeySink: sink,
 		Now: func() int64 { return now().UnixMilli() }, Observer: observer})
 	var watcher *namespace.Watcher
 	if cfg.NamespacesFile != "" {
@@ -190,6 +202,34 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		clusterState = st
 	}
+	// HTTP serves from the start: /healthz answers (and /readyz explains)
+	// while the node waits for a slot map, so an orchestrator does not
+	// restart a node that is only waiting.
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("cachenode: listen %s: %w", cfg.HTTPAddr, err)
+	}
+	var up atomic.Bool
+	checks := health.New()
+	checks.Add("resp", func(context.Context) error {
+		if !up.Load() {
+			return errors.New("RESP listener not serving")
+		}
+		return nil
+	})
+	httpCtx, stopHTTP := context.WithCancel(ctx)
+	httpDone := make(chan error, 1)
+	go func() {
+		httpDone <- httpserver.Serve(httpCtx, httpLis, httpserver.Config{Gatherer: cfg.Registry, Health: checks, Logger: log})
+	}()
+	httpOwned := false // by the errgroup, once serving
+	defer func() {
+		if !httpOwned {
+			stopHTTP()
+			<-httpDone
+		}
+	}()
+
 	var syncer *topology.Syncer
 	if len(cfg.ClusterKVAddrs) > 0 || cfg.ClusterName != "" {
 		if cfg.ClusterConfig != "" {
@@ -200,6 +240,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := syncer.Client.Validate(); err != nil {
 			return fmt.Errorf("cachenode: %w", err)
 		}
+		checks.Add("cluster-topology", func(context.Context) error {
+			return fmt.Errorf("waiting for a slot map listing node %s (cluster %s): %s", cfg.NodeID, cfg.ClusterName, syncer.Status().Err)
+		})
 		st, err := syncer.Load(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -214,16 +257,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("cachenode: listen %s: %w", cfg.RESPAddr, err)
 	}
-	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		respLis.Close()
-		return fmt.Errorf("cachenode: listen %s: %w", cfg.HTTPAddr, err)
-	}
 	serving := false
 	defer func() {
 		if !serving { // an error before the servers own the listeners
 			respLis.Close()
-			httpLis.Close()
 		}
 	}()
 	port := 0
@@ -269,6 +306,7 @@ func Run(ctx context.Context, cfg Config) error {
 		follower *repl.Follower
 		replInfo func() string
 		replPos  func() (int64, bool)
+		loading  atomic.Bool // a full sync is being applied
 	)
 	if clusterState != nil {
 		addr := cfg.BusAddr
@@ -329,7 +367,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
 		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
-		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence})
+		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence, Loading: &loading, Samples: ring})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}
@@ -346,14 +384,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return out
 	}, OnCycle: cfg.OnExpireCycle})
 
-	var up atomic.Bool
-	checks := health.New()
-	checks.Add("resp", func(context.Context) error {
-		if !up.Load() {
-			return errors.New("RESP listener not serving")
-		}
-		return nil
-	})
 	if syncer != nil {
 		checks.Add("cluster-topology", func(context.Context) error {
 			st := syncer.Status()
@@ -368,8 +398,15 @@ func Run(ctx context.Context, cfg Config) error {
 	serving = true
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Serve(gctx, respLis) })
+	httpOwned = true
 	g.Go(func() error {
-		return httpserver.Serve(gctx, httpLis, httpserver.Config{Gatherer: cfg.Registry, Health: checks, Logger: log})
+		select {
+		case err := <-httpDone: // the HTTP server failed on its own
+			return err
+		case <-gctx.Done():
+			stopHTTP()
+			return <-httpDone
+		}
 	})
 	g.Go(func() error { return cycler.Run(gctx) })
 	if watcher != nil {
@@ -387,7 +424,7 @@ func Run(ctx context.Context, cfg Config) error {
 			defer sender.Close()
 			return mover.Run(gctx)
 		})
-		g.Go(func() error { return followRole(gctx, clusterState, feed, follower, log) })
+		g.Go(func() error { return followRole(gctx, clusterState, feed, follower, &loading, log) })
 	}
 	if monitor != nil {
 		g.Go(func() error { return monitor.Run(gctx) })
@@ -412,12 +449,16 @@ func Run(ctx context.Context, cfg Config) error {
 // a replica follows its primary's bus port (a demoted primary drops its
 // data in the full resync), and a replica promoted to primary stops
 // following and takes a new replication id, so its replicas resync from it.
-func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, f *repl.Follower, log *slog.Logger) error {
+//
+// It also keeps loading true while a full sync is applied, so the node
+// answers -LOADING instead of serving a partial copy.
+func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, f *repl.Follower, loading *atomic.Bool, log *slog.Logger) error {
 	defer f.Stop()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	var epoch uint64
 	for {
+		loading.Store(f.Status().Syncing)
 		if m := st.Load(); m.Epoch != epoch {
 			epoch = m.Epoch
 			me := m.Myself()

@@ -357,7 +357,10 @@ func TestConnectionAndServerCommands(t *testing.T) {
 		do("AUTH", "ns", "pw").fails("WRONGPASS invalid username-password pair or user is disabled."),
 		do("HELLO", "4").fails("NOPROTO unsupported protocol version"),
 		do("DBSIZE").is(0),
-		do("CACHE", "NOPE").fails("ERR unknown subcommand 'NOPE'. Try CACHE HOTKEYS."),
+		do("CACHE", "NOPE").fails("ERR unknown subcommand 'NOPE'. Try CACHE HOTKEYS, CACHE SAMPLES or CACHE MIGRATIONS."),
+		do("CACHE", "MIGRATIONS").is([]any{}),
+		do("CACHE", "SAMPLES", "-1").fails("ERR count must be a non-negative integer"),
+		do("CACHE", "SAMPLES", "1", "2").fails("ERR wrong number of arguments for 'cache|samples' command"),
 	})
 	id, err := c.ClientID(ctx(t)).Result()
 	if err != nil || id <= 0 {

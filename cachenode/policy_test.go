@@ -561,6 +561,19 @@ namespaces:
 	if top2, err := n.client(t).Do(ctx(t), "CACHE", "HOTKEYS", "h").Slice(); err != nil || len(top2) == 0 {
 		t.Fatalf("CACHE HOTKEYS h from default: %v, %v", top2, err)
 	}
+	// The key sample stream: every access sampled (1 in 1 here), newest
+	// last, the namespace's own for its connections and all for default's.
+	smp, err := c.Do(ctx(t), "CACHE", "SAMPLES", "4").Slice()
+	if err != nil || len(smp) != 4 {
+		t.Fatalf("CACHE SAMPLES 4 = %v, %v", smp, err)
+	}
+	if last := smp[3].([]any); last[0] != "h" || last[1] != "item:299" || last[2].(int64) != n.clock.Now().UnixMilli() {
+		t.Fatalf("newest sample = %v", last)
+	}
+	all, err := n.client(t).Do(ctx(t), "CACHE", "SAMPLES", "100000").Slice()
+	if err != nil || len(all) != 601 { // the SET and 600 GETs
+		t.Fatalf("CACHE SAMPLES from default: %d, %v", len(all), err)
+	}
 	resp, err := http.Get("http://" + n.addrs.HTTP + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -268,12 +268,12 @@ func TestClusterTopologyWaitsForMap(t *testing.T) {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pub := &topology.Client{Addrs: g.HTTPAddrs, Cluster: "wait"}
-	port := freePort(t)
+	port, httpPort := freePort(t), freePort(t)
 	run := func(id string) (chan cachenode.Addrs, chan error, context.CancelFunc) {
 		ready, done := make(chan cachenode.Addrs, 1), make(chan error, 1)
 		rctx, rcancel := context.WithCancel(c)
 		go func() {
-			done <- cachenode.Run(rctx, cachenode.Config{NodeID: id, RESPAddr: "127.0.0.1:" + port, HTTPAddr: "127.0.0.1:0",
+			done <- cachenode.Run(rctx, cachenode.Config{NodeID: id, RESPAddr: "127.0.0.1:" + port, HTTPAddr: "127.0.0.1:" + httpPort,
 				ClusterKVAddrs: g.HTTPAddrs, ClusterName: "wait", Ready: ready})
 		}()
 		return ready, done, rcancel
@@ -285,6 +285,13 @@ func TestClusterTopologyWaitsForMap(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Run: %v", err)
 	case <-time.After(1500 * time.Millisecond):
+	}
+	// Waiting, HTTP answers: alive, not ready, and why.
+	if code, _ := httpGet(t, "http://127.0.0.1:"+httpPort+"/healthz"); code != 200 {
+		t.Fatalf("/healthz while waiting: %d", code)
+	}
+	if code, body := httpGet(t, "http://127.0.0.1:"+httpPort+"/readyz"); code != 503 || !strings.Contains(body, "waiting for a slot map listing node "+nodeID(0)) {
+		t.Fatalf("/readyz while waiting: %d %s", code, body)
 	}
 	// A map without this node: still waiting.
 	p, _ := strconv.Atoi(port)

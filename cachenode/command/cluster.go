@@ -21,7 +21,7 @@ var clusterSubArity = map[string]int{"keyslot": 3, "myid": 2, "info": 2, "slots"
 var askingSpec *Spec
 
 func init() {
-	reg("cluster", -2, 0, 0, 0, 0, "cluster", "3.0.0", nil, "A container for Redis Cluster commands.", cmdCluster)
+	reg("cluster", -2, flagLoading|flagStale, 0, 0, 0, "cluster", "3.0.0", nil, "A container for Redis Cluster commands.", cmdCluster)
 	reg("readonly", 1, flagFast|flagLoading|flagStale, 0, 0, 0, "cluster", "3.0.0", nil, "Enables read-only queries for a connection to a Redis Cluster replica node.", cmdReadOnly)
 	reg("readwrite", 1, flagFast|flagLoading|flagStale, 0, 0, 0, "cluster", "3.0.0", nil, "Enables read-write queries for a connection to a Redis Cluster replica node.", cmdReadWrite)
 	reg("asking", 1, flagFast, 0, 0, 0, "cluster", "3.0.0", nil, "Signals that a cluster client is following an -ASK redirect.", cmdAsking)

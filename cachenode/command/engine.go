@@ -21,6 +21,7 @@ import (
 	"github.com/portico-io/portico/cachenode/keyspace"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/resp"
+	"github.com/portico-io/portico/cachenode/samples"
 )
 
 // DefaultEvictionSamples is how many keys each eviction step samples
@@ -91,6 +92,12 @@ type Config struct {
 	// ReplicationInfo, when set, is INFO replication's fields
 	// ("name:value\r\n" lines); default: a primary without replicas.
 	ReplicationInfo func() string
+	// Loading, when set and true, answers -LOADING to every command not
+	// flagged loading (a replica applying a full sync holds partial data).
+	Loading *atomic.Bool
+	// Samples, when set, is the node's recent sampled key accesses (CACHE
+	// SAMPLES).
+	Samples *samples.Ring
 	// Moves, when set, lists the slots this node migrates out (CACHE
 	// MIGRATIONS).
 	Moves func() []cluster.MoveStatus
@@ -218,6 +225,8 @@ func (c *Ctx) defaultExpire() int64 {
 	return 0
 }
 
+const errLoading = "LOADING Redis is loading the dataset in memory"
+
 const errReadOnlyReplica = "READONLY You can't write against a read only replica."
 
 // Close records that a session's connection is gone.
@@ -253,6 +262,10 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 	}
 	if !s.Authed && !spec.has(flagNoAuth) && e.authRequired(s) {
 		w.Error(errNoAuth)
+		return
+	}
+	if e.cfg.Loading != nil && e.cfg.Loading.Load() && !spec.has(flagLoading) {
+		w.Error(errLoading)
 		return
 	}
 	ns := s.NS

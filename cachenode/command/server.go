@@ -270,7 +270,7 @@ func cmdConfig(c *Ctx) {
 	}
 }
 
-// cmdCache is CACHE HOTKEYS [namespace]: the sampled top keys with their
+// cmdCache is CACHE HOTKEYS [namespace] (and SAMPLES, MIGRATIONS below): the sampled top keys with their
 // estimated access counts (sampled count × sampling rate). A connection
 // sees its own namespace; one in "default" may name any namespace.
 //
@@ -303,8 +303,12 @@ func cmdCache(c *Ctx) {
 		}
 		return
 	}
+	if eqFold(c.Args[1], "samples") {
+		cacheSamples(c)
+		return
+	}
 	if !eqFold(c.Args[1], "hotkeys") {
-		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CACHE HOTKEYS or CACHE MIGRATIONS.")
+		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CACHE HOTKEYS, CACHE SAMPLES or CACHE MIGRATIONS.")
 		return
 	}
 	if len(c.Args) > 3 {
@@ -329,6 +333,44 @@ func cmdCache(c *Ctx) {
 		c.W.Array(2)
 		c.W.BulkString(k.Key)
 		c.W.Int(int64(k.Count) * int64(ns.Hot.SampleEvery()))
+	}
+}
+
+// maxSamples bounds one CACHE SAMPLES reply.
+const maxSamples = 100000
+
+// cacheSamples is CACHE SAMPLES [count]: the newest sampled key accesses
+// (the key sample stream), oldest first, as [namespace, key, unix ms]. A
+// connection sees its own namespace's; one in "default" sees every
+// namespace's.
+func cacheSamples(c *Ctx) {
+	if len(c.Args) > 3 {
+		c.W.Error("ERR wrong number of arguments for 'cache|samples' command")
+		return
+	}
+	n := int64(1000)
+	if len(c.Args) == 3 {
+		var ok bool
+		if n, ok = parseInt(c.Args[2]); !ok || n < 0 {
+			c.W.Error("ERR count must be a non-negative integer")
+			return
+		}
+	}
+	if c.e.cfg.Samples == nil {
+		c.W.Array(0)
+		return
+	}
+	ns := c.NS.Name
+	if ns == namespace.Default {
+		ns = ""
+	}
+	got := c.e.cfg.Samples.Recent(int(min(n, maxSamples)), ns)
+	c.W.Array(len(got))
+	for _, s := range got {
+		c.W.Array(3)
+		c.W.BulkString(s.NS)
+		c.W.BulkString(s.Key)
+		c.W.Int(s.At)
 	}
 }
 
