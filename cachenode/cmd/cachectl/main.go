@@ -8,6 +8,8 @@
 //	cachectl … node remove --id d
 //	cachectl … reshard --slots 0-99,200 --to d [--batch 16] [--pause 0]
 //	cachectl … rebalance [--exclude d,e]
+//	cachectl … samples [--count 100000] [--out samples.ndjson]
+//	cachectl … warm --samples samples.ndjson --origin 'http://origin/items/{key}' [--namespace app] [--top 10000] [--rate 200] [--ttl 1h]
 //
 // node, reshard and rebalance change the stored map step by step (package
 // reshard) and wait for the nodes concerned to follow each step; an
@@ -55,6 +57,8 @@ const usage = `usage: cachectl [flags] topology get
        cachectl [flags] node remove --id ID
        cachectl [flags] reshard --slots 0-99,200 --to ID [--batch N] [--pause D]
        cachectl [flags] rebalance [--exclude ID,ID]
+       cachectl [flags] samples [--count N] [--out FILE]
+       cachectl [flags] warm --samples FILE --origin URL [--namespace NS] [--top N] [--rate R] [--ttl D]
 flags:
 `
 
@@ -74,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rest := fs.Args()
 	valid := len(rest) >= 2 && (rest[0] == "topology" && (rest[1] == "get" || rest[1] == "set" || rest[1] == "init") ||
 		rest[0] == "node" && (rest[1] == "add" || rest[1] == "remove")) ||
-		len(rest) >= 1 && (rest[0] == "reshard" || rest[0] == "rebalance")
+		len(rest) >= 1 && (rest[0] == "reshard" || rest[0] == "rebalance" || rest[0] == "samples" || rest[0] == "warm")
 	if !valid {
 		fs.Usage()
 		return 2
@@ -96,6 +100,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = reshardCmd(ctx, rs, rest[1:], stderr)
 	case "rebalance":
 		err = rebalanceCmd(ctx, rs, rest[1:], stdout, stderr)
+	case "samples":
+		err = samplesCmd(ctx, c, *user, *pass, rest[1:], stdout, stderr)
+	case "warm":
+		err = warmCmd(ctx, c, *user, *pass, rest[1:], stdout, stderr)
 	default:
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()

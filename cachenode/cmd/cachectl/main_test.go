@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/cachenode"
+	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/topology"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestTopologyGetSet(t *testing.T) {
@@ -115,4 +121,88 @@ func TestTopologyInit(t *testing.T) {
 	if err != nil || m.Size() != 2 || m.Node("c").ReplicaOf != m.Index(m.Node("a")) || m.Node("b").BusPort != 17100 || m.Node("a").BusPort != 17000 {
 		t.Fatalf("stored: %v %+v", err, cur.Spec)
 	}
+}
+
+// TestSamplesAndWarm: a one-node cluster serves traffic; cachectl samples
+// saves its key samples; the node's data is dropped (a cold start);
+// cachectl warm reloads the sampled keys from an HTTP origin.
+func TestSamplesAndWarm(t *testing.T) {
+	g := kvtest.Start(t, "cache")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	nsFile := filepath.Join(dir, "ns.yaml")
+	if err := os.WriteFile(nsFile, []byte("namespaces:\n  app: {secret: s, hotKeySampleEvery: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	p, _ := strconv.Atoi(port)
+	if _, err := (&topology.Client{Addrs: g.HTTPAddrs, Cluster: "warm"}).Publish(ctx, cluster.Spec{Epoch: 1,
+		Nodes: []cluster.NodeSpec{{ID: "n0", Host: "127.0.0.1", Port: p, BusPort: mustPort(t), Slots: []string{"0-16383"}}}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan cachenode.Addrs, 1)
+	nctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- cachenode.Run(nctx, cachenode.Config{NodeID: "n0", RESPAddr: "127.0.0.1:" + port, HTTPAddr: "127.0.0.1:0",
+			NamespacesFile: nsFile, ClusterKVAddrs: g.HTTPAddrs, ClusterName: "warm", Ready: ready})
+	}()
+	defer func() { stop(); <-done }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	app := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, Username: "app", Password: "s"})
+	defer app.Close()
+	for i := range 20 {
+		for range 20 - i {
+			app.Get(ctx, "item:"+strconv.Itoa(i))
+		}
+	}
+	var out, errb bytes.Buffer
+	base := []string{"--kv-addrs", strings.Join(g.HTTPAddrs, ","), "--cluster", "warm", "--node-user", "app", "--node-password", "s"}
+	file := filepath.Join(dir, "samples.ndjson")
+	if code := run(ctx, append(base, "samples", "--out", file), &out, &errb); code != 0 || !strings.Contains(out.String(), "210 samples from 1 nodes") {
+		t.Fatalf("samples: %d %s %s", code, out.String(), errb.String())
+	}
+	if err := app.FlushDB(ctx).Err(); err != nil { // the cold start
+		t.Fatal(err)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("v-" + strings.TrimPrefix(r.URL.Path, "/")))
+	}))
+	defer origin.Close()
+	out.Reset()
+	if code := run(ctx, append(base, "warm", "--samples", file, "--origin", origin.URL+"/{key}", "--namespace", "app", "--top", "10", "--rate", "1000"), &out, &errb); code != 0 {
+		t.Fatalf("warm: %d %s %s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "warmed: 10/10 keys: 10 loaded") {
+		t.Fatalf("warm output: %s", out.String())
+	}
+	if v := app.Get(ctx, "item:0").Val(); v != "v-item:0" {
+		t.Fatalf("item:0 = %q", v)
+	}
+	if n := app.DBSize(ctx).Val(); n != 10 {
+		t.Fatalf("%d keys warmed, want the top 10", n)
+	}
+	if app.Exists(ctx, "item:19").Val() != 0 {
+		t.Fatal("a key outside the top 10 was warmed")
+	}
+}
+
+func mustPort(t *testing.T) int {
+	p, _ := strconv.Atoi(freePort(t))
+	return p
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
 }
