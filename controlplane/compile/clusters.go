@@ -81,7 +81,12 @@ func (c *compiler) clusters() (clusters, endpoints []Resource, err error) {
 		}
 		clusters = append(clusters, cl)
 	}
-	// Service clusters sort among the others by name, like every list.
+	redis, err := c.redisClusters()
+	if err != nil {
+		return nil, nil, err
+	}
+	clusters = append(clusters, redis...)
+	// Service and redis clusters sort among the others by name, like every list.
 	sortByName(clusters)
 	return clusters, endpoints, nil
 }

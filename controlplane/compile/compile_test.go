@@ -46,6 +46,9 @@ func reinsert(cfg *spec.Config) *spec.Config {
 	for _, k := range rev(spec.SortedKeys(cfg.Listeners)) {
 		out.Listeners[k] = cfg.Listeners[k]
 	}
+	for _, k := range rev(spec.SortedKeys(cfg.RedisProxies)) {
+		out.RedisProxies[k] = cfg.RedisProxies[k]
+	}
 	return out
 }
 

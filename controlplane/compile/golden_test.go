@@ -48,6 +48,7 @@ type testInput struct {
 	RateLimitRules []json.RawMessage `json:"rateLimitRules"`
 	Secrets        []json.RawMessage `json:"secrets"`
 	Listeners      []json.RawMessage `json:"listeners"`
+	RedisProxies   []json.RawMessage `json:"redisProxies"`
 }
 
 type testOptions struct {
@@ -92,6 +93,7 @@ func loadCase(t testing.TB, path string) (*spec.Config, Options) {
 		{spec.KindRateLimitRule, in.RateLimitRules},
 		{spec.KindSecret, in.Secrets},
 		{spec.KindListener, in.Listeners},
+		{spec.KindRedisProxy, in.RedisProxies},
 	} {
 		for i, item := range kl.items {
 			r, err := spec.Decode(kl.kind, item)

@@ -112,6 +112,11 @@ func (c *compiler) listeners() ([]Resource, error) {
 		return nil, err
 	}
 	out = append(out, user...)
+	redis, err := c.redisListeners()
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, redis...)
 	hosts := c.apiListenerHosts()
 	if len(hosts) > 0 {
 		api, err := c.hcm(true, c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes)

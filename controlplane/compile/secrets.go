@@ -28,7 +28,8 @@ func sdsConfig(name string) *tlsv3.SdsSecretConfig {
 }
 
 // CheckConfig reports what spec validation cannot know because it depends
-// on the options: a listener on the port of the built-in ingress_http. The
+// on the options: a listener or redis proxy on the port of the built-in
+// ingress_http. The
 // store runs it on every change so that such a config is never accepted
 // (*spec.FieldError, like every validation failure).
 func CheckConfig(cfg *spec.Config, opts Options) error {
@@ -37,6 +38,12 @@ func CheckConfig(cfg *spec.Config, opts Options) error {
 		if l := cfg.Listeners[name]; l.Port == opts.ListenerPort {
 			return &spec.FieldError{Field: "listeners/" + name + ": port", Code: spec.CodeConflict,
 				Message: fmt.Sprintf("port %d is the built-in listener %s's", l.Port, ListenerName)}
+		}
+	}
+	for _, name := range spec.SortedKeys(cfg.RedisProxies) {
+		if p := cfg.RedisProxies[name]; p.Listen.Port == opts.ListenerPort {
+			return &spec.FieldError{Field: "redis-proxies/" + name + ": listen.port", Code: spec.CodeConflict,
+				Message: fmt.Sprintf("port %d is the built-in listener %s's", p.Listen.Port, ListenerName)}
 		}
 	}
 	return nil

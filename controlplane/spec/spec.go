@@ -1,6 +1,6 @@
 // Package spec holds the declarative resources an operator manages through
 // the admin API (clusters, routes, JWT providers, consumers, API keys,
-// revocations, rate-limit rules, listeners, TLS secrets) and their
+// revocations, rate-limit rules, listeners, TLS secrets, redis proxies) and their
 // validation.
 //
 // Resources are plain values with JSON tags; they are what the store persists
@@ -29,11 +29,12 @@ const (
 	KindRateLimitRule Kind = "ratelimit-rules"
 	KindSecret        Kind = "secrets"
 	KindListener      Kind = "listeners"
+	KindRedisProxy    Kind = "redis-proxies"
 )
 
 // Kinds lists every kind; the order is the order of validation and compilation.
 var Kinds = []Kind{KindCluster, KindRoute, KindJWTProvider, KindConsumer, KindAPIKey, KindRevocation, KindRateLimitRule,
-	KindSecret, KindListener}
+	KindSecret, KindListener, KindRedisProxy}
 
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool {
@@ -423,6 +424,7 @@ type Config struct {
 	RateLimitRules map[string]*RateLimitRule
 	Secrets        map[string]*Secret
 	Listeners      map[string]*Listener
+	RedisProxies   map[string]*RedisProxy
 }
 
 // NewConfig returns an empty config at version v.
@@ -438,6 +440,7 @@ func NewConfig(v int64) *Config {
 		RateLimitRules: map[string]*RateLimitRule{},
 		Secrets:        map[string]*Secret{},
 		Listeners:      map[string]*Listener{},
+		RedisProxies:   map[string]*RedisProxy{},
 	}
 }
 
@@ -466,5 +469,6 @@ func (c *Config) Clone() *Config {
 		RateLimitRules: maps.Clone(c.RateLimitRules),
 		Secrets:        maps.Clone(c.Secrets),
 		Listeners:      maps.Clone(c.Listeners),
+		RedisProxies:   maps.Clone(c.RedisProxies),
 	}
 }

@@ -63,6 +63,8 @@ func New(k Kind) (Resource, error) {
 		return &Secret{}, nil
 	case KindListener:
 		return &Listener{}, nil
+	case KindRedisProxy:
+		return &RedisProxy{}, nil
 	}
 	return nil, fieldErr("kind", CodeInvalid, "unknown resource kind %q", k)
 }
@@ -627,7 +629,10 @@ func (c *Config) Validate() error {
 		}
 		rules[k] = name
 	}
-	return c.validateTLS()
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
+	return c.validateRedisProxies()
 }
 
 // Put stores r in the config's map for kind k (replacing any same-named one).
@@ -651,6 +656,8 @@ func (c *Config) Put(k Kind, r Resource) {
 		c.Secrets[v.Name] = v
 	case *Listener:
 		c.Listeners[v.Name] = v
+	case *RedisProxy:
+		c.RedisProxies[v.Name] = v
 	}
 }
 
@@ -675,6 +682,8 @@ func (c *Config) Delete(k Kind, name string) {
 		delete(c.Secrets, name)
 	case KindListener:
 		delete(c.Listeners, name)
+	case KindRedisProxy:
+		delete(c.RedisProxies, name)
 	}
 }
 
@@ -715,6 +724,10 @@ func (c *Config) Get(k Kind, name string) Resource {
 		}
 	case KindListener:
 		if v, ok := c.Listeners[name]; ok {
+			return v
+		}
+	case KindRedisProxy:
+		if v, ok := c.RedisProxies[name]; ok {
 			return v
 		}
 	}
