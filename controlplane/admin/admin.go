@@ -117,7 +117,8 @@ func New(cfg Config) (*Handler, error) {
 // managedKinds are served as /admin/v1/<kind>. API keys are not: they are
 // created and revoked under their consumer, and never listed with hashes.
 var managedKinds = []spec.Kind{spec.KindCluster, spec.KindRoute, spec.KindJWTProvider,
-	spec.KindConsumer, spec.KindRevocation, spec.KindRateLimitRule, spec.KindSecret, spec.KindListener}
+	spec.KindConsumer, spec.KindRevocation, spec.KindRateLimitRule, spec.KindSecret, spec.KindListener,
+	spec.KindRedisProxy}
 
 // routes is the whole API surface, one line per endpoint.
 func (h *Handler) routes() {

@@ -56,6 +56,7 @@ type configView struct {
 	RateLimitRules []*spec.RateLimitRule `json:"ratelimitRules"`
 	Secrets        []secretView          `json:"secrets"`
 	Listeners      []*spec.Listener      `json:"listeners"`
+	RedisProxies   []*spec.RedisProxy    `json:"redisProxies"`
 	APIKeyCount    int                   `json:"apiKeyCount"`
 }
 
@@ -77,6 +78,7 @@ func viewConfig(c *spec.Config) configView {
 		RateLimitRules: sorted(c.RateLimitRules),
 		Secrets:        secretViews(sorted(c.Secrets)),
 		Listeners:      sorted(c.Listeners),
+		RedisProxies:   sorted(c.RedisProxies),
 		APIKeyCount:    len(c.APIKeys),
 	}
 }

@@ -308,6 +308,8 @@ func kindNames(c *spec.Config, k spec.Kind) []string {
 		return spec.SortedKeys(c.Secrets)
 	case spec.KindListener:
 		return spec.SortedKeys(c.Listeners)
+	case spec.KindRedisProxy:
+		return spec.SortedKeys(c.RedisProxies)
 	}
 	return nil
 }

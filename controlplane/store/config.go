@@ -58,6 +58,8 @@ func kindOf(r spec.Resource) spec.Kind {
 		return spec.KindSecret
 	case *spec.Listener:
 		return spec.KindListener
+	case *spec.RedisProxy:
+		return spec.KindRedisProxy
 	}
 	return ""
 }
@@ -101,6 +103,8 @@ func (d *draft) own(k spec.Kind) {
 		c.Secrets = maps.Clone(c.Secrets)
 	case spec.KindListener:
 		c.Listeners = maps.Clone(c.Listeners)
+	case spec.KindRedisProxy:
+		c.RedisProxies = maps.Clone(c.RedisProxies)
 	}
 }
 
