@@ -94,6 +94,11 @@ type Config struct {
 	FailAfter        time.Duration
 	FailoverLease    time.Duration
 	FailoverHold     time.Duration
+	// HandoverOnShutdown: in topology-store mode, a primary stopping (ctx
+	// done) first stops writes, waits for a replica to acknowledge them and
+	// publishes the map promoting it (see failover.Handover), so a rolling
+	// restart moves its slots in well under a second without losing writes.
+	HandoverOnShutdown bool
 	// ReplBacklogBytes is the replication backlog (default
 	// repl.DefaultBacklogBytes): a replica that falls further behind, or
 	// reconnects later, needs a full resync.
@@ -336,7 +341,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		primary = repl.NewPrimary(repl.PrimaryConfig{Feed: feed, Registry: reg, Logger: log, Metrics: rm})
 		primary.Register(busSrv)
-		follower = repl.NewFollower(repl.FollowerConfig{Registry: reg, Secret: cfg.ClusterSecret, Logger: log, Metrics: rm,
+		// Acks every 100 ms: what a primary handing over waits for.
+		follower = repl.NewFollower(repl.FollowerConfig{Registry: reg, Secret: cfg.ClusterSecret, Logger: log, Metrics: rm, AckInterval: 100 * time.Millisecond,
 			Announce: net.JoinHostPort(clusterState.Load().Myself().Host, strconv.Itoa(port))})
 		replInfo = func() string { return repl.Info(feed, primary, follower) }
 		replPos = func() (int64, bool) {
@@ -362,8 +368,17 @@ func Run(ctx context.Context, cfg Config) error {
 		cancel()
 	}
 	var fence func() string
-	if monitor != nil {
-		fence = monitor.WriteFence
+	var handingOver atomic.Bool
+	if syncer != nil {
+		fence = func() string {
+			if handingOver.Load() {
+				return "CLUSTERDOWN The primary is handing its slots over to a replica"
+			}
+			if monitor != nil {
+				return monitor.WriteFence()
+			}
+			return ""
+		}
 	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
 		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
@@ -396,7 +411,22 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	serving = true
-	g, gctx := errgroup.WithContext(ctx)
+	// The services stop when svc ends: after a handover, when ctx ends.
+	svc, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSvc()
+	g, gctx := errgroup.WithContext(svc)
+	g.Go(func() error {
+		select {
+		case <-gctx.Done(): // a service failed
+			return nil
+		case <-ctx.Done():
+		}
+		if syncer != nil && cfg.HandoverOnShutdown {
+			handover(clusterState, syncer.Client, cfg.NodeID, feed, primary, &handingOver, log)
+		}
+		stopSvc()
+		return nil
+	})
 	g.Go(func() error { return srv.Serve(gctx, respLis) })
 	httpOwned = true
 	g.Go(func() error {
@@ -481,4 +511,38 @@ func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, f *repl
 		case <-t.C:
 		}
 	}
+}
+
+// handover runs failover.Handover when this node is a primary with a live
+// replica, and waits (briefly) until its own map shows it demoted, so its
+// last clients are answered MOVED rather than by a closed port.
+func handover(st *cluster.State, c *topology.Client, id string, feed *repl.Feed, p *repl.Primary, fenced *atomic.Bool, log *slog.Logger) {
+	me := st.Load().Myself()
+	if me.IsReplica() || len(me.Ranges) == 0 || len(me.Replicas) == 0 {
+		return
+	}
+	fenced.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h := &failover.Handover{Client: c, SelfID: id, Offset: feed.Offset, Logger: log,
+		Acked: func() map[string]int64 {
+			out := map[string]int64{}
+			for _, r := range p.Replicas() {
+				if r.Online {
+					out[r.Addr] = r.AckOffset
+				}
+			}
+			return out
+		}}
+	start := time.Now()
+	to, err := h.Run(ctx)
+	if err != nil {
+		log.Warn("no handover on shutdown; the replica will be promoted by failover", "err", err)
+		return
+	}
+	for !st.Load().Myself().IsReplica() && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // let redirected clients follow MOVED
+	log.Info("handover done", "to", to, "took", time.Since(start).Round(time.Millisecond))
 }

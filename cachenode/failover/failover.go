@@ -862,33 +862,7 @@ func copySpec(s cluster.Spec) cluster.Spec {
 
 // promoteSpec is s with epoch + 1 and replica newID taking failed's slots.
 func promoteSpec(s cluster.Spec, failed, newID string) cluster.Spec {
-	s = copySpec(s)
-	s.Epoch++
-	var slots []string
-	for _, n := range s.Nodes {
-		if n.ID == failed {
-			slots = n.Slots
-		}
-	}
-	for i := range s.Nodes {
-		n := &s.Nodes[i]
-		switch {
-		case n.ID == newID:
-			n.Slots, n.ReplicaOf, n.Failed = slots, "", false
-		case n.ID == failed:
-			n.Slots, n.ReplicaOf, n.Failed = nil, newID, true
-		case n.ReplicaOf == failed:
-			n.ReplicaOf = newID
-		}
-	}
-	var mig []cluster.MigrationSpec
-	for _, mg := range s.Migrations {
-		if mg.From != failed && mg.To != failed {
-			mig = append(mig, mg)
-		}
-	}
-	s.Migrations = mig
-	return s
+	return Promote(s, failed, newID, true)
 }
 
 // act publishes what decide asks for; on a conflict it reads the map again

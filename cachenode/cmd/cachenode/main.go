@@ -34,6 +34,7 @@ func main() {
 	foInterval := envflag.Duration(fs, "failover-interval", "PORTICO_CACHE_FAILOVER_INTERVAL", 0, "probe, report and lease-renewal period (default 500ms)")
 	foAfter := envflag.Duration(fs, "fail-after", "PORTICO_CACHE_FAIL_AFTER", 0, "a primary is failed over once a quorum of primaries has found it unreachable this long (default 3s)")
 	foLease := envflag.Duration(fs, "failover-lease", "PORTICO_CACHE_FAILOVER_LEASE", 0, "a primary refuses writes when the store has not confirmed its role for this long (default 2s; below --fail-after)")
+	handover := envflag.Bool(fs, "handover-on-shutdown", "PORTICO_CACHE_HANDOVER_ON_SHUTDOWN", true, "topology-store mode: on SIGTERM a primary hands its slots to a caught-up replica before exiting")
 	busAddr := envflag.String(fs, "bus-addr", "PORTICO_CACHE_BUS_ADDR", "", "cluster mode: node-to-node listen address for slot imports and replication (default :<the map's bus port for this node>, RESP port + 10000)")
 	clusterSecret := envflag.String(fs, "cluster-secret", "PORTICO_CACHE_CLUSTER_SECRET", "", "cluster mode: shared secret required on the bus port and presented to peers")
 	migrateRate := envflag.Uint(fs, "migrate-keys-per-second", "PORTICO_CACHE_MIGRATE_KEYS_PER_SECOND", 20000, "cluster mode: rate at which this node copies out slots it migrates")
@@ -67,7 +68,7 @@ func main() {
 	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile, ClusterConfig: *clusterConfig,
 		ClusterKVAddrs: splitList(*kvAddrs), ClusterName: *clusterName, ClusterKVKeyspace: *kvKeyspace,
-		ClusterTopologyCheck: *topoCheck, Failover: *fo, FailoverInterval: *foInterval, FailAfter: *foAfter, FailoverLease: *foLease, BusAddr: *busAddr, ClusterSecret: *clusterSecret, MigrateKeysPerSecond: float64(*migrateRate),
+		ClusterTopologyCheck: *topoCheck, Failover: *fo, HandoverOnShutdown: *handover, FailoverInterval: *foInterval, FailAfter: *foAfter, FailoverLease: *foLease, BusAddr: *busAddr, ClusterSecret: *clusterSecret, MigrateKeysPerSecond: float64(*migrateRate),
 		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
 	if (len(cfg.ClusterKVAddrs) > 0) != (cfg.ClusterName != "") {
 		fmt.Fprintln(os.Stderr, "--cluster-kv-addrs and --cluster-name go together")
