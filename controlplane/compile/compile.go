@@ -31,6 +31,11 @@
 // host); such routes must target clusters without those options. gRPC calls
 // are POSTs, so gRPC routes only get retries with allowNonIdempotent.
 //
+// Redis proxies compile to a listener and a cluster named redis_<name> (the
+// redis_proxy network filter; a cluster of the custom type
+// envoy.clusters.redis). They are for Envoy gateways only: proxyless gRPC
+// clients never ask for them, and would NACK both.
+//
 // Serving: a go-control-plane SnapshotCache must run with ads=false. In ADS
 // mode it answers a request only when it names every resource of the type,
 // and gRPC clients ask for their own listener and clusters only. Envoy
