@@ -1,0 +1,194 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/portico-io/portico/cachenode"
+)
+
+// testNode is an in-process cachenode that a test can stop and start
+// again on the same address (the minimal startup of cachenode's own
+// tests, which live in package cachenode_test).
+type testNode struct {
+	tb     testing.TB
+	cfg    cachenode.Config
+	addr   string
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startNode(tb testing.TB, cfg cachenode.Config) *testNode {
+	tb.Helper()
+	if cfg.RESPAddr == "" {
+		cfg.RESPAddr = "127.0.0.1:0"
+	}
+	cfg.HTTPAddr = "127.0.0.1:0"
+	if cfg.NodeID == "" {
+		cfg.NodeID = "test"
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = 16
+	}
+	n := &testNode{tb: tb, cfg: cfg}
+	n.start()
+	tb.Cleanup(n.stop)
+	return n
+}
+
+func (n *testNode) start() {
+	n.tb.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ready := make(chan cachenode.Addrs, 1)
+	cfg := n.cfg
+	cfg.Ready = ready
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cachenode.Run(ctx, cfg) }()
+	select {
+	case a := <-ready:
+		n.addr = a.RESP
+		n.cfg.RESPAddr = a.RESP // a restart comes back on the same port
+	case err := <-done:
+		cancel()
+		n.tb.Fatalf("cachenode.Run: %v", err)
+	case <-time.After(10 * time.Second):
+		cancel()
+		n.tb.Fatal("cachenode did not start")
+	}
+	n.cancel, n.done = cancel, done
+}
+
+// stop ends the node and waits for it; a no-op when stopped.
+func (n *testNode) stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	if err := <-n.done; err != nil {
+		n.tb.Errorf("cachenode.Run: %v", err)
+	}
+	n.cancel = nil
+}
+
+// plainClient is a go-redis client of one node, with the per-call
+// deadline honoured as Options.Client requires.
+func plainClient(tb testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 16,
+		DialTimeout: 200 * time.Millisecond})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+func freePort(tb testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startCluster runs three primaries with a static slot map
+// (0-5460/5461-10922/10923-16383) and explicit bus ports.
+func startCluster(tb testing.TB) (nodes []*testNode, addrs []string) {
+	tb.Helper()
+	ranges := []string{"0-5460", "5461-10922", "10923-16383"}
+	ports := []int{freePort(tb), freePort(tb), freePort(tb)}
+	var b strings.Builder
+	b.WriteString("epoch: 1\nnodes:\n")
+	for i, p := range ports {
+		fmt.Fprintf(&b, "  - id: %040x\n    host: 127.0.0.1\n    port: %d\n    bus_port: %d\n    slots: [%q]\n", 0xa0+i, p, freePort(tb), ranges[i])
+	}
+	path := filepath.Join(tb.TempDir(), "cluster.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	for i, p := range ports {
+		n := startNode(tb, cachenode.Config{RESPAddr: fmt.Sprintf("127.0.0.1:%d", p), NodeID: fmt.Sprintf("%040x", 0xa0+i),
+			ClusterConfig: path, ReloadInterval: time.Second})
+		nodes = append(nodes, n)
+		addrs = append(addrs, n.addr)
+	}
+	return nodes, addrs
+}
+
+// dropProxy forwards TCP to target; while dropping, it discards what
+// clients send, so their reads time out (a stuck primary).
+type dropProxy struct {
+	ln       net.Listener
+	target   string
+	dropping atomic.Bool
+}
+
+func newDropProxy(tb testing.TB, target string) *dropProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, target: target}
+	var wg sync.WaitGroup
+	var conns sync.Map
+	tb.Cleanup(func() {
+		ln.Close()
+		conns.Range(func(k, _ any) bool { k.(net.Conn).Close(); return true })
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			conns.Store(c, nil)
+			conns.Store(up, nil)
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				defer up.Close()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 && !p.dropping.Load() {
+						if _, werr := up.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *dropProxy) addr() string { return p.ln.Addr().String() }
