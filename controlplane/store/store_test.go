@@ -293,7 +293,7 @@ func TestRollbackReproducesOldVersion(t *testing.T) {
 	delete(want.Consumers, "acme")
 	wantJSON, _ := json.Marshal(spec.Config{Clusters: want.Clusters, Routes: want.Routes, JWTProviders: want.JWTProviders,
 		Consumers: want.Consumers, APIKeys: want.APIKeys, Revocations: want.Revocations, RateLimitRules: want.RateLimitRules,
-		Secrets: want.Secrets, Listeners: want.Listeners})
+		Secrets: want.Secrets, Listeners: want.Listeners, RedisProxies: want.RedisProxies})
 	if got := configJSON(t, s, res.Version); got != string(wantJSON) {
 		t.Fatalf("rollback content differs:\n got %s\nwant %s", got, wantJSON)
 	}
