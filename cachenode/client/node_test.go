@@ -105,22 +105,40 @@ func freePort(tb testing.TB) int {
 }
 
 // startCluster runs three primaries with a static slot map
-// (0-5460/5461-10922/10923-16383) and explicit bus ports.
+// (0-5460/5461-10922/10923-16383) and explicit bus ports, and with
+// replicas one replica of each (nodes 3, 4, 5 follow 0, 1, 2).
 func startCluster(tb testing.TB) (nodes []*testNode, addrs []string) {
+	return startClusterN(tb, false)
+}
+
+func startClusterN(tb testing.TB, replicas bool) (nodes []*testNode, addrs []string) {
 	tb.Helper()
 	ranges := []string{"0-5460", "5461-10922", "10923-16383"}
-	ports := []int{freePort(tb), freePort(tb), freePort(tb)}
+	n := 3
+	if replicas {
+		n = 6
+	}
+	var ports []int
+	for range n {
+		ports = append(ports, freePort(tb))
+	}
+	id := func(i int) string { return fmt.Sprintf("%040x", 0xa0+i) }
 	var b strings.Builder
 	b.WriteString("epoch: 1\nnodes:\n")
 	for i, p := range ports {
-		fmt.Fprintf(&b, "  - id: %040x\n    host: 127.0.0.1\n    port: %d\n    bus_port: %d\n    slots: [%q]\n", 0xa0+i, p, freePort(tb), ranges[i])
+		fmt.Fprintf(&b, "  - id: %s\n    host: 127.0.0.1\n    port: %d\n    bus_port: %d\n", id(i), p, freePort(tb))
+		if i < 3 {
+			fmt.Fprintf(&b, "    slots: [%q]\n", ranges[i])
+		} else {
+			fmt.Fprintf(&b, "    replica_of: %s\n", id(i-3))
+		}
 	}
 	path := filepath.Join(tb.TempDir(), "cluster.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	for i, p := range ports {
-		n := startNode(tb, cachenode.Config{RESPAddr: fmt.Sprintf("127.0.0.1:%d", p), NodeID: fmt.Sprintf("%040x", 0xa0+i),
+		n := startNode(tb, cachenode.Config{RESPAddr: fmt.Sprintf("127.0.0.1:%d", p), NodeID: id(i),
 			ClusterConfig: path, ReloadInterval: time.Second})
 		nodes = append(nodes, n)
 		addrs = append(addrs, n.addr)
