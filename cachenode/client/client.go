@@ -82,6 +82,9 @@ func New(opts Options) (*Client, error) {
 	c := &Client{opts: opts, m: m, log: opts.Logger, now: opts.Now}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if opts.Client != nil {
+		if !contextTimeouts(opts.Client) {
+			c.log.Warn("cachenode/client: Options.Client has ContextTimeoutEnabled off: the per-call Timeout is not enforced on reads (its ReadTimeout is)")
+		}
 		c.rdb = opts.Client
 		if !opts.NoReplicaRetry {
 			c.replica = opts.Replica
@@ -124,6 +127,18 @@ func New(opts Options) (*Client, error) {
 		c.local = newLocal(opts.LocalSize)
 	}
 	return c, nil
+}
+
+// contextTimeouts reports whether rdb turns a context deadline into the
+// socket deadline (unknown client types are assumed to).
+func contextTimeouts(rdb redis.UniversalClient) bool {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		return r.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return r.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // breakerChanged runs under the breaker's lock: it must not call it.
