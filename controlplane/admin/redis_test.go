@@ -132,7 +132,7 @@ func TestRedisProxyInvalid(t *testing.T) {
 		{"port of another proxy", `{"name":"r","listen":{"port":6380},` + seeds + `}`, 422, spec.CodeConflict, "redis-proxies/r: listen.port"},
 		{"port of ingress_http", `{"name":"r","listen":{"port":10000},` + seeds + `}`, 422, spec.CodeConflict, "redis-proxies/r: listen.port"},
 		{"envoy name taken", `{"name":"taken","listen":{"port":6391},` + seeds + `}`, 422, spec.CodeConflict, "redis-proxies/taken: name"},
-		{"malformed duration", `{"name":"r","listen":{"port":6391},` + seeds + `,"opTimeout":"fast"}`, 422, spec.CodeInvalid, ""},
+		{"malformed duration", `{"name":"r","listen":{"port":6391},` + seeds + `,"opTimeout":"fast"}`, 422, spec.CodeInvalid, "opTimeout"},
 		{"negative duration", `{"name":"r","listen":{"port":6391},"cluster":{"seeds":[{"address":"127.0.0.1","port":7000}],"clusterRefreshRate":"-5s"}}`, 422, spec.CodeInvalid, "cluster.clusterRefreshRate"},
 		{"zero-ms duration", `{"name":"r","listen":{"port":6391},"cluster":{"seeds":[{"address":"127.0.0.1","port":7000}],"clusterRefreshTimeout":"1ns"}}`, 422, spec.CodeInvalid, "cluster.clusterRefreshTimeout"},
 		{"unknown read policy", `{"name":"r","listen":{"port":6391},` + seeds + `,"readPolicy":"nearest"}`, 422, spec.CodeInvalid, "readPolicy"},

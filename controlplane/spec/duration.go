@@ -3,6 +3,7 @@ package spec
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -45,16 +46,20 @@ func (d Duration) String() string {
 	return v.String()
 }
 
-// UnmarshalJSON accepts a duration string.
+// UnmarshalJSON accepts a duration string. A bad value is reported as a
+// *json.UnmarshalTypeError, to which encoding/json adds the field's path,
+// so that validation errors can name it.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"1.5s\"")
+		return &json.UnmarshalTypeError{Value: "non-string", Type: durationType}
 	}
 	v, err := ParseDuration(s)
 	if err != nil {
-		return err
+		return &json.UnmarshalTypeError{Value: "string " + strconv.Quote(s), Type: durationType}
 	}
 	*d = v
 	return nil
 }
+
+var durationType = reflect.TypeFor[Duration]()

@@ -225,10 +225,10 @@ func (c *Config) validateRedisProxies() error {
 		}
 		ports[p.Listen.Port] = "redis proxy " + n
 		if _, ok := c.Clusters[p.EnvoyName()]; ok {
-			return fieldErr(f+": name", CodeConflict, "the proxy's Envoy cluster %q has the name of cluster %q", p.EnvoyName(), p.EnvoyName())
+			return fieldErr(f+": name", CodeConflict, "compiles to Envoy cluster %q, the name of an existing cluster", p.EnvoyName())
 		}
 		if _, ok := c.Listeners[p.EnvoyName()]; ok {
-			return fieldErr(f+": name", CodeConflict, "the proxy's Envoy listener %q has the name of listener %q", p.EnvoyName(), p.EnvoyName())
+			return fieldErr(f+": name", CodeConflict, "compiles to Envoy listener %q, the name of an existing listener", p.EnvoyName())
 		}
 		for i, r := range p.PrefixRoutes {
 			if r.RedisProxy == "" {

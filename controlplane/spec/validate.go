@@ -93,6 +93,9 @@ func Decode(k Kind, body []byte) (Resource, error) {
 func decodeError(err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
+		if te.Type == durationType {
+			return fieldErr(te.Field, CodeInvalid, "must be a duration string like \"250ms\", \"1.5s\" or \"5m\"")
+		}
 		return fieldErr(te.Field, CodeInvalid, "must be %s", te.Type)
 	}
 	msg := err.Error()
