@@ -67,7 +67,7 @@ type loaded struct {
 }
 
 // New validates opts, fills in defaults and returns a Client. It does not
-// contact the cache.
+// wait for the cache; clients it builds are warmed in the background.
 func New(opts Options) (*Client, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
@@ -112,6 +112,7 @@ func New(opts Options) (*Client, error) {
 			c.replica = rc
 			c.owned = append(c.owned, rc)
 		}
+		c.warm()
 	}
 	c.breaker = circuitbreaker.NewBuilder[any]().
 		WithFailureThresholdRatio(uint(opts.BreakerFailures), uint(opts.BreakerWindow)).
@@ -127,6 +128,22 @@ func New(opts Options) (*Client, error) {
 		c.local = newLocal(opts.LocalSize)
 	}
 	return c, nil
+}
+
+// warm loads the slot map and go-redis's COMMAND table into the clients New
+// built, in the background: a ReadOnly client routes a read to a replica
+// only once it knows the command is read-only, and loading that table on
+// the first (retried) read can take longer than Timeout.
+func (c *Client) warm() {
+	for _, r := range c.owned {
+		c.bg.Add(1)
+		go func() {
+			defer c.bg.Done()
+			ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
+			defer cancel()
+			r.Get(ctx, "cachenode/client:warm") // the reply does not matter
+		}()
+	}
 }
 
 // contextTimeouts reports whether rdb turns a context deadline into the

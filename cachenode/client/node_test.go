@@ -32,6 +32,14 @@ type testNode struct {
 
 func startNode(tb testing.TB, cfg cachenode.Config) *testNode {
 	tb.Helper()
+	n, err := tryStartNode(tb, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+func tryStartNode(tb testing.TB, cfg cachenode.Config) (*testNode, error) {
 	if cfg.RESPAddr == "" {
 		cfg.RESPAddr = "127.0.0.1:0"
 	}
@@ -43,13 +51,21 @@ func startNode(tb testing.TB, cfg cachenode.Config) *testNode {
 		cfg.Shards = 16
 	}
 	n := &testNode{tb: tb, cfg: cfg}
-	n.start()
+	if err := n.tryStart(); err != nil {
+		return nil, err
+	}
 	tb.Cleanup(n.stop)
-	return n
+	return n, nil
 }
 
 func (n *testNode) start() {
 	n.tb.Helper()
+	if err := n.tryStart(); err != nil {
+		n.tb.Fatal(err)
+	}
+}
+
+func (n *testNode) tryStart() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ready := make(chan cachenode.Addrs, 1)
@@ -64,12 +80,13 @@ func (n *testNode) start() {
 		n.cfg.RESPAddr = a.RESP // a restart comes back on the same port
 	case err := <-done:
 		cancel()
-		n.tb.Fatalf("cachenode.Run: %v", err)
+		return fmt.Errorf("cachenode.Run: %w", err)
 	case <-time.After(10 * time.Second):
 		cancel()
-		n.tb.Fatal("cachenode did not start")
+		return fmt.Errorf("cachenode did not start")
 	}
 	n.cancel, n.done = cancel, done
+	return nil
 }
 
 // stop ends the node and waits for it; a no-op when stopped.
@@ -111,8 +128,22 @@ func startCluster(tb testing.TB) (nodes []*testNode, addrs []string) {
 	return startClusterN(tb, false)
 }
 
+// startClusterN retries with new ports when one was taken between picking
+// it and binding it (other tests run on the machine).
 func startClusterN(tb testing.TB, replicas bool) (nodes []*testNode, addrs []string) {
 	tb.Helper()
+	var err error
+	for range 5 {
+		if nodes, addrs, err = tryCluster(tb, replicas); err == nil {
+			return nodes, addrs
+		}
+		tb.Logf("cluster start: %v; retrying with new ports", err)
+	}
+	tb.Fatal(err)
+	return nil, nil
+}
+
+func tryCluster(tb testing.TB, replicas bool) (nodes []*testNode, addrs []string, err error) {
 	ranges := []string{"0-5460", "5461-10922", "10923-16383"}
 	n := 3
 	if replicas {
@@ -138,12 +169,18 @@ func startClusterN(tb testing.TB, replicas bool) (nodes []*testNode, addrs []str
 		tb.Fatal(err)
 	}
 	for i, p := range ports {
-		n := startNode(tb, cachenode.Config{RESPAddr: fmt.Sprintf("127.0.0.1:%d", p), NodeID: id(i),
+		n, err := tryStartNode(tb, cachenode.Config{RESPAddr: fmt.Sprintf("127.0.0.1:%d", p), NodeID: id(i),
 			ClusterConfig: path, ReloadInterval: time.Second})
+		if err != nil {
+			for _, n := range nodes {
+				n.stop()
+			}
+			return nil, nil, err
+		}
 		nodes = append(nodes, n)
 		addrs = append(addrs, n.addr)
 	}
-	return nodes, addrs
+	return nodes, addrs, nil
 }
 
 // dropProxy forwards TCP to target; while dropping, it discards what
