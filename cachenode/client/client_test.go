@@ -1,12 +1,15 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -124,10 +127,11 @@ func TestStampede(t *testing.T) {
 func TestCacheDownBulkheadAndBreaker(t *testing.T) {
 	node := startNode(t, cachenode.Config{})
 	reg := prometheus.NewRegistry()
+	logs := &lockedBuffer{}
 	const maxLoaders = 4
 	opts := Options{Client: plainClient(t, node.addr), Timeout: 100 * time.Millisecond, MaxLoaders: maxLoaders,
 		BreakerFailures: 3, BreakerWindow: 5, BreakerDelay: 200 * time.Millisecond, BreakerSuccesses: 1,
-		LocalSize: 64, Overload: ServeStale, Registerer: reg}
+		LocalSize: 64, Overload: ServeStale, Registerer: reg, Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	c := newClient(t, opts)
 	ctx := testCtx(t)
 
@@ -244,6 +248,28 @@ func TestCacheDownBulkheadAndBreaker(t *testing.T) {
 	if _, ok := stored(t, c.rdb, "after"); !ok {
 		t.Fatal("the recovered cache was not filled")
 	}
+	for _, want := range []string{"level=WARN msg=\"cache circuit breaker opened", "circuit breaker half-open", "circuit breaker closed"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no %q in the logs:\n%s", want, logs.String())
+		}
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestFailFastWithoutStale: Overload FailFast turns callers away with

@@ -247,3 +247,14 @@ func newDropProxy(tb testing.TB, target string) *dropProxy {
 }
 
 func (p *dropProxy) addr() string { return p.ln.Addr().String() }
+
+// quietLogger drops go-redis's own log lines (dial failures while a test
+// has a node stopped on purpose).
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{})
+	os.Exit(m.Run())
+}
