@@ -56,6 +56,7 @@ type Client struct {
 
 	ctx    context.Context // parent of fills and background work; cancelled by Close
 	cancel context.CancelFunc
+	closed atomic.Bool
 	bg     sync.WaitGroup // delayed second deletes
 }
 
@@ -180,6 +181,9 @@ func (c *Client) BreakerState() circuitbreaker.State { return c.breaker.State() 
 // Close stops background work and closes the clients New built (not a
 // caller-supplied Client or Replica).
 func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
 	c.cancel()
 	c.bg.Wait()
 	var errs []error
@@ -194,6 +198,9 @@ func (c *Client) Close() error {
 // errors are ErrNotFound (from the loader or cached), ErrOverloaded, the
 // loader's error, and ctx's.
 func (c *Client) Get(ctx context.Context, key string, loader Loader) ([]byte, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
 	if c.local != nil && c.isHot(key) {
 		if e, ok := c.local.get(key); ok && e.expires >= c.now().UnixMilli() {
 			c.m.localHits.Inc()
@@ -522,6 +529,9 @@ func mayReplace(old []byte, v int64, mode setMode) (replace, done bool) {
 // later whatever older value got in after the tombstone expired. A newer
 // value or tombstone is left alone.
 func (c *Client) Invalidate(ctx context.Context, key string, version int64) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
 	if c.local != nil {
 		c.local.drop(key)
 	}

@@ -727,6 +727,26 @@ func TestPrimaryDownReplicaRead(t *testing.T) {
 	}
 }
 
+func TestClosed(t *testing.T) {
+	node := startNode(t, cachenode.Config{})
+	c, err := New(Options{Addrs: []string{node.addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(context.Background(), "k", nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close = %v", err)
+	}
+	if err := c.Invalidate(context.Background(), "k", 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Invalidate after Close = %v", err)
+	}
+}
+
 func TestOptionsValidated(t *testing.T) {
 	for _, o := range []Options{
 		{},
