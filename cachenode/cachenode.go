@@ -36,6 +36,7 @@ import (
 	"github.com/portico-io/portico/cachenode/migrate"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/repl"
+	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/samples"
 	"github.com/portico-io/portico/cachenode/server"
 	"github.com/portico-io/portico/cachenode/topology"
@@ -339,7 +340,8 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("cachenode: metrics: %w", err)
 		}
-		primary = repl.NewPrimary(repl.PrimaryConfig{Feed: feed, Registry: reg, Logger: log, Metrics: rm})
+		primary = repl.NewPrimary(repl.PrimaryConfig{Feed: feed, Registry: reg, Logger: log, Metrics: rm,
+			Serving: func() bool { return !clusterState.Load().Myself().IsReplica() }})
 		primary.Register(busSrv)
 		// Acks every 100 ms: what a primary handing over waits for.
 		follower = repl.NewFollower(repl.FollowerConfig{Registry: reg, Secret: cfg.ClusterSecret, Logger: log, Metrics: rm, AckInterval: 100 * time.Millisecond,
@@ -370,19 +372,13 @@ func Run(ctx context.Context, cfg Config) error {
 	var fence func() string
 	var handingOver atomic.Bool
 	if syncer != nil {
-		fence = func() string {
-			if handingOver.Load() {
-				return "CLUSTERDOWN The primary is handing its slots over to a replica"
-			}
-			if monitor != nil {
-				return monitor.WriteFence()
-			}
-			return ""
+		if monitor != nil {
+			fence = monitor.WriteFence
 		}
 	}
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
 		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
-		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence, Loading: &loading, Samples: ring})
+		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence, Loading: &loading, Samples: ring, Hold: &handingOver})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}
@@ -454,7 +450,7 @@ func Run(ctx context.Context, cfg Config) error {
 			defer sender.Close()
 			return mover.Run(gctx)
 		})
-		g.Go(func() error { return followRole(gctx, clusterState, feed, follower, &loading, log) })
+		g.Go(func() error { return followRole(gctx, clusterState, feed, primary, follower, &loading, log) })
 	}
 	if monitor != nil {
 		g.Go(func() error { return monitor.Run(gctx) })
@@ -482,7 +478,7 @@ func Run(ctx context.Context, cfg Config) error {
 //
 // It also keeps loading true while a full sync is applied, so the node
 // answers -LOADING instead of serving a partial copy.
-func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, f *repl.Follower, loading *atomic.Bool, log *slog.Logger) error {
+func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, p *repl.Primary, f *repl.Follower, loading *atomic.Bool, log *slog.Logger) error {
 	defer f.Stop()
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -495,9 +491,14 @@ func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, f *repl
 			following := f.Status().Primary
 			switch {
 			case me.IsReplica():
-				if p := m.Primary(me); following != p.BusAddr() {
-					log.Info("replicating", "primary", p.ID, "bus", p.BusAddr(), "epoch", m.Epoch)
-					f.Follow(p.BusAddr())
+				if pr := m.Primary(me); following != pr.BusAddr() {
+					if following == "" {
+						// Demoted (or starting as a replica): this node's own
+						// replicas must not see the flush that starts its sync.
+						p.Disconnect()
+					}
+					log.Info("replicating", "primary", pr.ID, "bus", pr.BusAddr(), "epoch", m.Epoch)
+					f.Follow(pr.BusAddr())
 				}
 			case following != "":
 				f.Stop()
@@ -514,14 +515,17 @@ func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, f *repl
 }
 
 // handover runs failover.Handover when this node is a primary with a live
-// replica, and waits (briefly) until its own map shows it demoted, so its
-// last clients are answered MOVED rather than by a closed port.
-func handover(st *cluster.State, c *topology.Client, id string, feed *repl.Feed, p *repl.Primary, fenced *atomic.Bool, log *slog.Logger) {
+// replica. It holds every keyed command (CLUSTERDOWN, which clients retry)
+// from before the publication until both the promoted replica and this
+// node serve the new map, so no client is bounced between a node on the
+// new map and one on the old.
+func handover(st *cluster.State, c *topology.Client, id string, feed *repl.Feed, p *repl.Primary, hold *atomic.Bool, log *slog.Logger) {
 	me := st.Load().Myself()
 	if me.IsReplica() || len(me.Ranges) == 0 || len(me.Replicas) == 0 {
 		return
 	}
-	fenced.Store(true)
+	hold.Store(true)
+	defer hold.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	h := &failover.Handover{Client: c, SelfID: id, Offset: feed.Offset, Logger: log,
@@ -535,14 +539,20 @@ func handover(st *cluster.State, c *topology.Client, id string, feed *repl.Feed,
 			return out
 		}}
 	start := time.Now()
-	to, err := h.Run(ctx)
+	done, err := h.Run(ctx)
 	if err != nil {
 		log.Warn("no handover on shutdown; the replica will be promoted by failover", "err", err)
 		return
 	}
-	for !st.Load().Myself().IsReplica() && ctx.Err() == nil {
+	nodes := reshard.RESP{}
+	for ctx.Err() == nil {
+		e, err := nodes.Epoch(ctx, done.Addr)
+		if err == nil && e >= done.Epoch && st.Load().Epoch >= done.Epoch {
+			break
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // let redirected clients follow MOVED
-	log.Info("handover done", "to", to, "took", time.Since(start).Round(time.Millisecond))
+	hold.Store(false)
+	time.Sleep(200 * time.Millisecond) // let held clients follow MOVED
+	log.Info("handover done", "to", done.To, "epoch", done.Epoch, "took", time.Since(start).Round(time.Millisecond))
 }

@@ -92,6 +92,12 @@ type Config struct {
 	// ReplicationInfo, when set, is INFO replication's fields
 	// ("name:value\r\n" lines); default: a primary without replicas.
 	ReplicationInfo func() string
+	// Hold, when set and true, answers every keyed command (and every
+	// write) with -CLUSTERDOWN …handing its slots over: a primary handing
+	// over holds clients (go-redis retries CLUSTERDOWN with backoff) until
+	// the replica it promoted serves, instead of bouncing them with MOVED
+	// between itself and a replica still on the old map.
+	Hold *atomic.Bool
 	// Loading, when set and true, answers -LOADING to every command not
 	// flagged loading (a replica applying a full sync holds partial data).
 	Loading *atomic.Bool
@@ -225,6 +231,8 @@ func (c *Ctx) defaultExpire() int64 {
 	return 0
 }
 
+const errHandingOver = "CLUSTERDOWN The primary is handing its slots over to a replica"
+
 const errLoading = "LOADING Redis is loading the dataset in memory"
 
 const errReadOnlyReplica = "READONLY You can't write against a read only replica."
@@ -274,6 +282,10 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 		return
 	}
 	keys := spec.keys(args, s.keys[:0])
+	if e.cfg.Hold != nil && e.cfg.Hold.Load() && (len(keys) > 0 || spec.has(flagWrite)) {
+		w.Error(errHandingOver)
+		return
+	}
 	check := -1
 	var q cluster.Query
 	var m *cluster.Map
@@ -341,6 +353,22 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 	c := &s.ctx
 	*c = Ctx{e: e, Args: args, W: w, S: s, NS: ns, spec: spec, Tx: &s.tx}
 	e.keyspace(ns).BeginAt(c.Tx, keys, nowMs)
+	if m != nil && len(keys) > 0 {
+		// The map may have changed while this command waited for the
+		// locks (a slot's mover holds them while it moves a batch): route
+		// again on the current one, so no command acts on a decision the
+		// mover has made stale (a key written here after it moved away).
+		if cur := e.cfg.Cluster.Load(); cur != m {
+			m = cur
+			var redirect string
+			if redirect, check = m.Route(keys, q); redirect != "" {
+				c.Tx.End()
+				w.Error(redirect)
+				e.observe(ns, spec, start, true)
+				return
+			}
+		}
+	}
 	if check >= 0 {
 		// The slot is moving: whether the keys are here decides, under the
 		// same locks the slot's mover takes.

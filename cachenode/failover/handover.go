@@ -72,8 +72,15 @@ type Handover struct {
 // replica, or a migration involves this node).
 var ErrNoHandover = errors.New("failover: no handover")
 
-// Run hands the slots over and returns the promoted replica's id.
-func (h *Handover) Run(ctx context.Context) (string, error) {
+// Handed is a completed handover.
+type Handed struct {
+	To    string // the promoted replica's id
+	Addr  string // its RESP address
+	Epoch uint64 // of the published map
+}
+
+// Run hands the slots over.
+func (h *Handover) Run(ctx context.Context) (Handed, error) {
 	log := h.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -84,19 +91,19 @@ func (h *Handover) Run(ctx context.Context) (string, error) {
 	}
 	t, err := h.Client.Load(ctx)
 	if err != nil {
-		return "", err
+		return Handed{}, err
 	}
 	m, err := t.Spec.Map(h.SelfID)
 	if err != nil {
-		return "", err
+		return Handed{}, err
 	}
 	me := m.Myself()
 	if me.IsReplica() || len(me.Ranges) == 0 {
-		return "", fmt.Errorf("%w: not a primary owning slots", ErrNoHandover)
+		return Handed{}, fmt.Errorf("%w: not a primary owning slots", ErrNoHandover)
 	}
 	for _, mg := range m.Migrations {
 		if mg.From == m.Self || mg.To == m.Self {
-			return "", fmt.Errorf("%w: slot %d is moving", ErrNoHandover, mg.Slot)
+			return Handed{}, fmt.Errorf("%w: slot %d is moving", ErrNoHandover, mg.Slot)
 		}
 	}
 	var cands []*cluster.Node
@@ -106,7 +113,7 @@ func (h *Handover) Run(ctx context.Context) (string, error) {
 		}
 	}
 	if len(cands) == 0 {
-		return "", fmt.Errorf("%w: no live replica", ErrNoHandover)
+		return Handed{}, fmt.Errorf("%w: no live replica", ErrNoHandover)
 	}
 	// Wait for a replica to acknowledge every change.
 	want := h.Offset()
@@ -126,12 +133,12 @@ func (h *Handover) Run(ctx context.Context) (string, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return Handed{}, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	if best == nil {
-		return "", fmt.Errorf("%w: no replica connected", ErrNoHandover)
+		return Handed{}, fmt.Errorf("%w: no replica connected", ErrNoHandover)
 	}
 	if bestAck < want {
 		log.Warn("handover: no replica acknowledged every write in time; promoting the most caught-up one",
@@ -139,8 +146,8 @@ func (h *Handover) Run(ctx context.Context) (string, error) {
 	}
 	next := Promote(t.Spec, h.SelfID, best.ID, false)
 	if _, err := h.Client.Publish(ctx, next, t.Revision); err != nil {
-		return "", fmt.Errorf("failover: handover publication: %w", err)
+		return Handed{}, fmt.Errorf("failover: handover publication: %w", err)
 	}
 	log.Info("handed slots over to a replica", "replica", best.ID, "epoch", next.Epoch, "acked", bestAck, "offset", want)
-	return best.ID, nil
+	return Handed{To: best.ID, Addr: best.Addr(), Epoch: next.Epoch}, nil
 }

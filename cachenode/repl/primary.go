@@ -42,6 +42,11 @@ type PrimaryConfig struct {
 	// PingInterval and Timeout default to DefaultPingInterval and
 	// DefaultTimeout.
 	PingInterval, Timeout time.Duration
+	// Serving, when set, gates SYNC: while it reports false (the node is a
+	// replica itself) SYNC is refused. A node being demoted must not stream
+	// to its old replicas: its full sync from the new primary starts with a
+	// flush that would reach them (the promoted one included) otherwise.
+	Serving func() bool
 }
 
 // Primary serves SYNC on a bus server: it streams its Feed to replicas.
@@ -56,6 +61,7 @@ type Primary struct {
 }
 
 type replica struct {
+	conn    *bus.Conn
 	name    string
 	online  atomic.Bool  // snapshot sent, streaming
 	ack     atomic.Int64 // offset the replica has applied
@@ -78,6 +84,17 @@ func NewPrimary(cfg PrimaryConfig) *Primary {
 		p.m = nopMetrics()
 	}
 	return p
+}
+
+// Disconnect closes every replica's stream (a node being demoted calls it
+// before it follows its new primary; with Serving false, they cannot come
+// back).
+func (p *Primary) Disconnect() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for r := range p.replicas {
+		r.conn.Close()
+	}
 }
 
 // Register adds the SYNC command to s.
@@ -122,7 +139,12 @@ func (p *Primary) serveSync(c *bus.Conn, args [][]byte) {
 		c.W.Error("ERR value is not an integer or out of range")
 		return
 	}
-	r := &replica{name: c.RemoteAddr().String()}
+	if p.cfg.Serving != nil && !p.cfg.Serving() {
+		c.W.Error("ERR this node is a replica: it does not serve SYNC")
+		c.Flush()
+		return
+	}
+	r := &replica{conn: c, name: c.RemoteAddr().String()}
 	if len(args) == 4 && len(args[3]) > 0 {
 		r.name = string(args[3])
 	}
@@ -162,6 +184,9 @@ func (p *Primary) serveSync(c *bus.Conn, args [][]byte) {
 	p.replicas[r] = struct{}{}
 	p.m.connected.Set(float64(len(p.replicas)))
 	p.mu.Unlock()
+	if p.cfg.Serving != nil && !p.cfg.Serving() { // demoted meanwhile: Disconnect may have missed it
+		return
+	}
 	defer func() {
 		p.mu.Lock()
 		delete(p.replicas, r)
