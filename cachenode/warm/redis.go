@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -54,9 +55,16 @@ type HTTPLoader struct {
 
 // Load is a Config.Load.
 func (l HTTPLoader) Load(ctx context.Context, key string) ([]byte, error) {
+	v, _, err := l.LoadVersion(ctx, key)
+	return v, err
+}
+
+// LoadVersion is Load plus the value's version from the X-Version header
+// (0 when absent): what cachenode/client's versioned fills need.
+func (l HTTPLoader) LoadVersion(ctx context.Context, key string) ([]byte, int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.ReplaceAll(l.URL, "{key}", url.PathEscape(key)), nil)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	hc := l.Client
 	if hc == nil {
@@ -64,19 +72,25 @@ func (l HTTPLoader) Load(ctx context.Context, key string) ([]byte, error) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 512<<20))
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, 0, err
 	case resp.StatusCode == http.StatusNotFound:
-		return nil, ErrNotFound
+		return nil, 0, ErrNotFound
 	case resp.StatusCode != http.StatusOK:
-		return nil, fmt.Errorf("warm: origin answered %s for %q", resp.Status, key)
+		return nil, 0, fmt.Errorf("warm: origin answered %s for %q", resp.Status, key)
 	}
-	return body, nil
+	var version int64
+	if v := resp.Header.Get("X-Version"); v != "" {
+		if version, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, 0, fmt.Errorf("warm: origin's X-Version %q for %q: %w", v, key, err)
+		}
+	}
+	return body, version, nil
 }
 
 // Collect reads up to count recent samples from each node (CACHE SAMPLES

@@ -67,8 +67,13 @@ type Cache interface {
 type Config struct {
 	Keys  []Key
 	Cache Cache
-	// Load fetches a key's value from the origin.
+	// Load fetches a key's value from the origin, and Cache.Fill stores it.
 	Load func(ctx context.Context, key string) ([]byte, error)
+	// Get, when set, replaces Load and Fill: a cache-aside read that loads
+	// on a miss, for caches whose values the application writes in its own
+	// format (cachenode/client's versioned values: its Get with the origin
+	// as the loader). It returns ErrNotFound for keys the origin lacks.
+	Get func(ctx context.Context, key string) error
 	// Rate is how many origin loads per second (default 100).
 	Rate float64
 	// Concurrency is how many loads may be in flight (default 4).
@@ -101,8 +106,8 @@ func (p Progress) String() string {
 // Run warms the cache with cfg.Keys, most accessed first, until they are
 // all done or ctx ends. Failed loads are counted and skipped.
 func Run(ctx context.Context, cfg Config) (Progress, error) {
-	if cfg.Cache == nil || cfg.Load == nil {
-		return Progress{}, errors.New("warm: Cache and Load are required")
+	if cfg.Cache == nil || (cfg.Load == nil && cfg.Get == nil) {
+		return Progress{}, errors.New("warm: Cache and Load (or Get) are required")
 	}
 	if cfg.Rate <= 0 {
 		cfg.Rate = 100
@@ -217,9 +222,14 @@ func Run(ctx context.Context, cfg Config) (Progress, error) {
 		go func(i int) {
 			defer func() { <-sem }()
 			key := cfg.Keys[i].Key
-			v, err := cfg.Load(ctx, key)
-			if err == nil {
-				err = cfg.Cache.Fill(ctx, key, v)
+			var err error
+			if cfg.Get != nil {
+				err = cfg.Get(ctx, key)
+			} else {
+				var v []byte
+				if v, err = cfg.Load(ctx, key); err == nil {
+					err = cfg.Cache.Fill(ctx, key, v)
+				}
 			}
 			results <- result{i, err}
 		}(i)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/cachenode"
+	"github.com/portico-io/portico/cachenode/client"
 	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/topology"
@@ -189,6 +190,27 @@ func TestSamplesAndWarm(t *testing.T) {
 	}
 	if app.Exists(ctx, "item:19").Val() != 0 {
 		t.Fatal("a key outside the top 10 was warmed")
+	}
+	// In the client library's format: a Get through cachenode/client finds
+	// the warmed values without calling its loader.
+	if err := app.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run(ctx, append(base, "warm", "--samples", file, "--origin", origin.URL+"/{key}", "--namespace", "app", "--top", "5", "--rate", "1000", "--format", "client"), &out, &errb); code != 0 || !strings.Contains(out.String(), "warmed: 5/5 keys: 5 loaded") {
+		t.Fatalf("warm --format client: %d %s %s", code, out.String(), errb.String())
+	}
+	cl, err := client.New(client.Options{Client: app, NoReplicaRetry: true, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	v, err := cl.Get(ctx, "item:0", func(context.Context) ([]byte, int64, error) {
+		t.Error("the loader ran for a warmed key")
+		return nil, 0, nil
+	})
+	if err != nil || string(v) != "v-item:0" {
+		t.Fatalf("client Get of a warmed key = %q, %v", v, err)
 	}
 }
 

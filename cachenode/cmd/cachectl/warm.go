@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/portico-io/portico/cachenode/client"
 	"github.com/portico-io/portico/cachenode/samples"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/cachenode/warm"
@@ -117,9 +118,10 @@ func warmCmd(ctx context.Context, c *topology.Client, user, pass string, args []
 	top := fs.Int("top", 10000, "warm at most this many of the most sampled keys")
 	rate := fs.Float64("rate", 200, "origin loads per second")
 	conc := fs.Int("concurrency", 4, "origin loads in flight")
-	ttl := fs.Duration("ttl", time.Hour, "TTL of warmed keys (0: none)")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *file == "" || *origin == "" || *rate <= 0 {
-		return fmt.Errorf("%w: warm --samples FILE --origin URL [--namespace NS] [--top N] [--rate R] [--ttl D]", errUsage)
+	ttl := fs.Duration("ttl", time.Hour, "TTL of warmed keys (0: none; with --format client, the hard TTL)")
+	format := fs.String("format", "raw", "raw: the origin's bytes as the value (SET NX); client: cachenode/client's versioned values (its Get, X-Version from the origin)")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *file == "" || *origin == "" || *rate <= 0 || (*format != "raw" && *format != "client") {
+		return fmt.Errorf("%w: warm --samples FILE --origin URL [--namespace NS] [--top N] [--rate R] [--ttl D] [--format raw|client]", errUsage)
 	}
 	ss, err := readSamples(*file)
 	if err != nil {
@@ -135,9 +137,35 @@ func warmCmd(ctx context.Context, c *topology.Client, user, pass string, args []
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: pass, Protocol: 2})
 	defer cc.Close()
-	p, err := warm.Run(ctx, warm.Config{Keys: keys, Cache: warm.RedisCache{Client: cc, TTL: *ttl},
-		Load: warm.HTTPLoader{URL: *origin}.Load, Rate: *rate, Concurrency: *conc,
-		Report: func(p warm.Progress) { fmt.Fprintln(stdout, p) }})
+	loader := warm.HTTPLoader{URL: *origin}
+	cfg := warm.Config{Keys: keys, Cache: warm.RedisCache{Client: cc, TTL: *ttl},
+		Load: loader.Load, Rate: *rate, Concurrency: *conc,
+		Report: func(p warm.Progress) { fmt.Fprintln(stdout, p) }}
+	if *format == "client" {
+		opts := client.Options{Client: cc, NoReplicaRetry: true, Timeout: time.Second, MaxLoaders: *conc}
+		if *ttl > 0 {
+			opts.HardTTL, opts.SoftTTL = *ttl, *ttl/2
+		}
+		cl, err := client.New(opts)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		cfg.Get = func(ctx context.Context, key string) error {
+			_, err := cl.Get(ctx, key, func(ctx context.Context) ([]byte, int64, error) {
+				v, ver, err := loader.LoadVersion(ctx, key)
+				if errors.Is(err, warm.ErrNotFound) {
+					err = client.ErrNotFound
+				}
+				return v, ver, err
+			})
+			if errors.Is(err, client.ErrNotFound) {
+				err = warm.ErrNotFound
+			}
+			return err
+		}
+	}
+	p, err := warm.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
