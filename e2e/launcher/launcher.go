@@ -276,6 +276,7 @@ Portico is running. Next:
   curl -si localhost:18401/v1/kv/locks:leader                               # the same key through /v1/kv/, linearizable
   redis-cli -c -p 7000 SET greeting hi EX 60 && redis-cli -c -p 7001 GET greeting  # cache cluster (7000-7005)
   bin/cachectl --cluster portico topology get                               # its slot map (3 primaries, 3 replicas)
+  redis-cli -p 6380 GET greeting                                            # the cache through Envoy's redis proxy, when Envoy runs
 Ctrl-C stops everything (or 'make stop' from another shell).
 `
 
@@ -338,6 +339,10 @@ var demo = []struct{ path, body string }{
 	{"/admin/v1/routes", `{"name":"keyed","match":{"pathPrefix":"/keyed"},"cluster":"echo","timeout":"5s",
 		"auth":{"mode":"apikey"},"rateLimits":[{"descriptors":[{"key":"consumer","fromHeader":"x-portico-consumer"}]}]}`},
 	{"/admin/v1/consumers", `{"name":"acme","tenant":"acme","tier":"pro"}`},
+	// Envoy's Redis Cluster proxy in front of the cache cluster, for
+	// clients that cannot follow MOVED/ASK themselves.
+	{"/admin/v1/redis-proxies", `{"name":"cache","listen":{"address":"127.0.0.1","port":6380},
+		"cluster":{"seeds":[{"address":"127.0.0.1","port":7000},{"address":"127.0.0.1","port":7001},{"address":"127.0.0.1","port":7002}]}}`},
 	{"/admin/v1/ratelimit-rules", `{"name":"per-consumer","domain":"portico","descriptors":[{"key":"consumer"}],"limit":5,"window":"1s","burst":5}`},
 }
 
