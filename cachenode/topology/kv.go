@@ -3,14 +3,12 @@ package topology
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Entry is one key stored under a cluster's prefix other than its
@@ -115,39 +113,9 @@ func (c *Client) put(ctx context.Context, name string, value []byte, expected *u
 // prefix), which suits keys rewritten periodically such as failure
 // reports. fn's error ends the watch.
 func (c *Client) WatchPrefix(ctx context.Context, prefix string, from uint64, fn func(Entry) error, hooks WatchHooks) error {
-	if err := c.Validate(); err != nil {
-		return err
-	}
-	hc := &http.Client{Transport: c.httpClient().Transport}
-	start := int(c.next.Load())
-	failures := 0
-	for i := start; ; i++ {
-		addr := c.Addrs[i%len(c.Addrs)]
-		next, established, err := c.watchPrefixOnce(ctx, hc, addr, prefix, from, fn, hooks)
-		if ctx.Err() != nil {
-			return nil
-		}
-		var fnErr *callbackError
-		if errors.As(err, &fnErr) {
-			return fnErr.err
-		}
-		from = next
-		if hooks.Disconnected != nil {
-			hooks.Disconnected(addr, err)
-		}
-		if established {
-			failures = 0
-		} else {
-			failures++
-		}
-		if failures >= len(c.Addrs) || established {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff(failures / len(c.Addrs))):
-			}
-		}
-	}
+	return c.watchLoop(ctx, from, hooks, func(hc *http.Client, addr string, from uint64) (uint64, bool, error) {
+		return c.watchPrefixOnce(ctx, hc, addr, prefix, from, fn, hooks)
+	})
 }
 
 func (c *Client) watchPrefixOnce(ctx context.Context, hc *http.Client, addr, prefix string, from uint64, fn func(Entry) error, hooks WatchHooks) (uint64, bool, error) {

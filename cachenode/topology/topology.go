@@ -357,6 +357,17 @@ type WatchHooks struct {
 // key and resumes from there, so fn sees the current document (a change in
 // between may be skipped; none is seen twice). fn's error ends the watch.
 func (c *Client) Watch(ctx context.Context, from uint64, fn func(Update) error, hooks WatchHooks) error {
+	return c.watchLoop(ctx, from, hooks, func(hc *http.Client, addr string, from uint64) (uint64, bool, error) {
+		return c.watchOnce(ctx, hc, addr, from, fn, hooks)
+	})
+}
+
+// watchLoop runs once against each address in turn from the one that last
+// answered, resuming from the revision it reached, with backoff after a
+// round of failures or a broken established stream, until ctx ends or the
+// callback fails (a callbackError).
+func (c *Client) watchLoop(ctx context.Context, from uint64, hooks WatchHooks,
+	once func(hc *http.Client, addr string, from uint64) (next uint64, established bool, err error)) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -365,7 +376,7 @@ func (c *Client) Watch(ctx context.Context, from uint64, fn func(Update) error, 
 	failures := 0
 	for i := start; ; i++ {
 		addr := c.Addrs[i%len(c.Addrs)]
-		next, established, err := c.watchOnce(ctx, hc, addr, from, fn, hooks)
+		next, established, err := once(hc, addr, from)
 		if ctx.Err() != nil {
 			return nil
 		}
