@@ -173,6 +173,24 @@ func (h *haCluster) waitReplicated(ctx context.Context, p, r int, sample map[str
 	}
 }
 
+// seed writes n keys through cc and waits until every replica has its
+// primary's; it returns the keys and values.
+func (h *haCluster) seed(ctx context.Context, cc *redis.ClusterClient, n int) map[string]string {
+	h.t.Helper()
+	sample := map[string]string{}
+	for i := range n {
+		k, v := "k:"+strconv.Itoa(i), "v"+strconv.Itoa(i)
+		if err := cc.Set(ctx, k, v, 0).Err(); err != nil {
+			h.t.Fatalf("SET %s: %v", k, err)
+		}
+		sample[k] = v
+	}
+	for p := range 3 {
+		h.waitReplicated(ctx, p, p+3, sample)
+	}
+	return sample
+}
+
 // ownerIndex is the index of the node owning key's slot in the current
 // stored map.
 func (h *haCluster) ownerIndex(key string) int {
@@ -206,17 +224,7 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	defer cancel()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs()[:3:3], Protocol: 3, MaxRedirects: 8})
 	defer cc.Close()
-	sample := map[string]string{}
-	for i := range 1500 {
-		k, v := "k:"+strconv.Itoa(i), "v"+strconv.Itoa(i)
-		if err := cc.Set(ctx, k, v, 0).Err(); err != nil {
-			t.Fatalf("SET %s: %v", k, err)
-		}
-		sample[k] = v
-	}
-	for p := range 3 {
-		h.waitReplicated(ctx, p, p+3, sample)
-	}
+	sample := h.seed(ctx, cc, 1500)
 	// A READONLY cluster client reads everything, replicas included.
 	ro := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs()[3:6:6], Protocol: 3, ReadOnly: true, RouteRandomly: true})
 	defer ro.Close()
@@ -440,17 +448,7 @@ func TestClusterFailover(t *testing.T) {
 		DialTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
 		ClusterStateReloadInterval: time.Second})
 	defer cc.Close()
-	sample := map[string]string{}
-	for i := range 600 {
-		k, v := "k:"+strconv.Itoa(i), "v"+strconv.Itoa(i)
-		if err := cc.Set(ctx, k, v, 0).Err(); err != nil {
-			t.Fatalf("SET %s: %v", k, err)
-		}
-		sample[k] = v
-	}
-	for p := range 3 {
-		h.waitReplicated(ctx, p, p+3, sample)
-	}
+	sample := h.seed(ctx, cc, 600)
 
 	// 0. A planned restart: SIGTERM primary 0 while a client writes to its
 	// slots. It stops writes, waits for its replica's acknowledgement and

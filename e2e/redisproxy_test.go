@@ -3,9 +3,7 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -63,7 +61,7 @@ func TestLiveEnvoyRedisProxy(t *testing.T) {
 	}
 
 	// The control plane, with the proxy in front of the cluster.
-	listenerPort, adminPort, proxyPort := freePort(t), freePort(t), freePort(t)
+	listenerPort, proxyPort := freePort(t), freePort(t)
 	cpReady := make(chan controlplane.Addrs, 1)
 	cpDone := make(chan error, 1)
 	go func() {
@@ -89,23 +87,7 @@ func TestLiveEnvoyRedisProxy(t *testing.T) {
 		"opTimeout": "2s",
 	})
 
-	raw, err := os.ReadFile(filepath.Join("..", "envoy", "bootstrap.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, xdsPort, _ := net.SplitHostPort(addrs.XDS)
-	boot := strings.ReplaceAll(string(raw), "port_value: 18000", "port_value: "+xdsPort)
-	boot = strings.ReplaceAll(boot, "port_value: 9901", fmt.Sprintf("port_value: %d", adminPort))
-	bootPath := filepath.Join(t.TempDir(), "bootstrap.yaml")
-	if err := os.WriteFile(bootPath, []byte(boot), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(ctx, envoy, "-c", bootPath, "--base-id", fmt.Sprint(adminPort), "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	startEnvoy(t, envoy, addrs.XDS)
 
 	// A plain client: no cluster support, no redirections of its own;
 	// RESP2 and no CLIENT SETINFO, which Envoy's redis proxy does not speak.
