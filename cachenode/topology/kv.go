@@ -3,8 +3,8 @@ package topology
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -119,56 +119,23 @@ func (c *Client) WatchPrefix(ctx context.Context, prefix string, from uint64, fn
 }
 
 func (c *Client) watchPrefixOnce(ctx context.Context, hc *http.Client, addr, prefix string, from uint64, fn func(Entry) error, hooks WatchHooks) (uint64, bool, error) {
-	full := c.entryKey(prefix)
-	q := url.Values{"watch": {"true"}, "prefix": {full}}
-	if from > 0 {
-		q.Set("fromRevision", strconv.FormatUint(from, 10))
+	body, first, err := c.openWatch(ctx, hc, addr, c.entryKey(prefix), from)
+	if errors.Is(err, errCompacted) {
+		return max(from, first), false, err
 	}
-	u := base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return from, false, err
 	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return from, false, err
-	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusGone:
-		var body struct {
-			FirstRevision uint64 `json:"firstRevision"`
-		}
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body)
-		return max(from, body.FirstRevision), false, errCompacted
-	default:
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return from, false, fmt.Errorf("%s: watch answered %d: %s", addr, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
+	defer body.Close()
 	if hooks.Connected != nil {
 		hooks.Connected(addr)
 	}
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var e wireEvent
-		if err := dec.Decode(&e); err != nil {
-			return from, true, fmt.Errorf("%s: watch stream: %w", addr, err)
-		}
-		if len(e.Error) > 0 {
-			return from, true, fmt.Errorf("%s: watch ended: %s", addr, e.Error)
-		}
-		if e.Revision < from {
-			continue
-		}
-		from = e.Revision + 1
+	next, err := readEvents(body, addr, from, func(e *wireEvent) error {
 		name, ok := strings.CutPrefix(e.Key, c.Cluster+"/")
 		if !ok || !strings.HasPrefix(name, prefix) {
-			continue
+			return nil
 		}
-		en := Entry{Name: name, Revision: e.Revision, Value: e.Value, Deleted: e.Type == "delete"}
-		if err := fn(en); err != nil {
-			return from, true, &callbackError{err}
-		}
-	}
+		return fn(Entry{Name: name, Revision: e.Revision, Value: e.Value, Deleted: e.Type == "delete"})
+	})
+	return next, true, err
 }

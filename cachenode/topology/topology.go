@@ -412,54 +412,24 @@ var errCompacted = errors.New("topology: watch history compacted")
 // watchOnce runs one stream; it returns the revision to resume from and
 // whether the stream was established.
 func (c *Client) watchOnce(ctx context.Context, hc *http.Client, addr string, from uint64, fn func(Update) error, hooks WatchHooks) (uint64, bool, error) {
-	q := url.Values{"watch": {"true"}, "prefix": {c.Key()}}
-	if from > 0 {
-		q.Set("fromRevision", strconv.FormatUint(from, 10))
-	}
-	u := base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "?" + q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return from, false, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return from, false, err
-	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusGone:
-		var body struct {
-			FirstRevision uint64 `json:"firstRevision"`
-		}
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body)
-		next, err := c.resync(ctx, from, body.FirstRevision, fn)
+	body, first, err := c.openWatch(ctx, hc, addr, c.Key(), from)
+	if errors.Is(err, errCompacted) {
+		next, err := c.resync(ctx, from, first, fn)
 		if err == nil {
 			err = errCompacted
 		}
 		return next, false, err
-	default:
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		return from, false, fmt.Errorf("%s: watch answered %d: %s", addr, resp.StatusCode, strings.TrimSpace(string(b)))
 	}
+	if err != nil {
+		return from, false, err
+	}
+	defer body.Close()
 	if hooks.Connected != nil {
 		hooks.Connected(addr)
 	}
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var e wireEvent
-		if err := dec.Decode(&e); err != nil {
-			return from, true, fmt.Errorf("%s: watch stream: %w", addr, err)
-		}
-		if len(e.Error) > 0 {
-			return from, true, fmt.Errorf("%s: watch ended: %s", addr, e.Error)
-		}
-		if e.Revision < from {
-			continue // never seen twice
-		}
-		from = e.Revision + 1
+	next, err := readEvents(body, addr, from, func(e *wireEvent) error {
 		if e.Key != c.Key() {
-			continue // another key with the same prefix
+			return nil // another key with the same prefix
 		}
 		u := Update{Revision: e.Revision}
 		if e.Type == "delete" {
@@ -468,8 +438,66 @@ func (c *Client) watchOnce(ctx context.Context, hc *http.Client, addr string, fr
 			u.Raw = e.Value
 			u.Spec, u.Err = Decode(e.Value)
 		}
-		if err := fn(u); err != nil {
-			return from, true, &callbackError{err}
+		return fn(u)
+	})
+	return next, true, err
+}
+
+// openWatch starts a watch of the keys under prefix (a full key) from
+// revision from (0: new changes only) on addr. When kvnode's history no
+// longer reaches from (410) it returns errCompacted and the first revision
+// kvnode still holds.
+func (c *Client) openWatch(ctx context.Context, hc *http.Client, addr, prefix string, from uint64) (io.ReadCloser, uint64, error) {
+	q := url.Values{"watch": {"true"}, "prefix": {prefix}}
+	if from > 0 {
+		q.Set("fromRevision", strconv.FormatUint(from, 10))
+	}
+	u := base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "?" + q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return resp.Body, 0, nil
+	case http.StatusGone:
+		var body struct {
+			FirstRevision uint64 `json:"firstRevision"`
+		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body)
+		resp.Body.Close()
+		return nil, body.FirstRevision, errCompacted
+	default:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		return nil, 0, fmt.Errorf("%s: watch answered %d: %s", addr, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+}
+
+// readEvents decodes a watch stream, calling fn for each event at or past
+// revision from (so none is seen twice across reconnects). It returns the
+// revision to resume from and what ended the stream: a callbackError when
+// fn failed.
+func readEvents(r io.Reader, addr string, from uint64, fn func(*wireEvent) error) (uint64, error) {
+	dec := json.NewDecoder(r)
+	for {
+		var e wireEvent
+		if err := dec.Decode(&e); err != nil {
+			return from, fmt.Errorf("%s: watch stream: %w", addr, err)
+		}
+		if len(e.Error) > 0 {
+			return from, fmt.Errorf("%s: watch ended: %s", addr, e.Error)
+		}
+		if e.Revision < from {
+			continue
+		}
+		from = e.Revision + 1
+		if err := fn(&e); err != nil {
+			return from, &callbackError{err}
 		}
 	}
 }
