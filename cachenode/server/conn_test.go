@@ -16,8 +16,9 @@ import (
 	"github.com/portico-io/portico/cachenode/resp"
 )
 
-// startServer serves an engine on a loopback port until the test ends.
-func startServer(t *testing.T, cfg command.Config) (addr string, srv *Server, stop func()) {
+// startServer serves an engine on a loopback port until the test ends;
+// opts adjust the server's Config.
+func startServer(t *testing.T, cfg command.Config, opts ...func(*Config)) (addr string, srv *Server, stop func()) {
 	t.Helper()
 	if cfg.Registry == nil {
 		cfg.Registry = namespace.NewRegistry(namespace.RegistryConfig{})
@@ -26,7 +27,11 @@ func startServer(t *testing.T, cfg command.Config) (addr string, srv *Server, st
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err = New(Config{Engine: eng})
+	sc := Config{Engine: eng}
+	for _, o := range opts {
+		o(&sc)
+	}
+	srv, err = New(sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,28 +183,8 @@ func TestShutdownClosesConnections(t *testing.T) {
 // TestQueryBufferLimit: a client whose unparsed input passes the limit is
 // closed without a reply, as Redis does.
 func TestQueryBufferLimit(t *testing.T) {
-	eng, err := command.New(command.Config{Registry: namespace.NewRegistry(namespace.RegistryConfig{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Config{Engine: eng, Limits: resp.Limits{MaxQueryBuffer: 64 << 10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	c, r := dial(t, lis.Addr().String())
+	addr, _, _ := startServer(t, command.Config{}, func(c *Config) { c.Limits = resp.Limits{MaxQueryBuffer: 64 << 10} })
+	c, r := dial(t, addr)
 	c.Write([]byte("PING\r\n"))
 	expect(t, r, "+PONG\r\n")
 	go c.Write([]byte("*2\r\n$4\r\nECHO\r\n$100000\r\n" + strings.Repeat("x", 100000) + "\r\n"))

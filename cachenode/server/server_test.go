@@ -2,39 +2,17 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/portico-io/portico/cachenode/command"
-	"github.com/portico-io/portico/cachenode/namespace"
 )
 
 func TestMaxClientsAndQuit(t *testing.T) {
-	eng, err := command.New(command.Config{Registry: namespace.NewRegistry(namespace.RegistryConfig{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Config{Engine: eng, MaxClients: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	addr, srv, _ := startServer(t, command.Config{}, func(c *Config) { c.MaxClients = 1 })
 	dial := func() (net.Conn, *bufio.Reader) {
-		c, err := net.Dial("tcp", lis.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
