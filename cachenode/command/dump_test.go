@@ -7,7 +7,6 @@ import (
 	"github.com/portico-io/portico/cachenode/evict"
 	"github.com/portico-io/portico/cachenode/keyspace"
 	"github.com/portico-io/portico/cachenode/namespace"
-	"github.com/portico-io/portico/cachenode/resp"
 )
 
 // TestRestoreAccessMetadata: IDLETIME sets the LRU clock and FREQ the LFU
@@ -32,17 +31,7 @@ func TestRestoreAccessMetadata(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := e.NewSession("t")
-		var w resp.Writer
-		exec := func(args ...string) string {
-			w.Reset()
-			a := make([][]byte, len(args))
-			for i, x := range args {
-				a[i] = []byte(x)
-			}
-			e.Exec(s, a, &w)
-			return string(w.Buf)
-		}
+		_, exec := session(e)
 		exec("SET", "src", "v")
 		out := exec("DUMP", "src")
 		// Strip the bulk header: "$<n>\r\n<payload>\r\n".

@@ -44,17 +44,7 @@ func TestRouteAndKeyspaceHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := e.NewSession("t")
-	var w resp.Writer
-	exec := func(args ...string) string {
-		w.Reset()
-		a := make([][]byte, len(args))
-		for i, x := range args {
-			a[i] = []byte(x)
-		}
-		e.Exec(s, a, &w)
-		return string(w.Buf)
-	}
+	_, exec := session(e)
 	if got := exec("SET", "mine", "v"); got != "+OK\r\n" {
 		t.Fatalf("SET mine = %q", got)
 	}
@@ -86,17 +76,7 @@ func TestClusterMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := e.NewSession("t")
-	var w resp.Writer
-	exec := func(args ...string) string {
-		w.Reset()
-		a := make([][]byte, len(args))
-		for i, x := range args {
-			a[i] = []byte(x)
-		}
-		e.Exec(s, a, &w)
-		return string(w.Buf)
-	}
+	s, exec := session(e)
 	// "bar" is slot 5061 (me), "foo" 12182 (other).
 	for _, tc := range [][2]string{
 		{"SET bar 1", "+OK\r\n"},
@@ -126,5 +106,21 @@ func TestClusterMode(t *testing.T) {
 	}
 	if exec("READWRITE"); s.ReadOnly {
 		t.Fatal("READWRITE")
+	}
+}
+
+// session opens a session on e and returns it with a function that runs
+// one command in it and returns the raw reply.
+func session(e *Engine) (*Session, func(args ...string) string) {
+	s := e.NewSession("t")
+	var w resp.Writer
+	return s, func(args ...string) string {
+		w.Reset()
+		a := make([][]byte, len(args))
+		for i, x := range args {
+			a[i] = []byte(x)
+		}
+		e.Exec(s, a, &w)
+		return string(w.Buf)
 	}
 }
