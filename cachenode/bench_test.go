@@ -24,15 +24,16 @@ import (
 // cachenode/redis ratios; cachenode runs with GOMAXPROCS=1 so the ratio is
 // per core (redis-server executes commands on one thread).
 //
-// Each side's process CPU time (utime+stime from /proc/<pid>/stat, all
-// threads) is read around every redis-benchmark run, and ops per
+// Each side's process CPU time (every thread's, nanoseconds, see
+// cpuSeconds) is read around every redis-benchmark run, and ops per
 // CPU-second over all rounds is reported too: throughput alone flatters
 // whichever server gets more of the shared machine's CPU during its rounds.
 //
 // It then loads N keys with 100-byte values into each and reports memory
 // per key from INFO memory (used_memory and RSS deltas). With
-// -benchtime 1x (make bench) N is 200k and the request count 50k; for the
-// full-size run:
+// -benchtime 1x (make bench) N is 200k and a -P 1 round 50k requests (a
+// -P 16 round 8 times as many, so it lasts long enough to measure); for
+// the full-size run:
 //
 //	PORTICO_BENCH_KEYS=1000000 PORTICO_BENCH_REQUESTS=500000 \
 //	  go test -run '^$' -bench VsRedisServer -benchtime 1x ./cachenode/
@@ -78,6 +79,10 @@ func BenchmarkVsRedisServer(b *testing.B) {
 		b.Logf("memory for %d keys, 100-byte values: cachenode used_memory %.0f B/key rss %.0f B/key | redis-server used_memory %.0f B/key rss %.0f B/key",
 			keys, ourMem.used, ourMem.rss, redisMem.used, redisMem.rss)
 		for _, pipeline := range []int{1, 16} {
+			n := requests
+			if pipeline > 1 {
+				n *= 8
+			}
 			for _, test := range []string{"set", "get"} {
 				// Alternate the two servers and keep each one's best round:
 				// the machine is shared, and load from elsewhere only ever
@@ -85,13 +90,13 @@ func BenchmarkVsRedisServer(b *testing.B) {
 				var ours, theirs benchResult
 				var ourCPU, theirCPU float64
 				for range rounds {
-					r, cpu := measureCPU(b, cn.Process.Pid, func() benchResult { return redisBenchmark(b, cnPort, test, pipeline, requests) })
+					r, cpu := measureCPU(b, cn.Process.Pid, func() benchResult { return redisBenchmark(b, cnPort, test, pipeline, n) })
 					ours, ourCPU = ours.best(r), ourCPU+cpu
-					r, cpu = measureCPU(b, rs.Process.Pid, func() benchResult { return redisBenchmark(b, redisPort, test, pipeline, requests) })
+					r, cpu = measureCPU(b, rs.Process.Pid, func() benchResult { return redisBenchmark(b, redisPort, test, pipeline, n) })
 					theirs, theirCPU = theirs.best(r), theirCPU+cpu
 				}
 				reportPair(b, fmt.Sprintf("%s_P%d", test, pipeline), "cachenode", "redis-server",
-					float64(rounds*requests), ours, theirs, ourCPU, theirCPU)
+					float64(rounds*n), ours, theirs, ourCPU, theirCPU)
 			}
 		}
 	}
@@ -124,31 +129,38 @@ func redisBenchmark(b *testing.B, port, test string, pipeline, n int) benchResul
 	return benchResult{rps, p99}
 }
 
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's utime and stime:
-// 100 on every Linux architecture Go supports.
-const clockTicks = 100
-
-// cpuSeconds is the user+system CPU time a process has used so far, all
-// threads included.
+// cpuSeconds is the CPU time a process has used so far, all live threads
+// included: the sum of each thread's time on a CPU from
+// /proc/<pid>/task/<tid>/schedstat (nanoseconds; /proc/<pid>/stat's
+// utime+stime counts 10 ms ticks, too coarse for a round of -P 16, which
+// lasts a few hundred ms). Neither server ends threads while it serves, so
+// no thread's time is lost between two readings.
 func cpuSeconds(b *testing.B, pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatalf("process CPU time: %v", err)
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		b.Fatalf("process %d CPU time: no threads (%v)", pid, err)
 	}
-	// The command name (field 2) may contain spaces; fields after it are
-	// space-separated: state is field 3, utime 14, stime 15.
-	s := string(raw)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		b.Fatalf("/proc/%d/stat: %q", pid, s)
+	var ns float64
+	for _, t := range tasks {
+		raw, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended between the glob and the read
+		}
+		f := strings.Fields(string(raw))
+		if len(f) < 1 {
+			b.Fatalf("%s: %q", t, raw)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			b.Fatalf("%s: %q: %v", t, raw, err)
+		}
+		ns += v
 	}
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / clockTicks
+	return ns / 1e9
 }
 
 // measureCPU runs fn and returns its result and the CPU seconds process pid
-// used meanwhile (10 ms resolution, hence summed over rounds).
+// used meanwhile.
 func measureCPU(b *testing.B, pid int, fn func() benchResult) (benchResult, float64) {
 	before := cpuSeconds(b, pid)
 	r := fn()

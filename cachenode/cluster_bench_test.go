@@ -21,8 +21,8 @@ import (
 // clients, -P 1 and -P 16, the two sides alternating round by round.
 //
 // It reports each side's best-round ops/s and p99 and their ratio, and ops
-// per CPU-second over all rounds, the CPU being the utime+stime of the
-// three server processes of the side (as in BenchmarkVsRedisServer: on a
+// per CPU-second over all rounds, the CPU being every thread's time on a
+// CPU in the three server processes of the side (as in BenchmarkVsRedisServer: on a
 // shared machine the throughput ratio mostly says which side got more CPU).
 //
 // redis-benchmark --cluster runs one thread per primary, and a threaded
