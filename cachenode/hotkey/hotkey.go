@@ -3,6 +3,10 @@
 // among the K largest are kept in a small top-K table. Estimates are in
 // sampled accesses; multiply by N for an approximate access count.
 //
+// Counts age: every AgeEvery samples all of them are halved (TinyLFU's
+// reset), so the table follows what is hot now, and a key that was hot an
+// hour ago gives way to today's within a few aging periods.
+//
 // A Tracker is safe for concurrent use. Unsampled accesses cost one cheap
 // random number; sampled ones take a mutex.
 package hotkey
@@ -21,6 +25,8 @@ const (
 	DefaultK           = 16
 	DefaultWidth       = 2048
 	DefaultDepth       = 4
+	// DefaultAgeEvery is 10 samples per sketch counter of one row.
+	DefaultAgeEvery = 10 * DefaultWidth
 )
 
 // Config configures a Tracker. Zero values take the defaults.
@@ -31,6 +37,9 @@ type Config struct {
 	K int
 	// Width and Depth size the count-min sketch.
 	Width, Depth int
+	// AgeEvery halves every count after this many samples (default 10 ×
+	// Width).
+	AgeEvery int
 	// Sink, when set, receives every sampled key (the optional sample
 	// stream). It is called with the tracker's lock held: it must not block.
 	Sink func(key string)
@@ -45,12 +54,14 @@ type Key struct {
 // Tracker is a sampled count-min sketch with a top-K table.
 type Tracker struct {
 	cfg   Config
+	every atomic.Int64 // the sampling rate in use (SetSampleEvery)
 	total atomic.Uint64
 
 	mu    sync.Mutex
 	seeds []maphash.Seed
 	cms   [][]uint32
 	top   map[string]uint64
+	age   int // samples since the last aging
 }
 
 // New returns a Tracker.
@@ -67,7 +78,11 @@ func New(cfg Config) *Tracker {
 	if cfg.Depth <= 0 {
 		cfg.Depth = DefaultDepth
 	}
+	if cfg.AgeEvery <= 0 {
+		cfg.AgeEvery = 10 * cfg.Width
+	}
 	t := &Tracker{cfg: cfg, top: map[string]uint64{}}
+	t.every.Store(int64(cfg.SampleEvery))
 	for range cfg.Depth {
 		t.seeds = append(t.seeds, maphash.MakeSeed())
 		t.cms = append(t.cms, make([]uint32, cfg.Width))
@@ -79,12 +94,15 @@ func New(cfg Config) *Tracker {
 func (t *Tracker) Observe(key []byte) {
 	// Random, not every N-th: a counter aliases with periodic access
 	// patterns (a client cycling over N keys would only ever sample one).
-	if t.cfg.SampleEvery > 1 && rand.IntN(t.cfg.SampleEvery) != 0 {
+	if n := t.every.Load(); n > 1 && rand.Int64N(n) != 0 {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.total.Add(1)
+	if t.age++; t.age >= t.cfg.AgeEvery {
+		t.halve()
+	}
 	est := uint32(1<<32 - 1)
 	for i, seed := range t.seeds {
 		j := maphash.Bytes(seed, key) % uint64(t.cfg.Width)
@@ -98,8 +116,13 @@ func (t *Tracker) Observe(key []byte) {
 	} else if len(t.top) < t.cfg.K {
 		t.top[string(key)] = uint64(est)
 	} else {
+		// Compare with the table's current estimates, not the ones stored
+		// at each key's last sample: a stale low count would let a colder
+		// key displace a hotter one that was not sampled lately.
 		minKey, minCount := "", uint64(1<<63)
-		for k, c := range t.top {
+		for k := range t.top {
+			c := t.estimate(k)
+			t.top[k] = c
 			if c < minCount {
 				minKey, minCount = k, c
 			}
@@ -112,6 +135,15 @@ func (t *Tracker) Observe(key []byte) {
 	if t.cfg.Sink != nil {
 		t.cfg.Sink(string(key))
 	}
+}
+
+// estimate is key's count in the sketch; t.mu is held.
+func (t *Tracker) estimate(key string) uint64 {
+	est := uint32(1<<32 - 1)
+	for i, seed := range t.seeds {
+		est = min(est, t.cms[i][maphash.String(seed, key)%uint64(t.cfg.Width)])
+	}
+	return uint64(est)
 }
 
 // Top returns the hot keys, hottest first.
@@ -135,7 +167,35 @@ func (t *Tracker) Top() []Key {
 func (t *Tracker) Sampled() uint64 { return t.total.Load() }
 
 // SampleEvery is the sampling rate in use.
-func (t *Tracker) SampleEvery() int { return t.cfg.SampleEvery }
+func (t *Tracker) SampleEvery() int { return int(t.every.Load()) }
+
+// SetSampleEvery changes the sampling rate (n <= 0: the default). Counts
+// taken at another rate are not comparable, so a change clears them.
+func (t *Tracker) SetSampleEvery(n int) {
+	if n <= 0 {
+		n = DefaultSampleEvery
+	}
+	if t.every.Swap(int64(n)) != int64(n) {
+		t.Reset()
+	}
+}
+
+// halve ages every count; t.mu is held.
+func (t *Tracker) halve() {
+	t.age = 0
+	for _, row := range t.cms {
+		for j := range row {
+			row[j] >>= 1
+		}
+	}
+	for k, c := range t.top {
+		if c >>= 1; c == 0 {
+			delete(t.top, k)
+		} else {
+			t.top[k] = c
+		}
+	}
+}
 
 // Reset clears the sketch and the table.
 func (t *Tracker) Reset() {
@@ -146,4 +206,5 @@ func (t *Tracker) Reset() {
 	}
 	clear(t.top)
 	t.total.Store(0)
+	t.age = 0
 }
