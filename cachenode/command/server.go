@@ -471,7 +471,7 @@ func cmdInfo(c *Ctx) {
 		"namespace_rejected_oom:"+itoa(ns.Counters.OOM.Load()))
 	var ks []string
 	if n := ns.DB.Len(); n > 0 {
-		ks = append(ks, fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=0", n, ns.DB.Volatile()))
+		ks = append(ks, fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=%d", n, ns.DB.Volatile(), ns.DB.AvgTTL()))
 	}
 	cl := "0"
 	if e.cfg.Cluster != nil {

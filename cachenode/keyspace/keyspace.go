@@ -114,13 +114,47 @@ type DB struct {
 	expired   atomic.Int64
 	evicted   atomic.Int64
 	evictNext atomic.Uint32
+	avgTTL    atomic.Int64 // ms, see AvgTTL
 }
 
 type shard struct {
-	mu  sync.Mutex
-	m   map[string]*Entry
-	vol map[string]struct{} // keys with a TTL; strings share the map keys' bytes
-	_   [40]byte            // keep hot mutexes on separate cache lines
+	mu     sync.Mutex
+	m      map[string]*Entry
+	vol    map[string]struct{} // keys with a TTL; strings share the map keys' bytes
+	ledger Ledger              // nil: none; read and set under mu
+	_      [24]byte            // keep hot mutexes on separate cache lines
+}
+
+// Ledger is told, key by key, every change of the bytes accounted and
+// every key that expiry or eviction removed: what per-key-prefix memory
+// and counters are built from. Calls run under the key's shard lock, in
+// the order of the changes; key is valid only during the call. A Ledger
+// must be fast and must not call back into the DB.
+type Ledger interface {
+	// Sized: the bytes accounted to key changed by delta (a removal
+	// reports -size).
+	Sized(key string, delta int64)
+	// Expired and Evicted follow the Sized call of the removal.
+	Expired(key string)
+	Evicted(key string)
+}
+
+// SetLedger makes l (nil: none) the DB's Ledger. It changes shard by
+// shard, each under its lock: l is first told every key of the shard with
+// its size (Sized), then every change after. So l's sums are exact from
+// the moment SetLedger returns, while writes go on.
+func (db *DB) SetLedger(l Ledger) {
+	for i := range db.shards {
+		sh := &db.shards[i]
+		sh.mu.Lock()
+		if l != nil {
+			for k, e := range sh.m {
+				l.Sized(k, int64(e.size))
+			}
+		}
+		sh.ledger = l
+		sh.mu.Unlock()
+	}
 }
 
 // New returns an empty DB.
@@ -187,9 +221,29 @@ func (db *DB) NumShards() int { return len(db.shards) }
 
 func (db *DB) shardOf(key []byte) int { return Slot(key) & db.mask }
 
-func (db *DB) account(delta int64) {
+// account adds delta bytes to key's shard; sh's lock is held.
+func (db *DB) account(sh *shard, key string, delta int64) {
 	db.used.Add(delta)
 	db.node.n.Add(delta)
+	if sh.ledger != nil {
+		sh.ledger.Sized(key, delta)
+	}
+}
+
+// expiredKey and evictedKey count a removal (already done) by expiry or
+// eviction; sh's lock is held.
+func (db *DB) expiredKey(sh *shard, key string) {
+	db.expired.Add(1)
+	if sh.ledger != nil {
+		sh.ledger.Expired(key)
+	}
+}
+
+func (db *DB) evictedKey(sh *shard, key string) {
+	db.evicted.Add(1)
+	if sh.ledger != nil {
+		sh.ledger.Evicted(key)
+	}
 }
 
 // Txn is a set of held shard locks plus the clock reading the command runs
@@ -353,8 +407,9 @@ func (tx *Txn) Peek(key []byte) *Entry {
 		return nil
 	}
 	if e.expireAt != 0 && e.expireAt <= tx.now {
-		tx.db.remove(sh, string(key), e)
-		tx.db.expired.Add(1)
+		k := unsafe.String(unsafe.SliceData(key), len(key))
+		tx.db.remove(sh, k, e)
+		tx.db.expiredKey(sh, k)
 		tx.mark(key)
 		return nil
 	}
@@ -368,7 +423,7 @@ func (db *DB) remove(sh *shard, key string, e *Entry) {
 		db.volatile.Add(-1)
 	}
 	db.keys.Add(-1)
-	db.account(-int64(e.size))
+	db.account(sh, key, -int64(e.size))
 }
 
 func entrySize(klen int, e *Entry) uint32 {
@@ -432,7 +487,7 @@ func (tx *Txn) insert(sh *shard, key []byte, e *Entry, expireAt int64) *Entry {
 		tx.db.volatile.Add(1)
 	}
 	tx.db.keys.Add(1)
-	tx.db.account(int64(e.size))
+	tx.db.account(sh, k, int64(e.size))
 	tx.mark(key)
 	return e
 }
@@ -451,7 +506,7 @@ func (tx *Txn) Update(key []byte, e *Entry) {
 		return
 	}
 	n := entrySize(len(key), e)
-	tx.db.account(int64(n) - int64(e.size))
+	tx.db.account(tx.shard(key), unsafe.String(unsafe.SliceData(key), len(key)), int64(n)-int64(e.size))
 	e.size = n
 	tx.mark(key)
 }
@@ -520,7 +575,7 @@ func (db *DB) Scan(cursor uint64, count int, fn func(key string, e *Entry)) uint
 		for k, e := range sh.m {
 			if e.expireAt != 0 && e.expireAt <= now {
 				db.remove(sh, k, e)
-				db.expired.Add(1)
+				db.expiredKey(sh, k)
 				db.changed(k, nil)
 				continue
 			}
@@ -549,7 +604,7 @@ func (db *DB) ScanSlot(slot int, fn func(key string, e *Entry)) {
 		}
 		if e.expireAt != 0 && e.expireAt <= now {
 			db.remove(sh, k, e)
-			db.expired.Add(1)
+			db.expiredKey(sh, k)
 			db.changed(k, nil)
 			continue
 		}
@@ -606,14 +661,18 @@ func (db *DB) Flush() {
 
 func (db *DB) clearShard(sh *shard) {
 	var freed int64
-	for _, e := range sh.m {
+	for k, e := range sh.m {
 		freed += int64(e.size)
+		if sh.ledger != nil {
+			sh.ledger.Sized(k, -int64(e.size))
+		}
 	}
 	db.keys.Add(-int64(len(sh.m)))
 	db.volatile.Add(-int64(len(sh.vol)))
 	sh.m = map[string]*Entry{}
 	sh.vol = map[string]struct{}{}
-	db.account(-freed)
+	db.used.Add(-freed)
+	db.node.n.Add(-freed)
 }
 
 // ExpireSample looks at up to n keys with a TTL in shard i and deletes the
@@ -623,20 +682,55 @@ func (db *DB) ExpireSample(i, n int) (sampled, expired int) {
 	now := db.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	var ttlSum, ttlN int64
 	for k := range sh.vol {
 		if sampled == n {
 			break
 		}
 		sampled++
 		e := sh.m[k]
-		if e.expireAt <= now {
+		if e.expireAt > now {
+			ttlSum += e.expireAt - now
+			ttlN++
+		} else {
 			db.remove(sh, k, e)
 			db.changed(k, nil)
+			if sh.ledger != nil {
+				sh.ledger.Expired(k)
+			}
 			expired++
 		}
 	}
+	if ttlN > 0 {
+		db.sampledTTL(ttlSum / ttlN)
+	}
 	db.expired.Add(int64(expired))
 	return sampled, expired
+}
+
+// sampledTTL folds the mean remaining TTL of one expiry sample into
+// AvgTTL, as Redis does: each sample weighs 1/50.
+func (db *DB) sampledTTL(ms int64) {
+	for {
+		old := db.avgTTL.Load()
+		next := ms
+		if old != 0 {
+			next = old/50*49 + ms/50
+		}
+		if db.avgTTL.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// AvgTTL estimates the mean remaining TTL in ms of the keys that have one
+// (INFO keyspace's avg_ttl), from the active expiry cycle's samples; 0
+// when no key has a TTL or none was sampled yet.
+func (db *DB) AvgTTL() int64 {
+	if db.volatile.Load() == 0 {
+		return 0
+	}
+	return db.avgTTL.Load()
 }
 
 // evictProbes is how many shards one eviction samples: more shards make
@@ -707,7 +801,7 @@ func (db *DB) EvictOne(samples int) (freed int64, ok bool) {
 	}
 	freed = int64(ve.size)
 	db.remove(sh, victim, ve)
-	db.evicted.Add(1)
+	db.evictedKey(sh, victim)
 	db.changed(victim, nil)
 	return freed, true
 }

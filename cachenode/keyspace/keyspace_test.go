@@ -177,3 +177,29 @@ func TestDequeWrapsAround(t *testing.T) {
 		t.Fatalf("popped %d of %d", got, want)
 	}
 }
+
+// TestAvgTTL: the active expiry samples feed INFO keyspace's avg_ttl.
+func TestAvgTTL(t *testing.T) {
+	c := &clock{ms: 1_000_000}
+	db := newDB(c, evict.AllKeysLRU)
+	if db.AvgTTL() != 0 {
+		t.Fatal("avg_ttl before any key")
+	}
+	for i := range 40 {
+		write(db, fmt.Sprint("k", i), func(tx *Txn, k []byte) { tx.SetString(k, []byte("v"), c.ms+10_000) })
+	}
+	write(db, "persistent", func(tx *Txn, k []byte) { tx.SetString(k, []byte("v"), 0) })
+	for i := 0; i < db.NumShards(); i++ {
+		db.ExpireSample(i, 100)
+	}
+	if got := db.AvgTTL(); got < 9_500 || got > 10_000 {
+		t.Fatalf("avg_ttl %d ms, want about 10000", got)
+	}
+	c.ms += 10_000
+	for i := 0; i < db.NumShards(); i++ {
+		db.ExpireSample(i, 100)
+	}
+	if db.Volatile() != 0 || db.AvgTTL() != 0 {
+		t.Fatalf("volatile %d avg_ttl %d once every TTL passed", db.Volatile(), db.AvgTTL())
+	}
+}
