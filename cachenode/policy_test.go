@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -585,6 +586,11 @@ namespaces:
 		`portico_cachenode_misses_total{namespace="h"} 300`,
 		`portico_cachenode_prefix_hits_total{namespace="h",prefix="user"} 300`,
 		`portico_cachenode_prefix_misses_total{namespace="h",prefix="item"} 300`,
+		`portico_cachenode_prefix_ops_total{namespace="h",prefix="item"} 300`,
+		`portico_cachenode_prefix_evictions_total{namespace="h",prefix="user"} 0`,
+		`portico_cachenode_prefix_expirations_total{namespace="h",prefix="user"} 0`,
+		`portico_cachenode_prefix_memory_bytes{namespace="h",prefix="item"} 0`,
+		`portico_cachenode_prefix_command_duration_seconds_bucket{namespace="h",prefix="user",le="+Inf"}`,
 		`portico_cachenode_hotkey_estimated_accesses{namespace="h",rank="1"}`,
 		`portico_cachenode_command_duration_seconds_bucket{namespace="h"`,
 		`portico_cachenode_memory_bytes{namespace="h"}`,
@@ -593,6 +599,11 @@ namespaces:
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+	// The one key's bytes: the namespace's and its prefix's alike.
+	if ns, user := sample(string(body), `portico_cachenode_memory_bytes{namespace="h"}`),
+		sample(string(body), `portico_cachenode_prefix_memory_bytes{namespace="h",prefix="user"}`); ns <= 0 || ns != user {
+		t.Errorf("namespace memory %v, prefix user %v: want equal and positive", ns, user)
 	}
 	for _, p := range []string{"/healthz", "/readyz"} {
 		r, err := http.Get("http://" + n.addrs.HTTP + p)
@@ -603,4 +614,18 @@ namespaces:
 			r.Body.Close()
 		}
 	}
+}
+
+// sample returns the value of the exposition line that starts with series
+// (name and labels), or -1 when there is none.
+func sample(body, series string) float64 {
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }

@@ -319,6 +319,10 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 	if e.commands.Add(1)%latencySampleEvery == 0 && e.cfg.Observe != nil {
 		start = time.Now()
 	}
+	var pc *namespace.PrefixCounters // the first key's prefix, when counted
+	if len(keys) > 0 {
+		pc = ns.Prefix(keys[0])
+	}
 	reqBytes := 0
 	for _, a := range args {
 		reqBytes += len(a)
@@ -330,24 +334,22 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 				what = "bandwidth"
 			}
 			w.Error("ERR namespace '" + ns.Name + "' " + what + " rate limited")
-			e.observe(ns, spec, start, true)
+			e.observe(ns, pc, spec, start, true)
 			return
 		}
 	}
 	if spec.has(flagDenyOOM) && !e.makeRoom(ns) {
 		ns.Counters.OOM.Add(1)
 		w.Error(errOOM)
-		e.observe(ns, spec, start, true)
+		e.observe(ns, pc, spec, start, true)
 		return
 	}
 	ns.Counters.Ops.Add(1)
 	for _, k := range keys {
 		ns.Hot.Observe(k)
 	}
-	if len(keys) > 0 {
-		if p := ns.Prefix(keys[0]); p != nil {
-			p.Ops.Add(1)
-		}
+	if pc != nil {
+		pc.Ops.Add(1)
 	}
 	before := len(w.Buf)
 	c := &s.ctx
@@ -364,7 +366,7 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 			if redirect, check = m.Route(keys, q); redirect != "" {
 				c.Tx.End()
 				w.Error(redirect)
-				e.observe(ns, spec, start, true)
+				e.observe(ns, pc, spec, start, true)
 				return
 			}
 		}
@@ -381,17 +383,17 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 		if redirect := m.RouteMoving(check, q, present, len(keys)-present); redirect != "" {
 			c.Tx.End()
 			w.Error(redirect)
-			e.observe(ns, spec, start, true)
+			e.observe(ns, pc, spec, start, true)
 			return
 		}
 	}
 	spec.fn(c)
 	c.Tx.End()
 	if c.NS != ns { // AUTH/HELLO switched namespaces
-		ns = c.NS
+		ns, pc = c.NS, nil
 	}
 	ns.ChargeReply(len(w.Buf)-before, nowMs)
-	e.observe(ns, spec, start, len(w.Buf) > before && w.Buf[before] == '-')
+	e.observe(ns, pc, spec, start, len(w.Buf) > before && w.Buf[before] == '-')
 }
 
 // NeedsAuth reports whether s must authenticate before running commands
@@ -408,13 +410,18 @@ func (e *Engine) authRequired(s *Session) bool {
 // the clock twice per command was a sixth of the command path's CPU.
 const latencySampleEvery = 8
 
-func (e *Engine) observe(ns *namespace.Namespace, spec *Spec, start time.Time, isErr bool) {
+// observe reports a command to Config.Observe, and its latency when it
+// was sampled to its first key's prefix (pc, nil when not counted).
+func (e *Engine) observe(ns *namespace.Namespace, pc *namespace.PrefixCounters, spec *Spec, start time.Time, isErr bool) {
 	if e.cfg.Observe == nil {
 		return
 	}
 	d := time.Duration(-1)
 	if !start.IsZero() {
 		d = time.Since(start)
+		if pc != nil {
+			pc.Latency.Observe(d)
+		}
 	}
 	e.cfg.Observe(ns, spec.Name, d, isErr)
 }

@@ -38,7 +38,7 @@ func New(r prometheus.Registerer, reg *namespace.Registry, maxmemory int64, clie
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "portico_cachenode_command_duration_seconds",
 			Help:    "Time to execute a command inside the node (parsing and network excluded), by namespace; one command in 8 is sampled.",
-			Buckets: []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 10e-3, 50e-3},
+			Buckets: namespace.LatencyBuckets,
 		}, []string{"namespace"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_cachenode_command_errors_total",
@@ -82,9 +82,14 @@ var (
 	descOOM     = prometheus.NewDesc("portico_cachenode_oom_rejections_total", "Writes refused with OOM.", nsLabels, nil)
 	descIn      = prometheus.NewDesc("portico_cachenode_bytes_in_total", "Request argument bytes.", nsLabels, nil)
 	descOut     = prometheus.NewDesc("portico_cachenode_bytes_out_total", "Reply bytes.", nsLabels, nil)
-	descPOps    = prometheus.NewDesc("portico_cachenode_prefix_ops_total", "Commands by first key's prefix.", []string{"namespace", "prefix"}, nil)
-	descPHits   = prometheus.NewDesc("portico_cachenode_prefix_hits_total", "Hits by key prefix.", []string{"namespace", "prefix"}, nil)
-	descPMisses = prometheus.NewDesc("portico_cachenode_prefix_misses_total", "Misses by key prefix.", []string{"namespace", "prefix"}, nil)
+	pLabels     = []string{"namespace", "prefix"}
+	descPOps    = prometheus.NewDesc("portico_cachenode_prefix_ops_total", "Commands by first key's prefix.", pLabels, nil)
+	descPHits   = prometheus.NewDesc("portico_cachenode_prefix_hits_total", "Hits by key prefix.", pLabels, nil)
+	descPMisses = prometheus.NewDesc("portico_cachenode_prefix_misses_total", "Misses by key prefix.", pLabels, nil)
+	descPEvict  = prometheus.NewDesc("portico_cachenode_prefix_evictions_total", "Keys evicted, by key prefix.", pLabels, nil)
+	descPExpire = prometheus.NewDesc("portico_cachenode_prefix_expirations_total", "Keys removed at their TTL, by key prefix.", pLabels, nil)
+	descPMem    = prometheus.NewDesc("portico_cachenode_prefix_memory_bytes", "Bytes accounted to the prefix's keys.", pLabels, nil)
+	descPLat    = prometheus.NewDesc("portico_cachenode_prefix_command_duration_seconds", "Time to execute a command inside the node, by the first key's prefix; one command in 8 is sampled.", pLabels, nil)
 	descHot     = prometheus.NewDesc("portico_cachenode_hotkey_estimated_accesses", "Estimated accesses of the namespace's rank-th hottest key (key names: CACHE HOTKEYS).", []string{"namespace", "rank"}, nil)
 	descNodeMem = prometheus.NewDesc("portico_cachenode_node_memory_bytes", "Bytes accounted across namespaces.", nil, nil)
 	descNodeMax = prometheus.NewDesc("portico_cachenode_node_maxmemory_bytes", "The node's maxmemory (0 = none).", nil, nil)
@@ -94,7 +99,7 @@ var (
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descKeys, descMem, descQuota, descOps, descHits, descMisses, descEvict, descExpire,
-		descLimited, descOOM, descIn, descOut, descPOps, descPHits, descPMisses, descHot, descNodeMem, descNodeMax, descClients} {
+		descLimited, descOOM, descIn, descOut, descPOps, descPHits, descPMisses, descPEvict, descPExpire, descPMem, descPLat, descHot, descNodeMem, descNodeMax, descClients} {
 		ch <- d
 	}
 }
@@ -125,6 +130,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			c(descPOps, pc.Ops.Load(), n, p)
 			c(descPHits, pc.Hits.Load(), n, p)
 			c(descPMisses, pc.Misses.Load(), n, p)
+			c(descPEvict, pc.Evictions.Load(), n, p)
+			c(descPExpire, pc.Expirations.Load(), n, p)
+			g(descPMem, pc.Memory.Load(), n, p)
+			count, sum, buckets := pc.Latency.Snapshot()
+			ch <- prometheus.MustNewConstHistogram(descPLat, count, sum, buckets, n, p)
 		}
 		for i, k := range ns.Hot.Top() {
 			g(descHot, int64(k.Count)*int64(ns.Hot.SampleEvery()), n, strconv.Itoa(i+1))

@@ -85,11 +85,6 @@ type Counters struct {
 	Ops, Hits, Misses, RateLimited, OOM, BytesIn, BytesOut atomic.Int64
 }
 
-// PrefixCounters are counters for one key prefix.
-type PrefixCounters struct {
-	Ops, Hits, Misses atomic.Int64
-}
-
 // Namespace is one tenant's keyspace, limits and counters. Safe for
 // concurrent use.
 type Namespace struct {
@@ -102,8 +97,7 @@ type Namespace struct {
 	removed  atomic.Bool
 	ops, bw  bucket
 
-	pmu      sync.RWMutex
-	prefixes map[string]*PrefixCounters
+	prefixes atomic.Pointer[prefixTable] // nil: no per-prefix counting
 }
 
 // Settings returns the current settings (do not modify).
@@ -115,6 +109,8 @@ func (n *Namespace) Removed() bool { return n.removed.Load() }
 func (n *Namespace) apply(s *Settings) {
 	n.settings.Store(s)
 	n.DB.SetPolicy(s.Policy)
+	n.setPrefixScheme(s)
+	n.Hot.SetSampleEvery(s.HotKeySampleEvery)
 	n.ops.setRate(s.OpsPerSecond)
 	n.bw.setRate(s.BytesPerSecond)
 }
@@ -137,57 +133,6 @@ func (n *Namespace) Admit(reqBytes int, nowMs int64) error {
 func (n *Namespace) ChargeReply(replyBytes int, nowMs int64) {
 	n.Counters.BytesOut.Add(int64(replyBytes))
 	n.bw.charge(float64(replyBytes), nowMs)
-}
-
-// Prefix returns the counters for key's prefix, or nil when per-prefix
-// counting is off.
-func (n *Namespace) Prefix(key []byte) *PrefixCounters {
-	s := n.Settings()
-	if s.PrefixDepth <= 0 {
-		return nil
-	}
-	end, seg := len(key), 0
-	for i := 0; i+len(s.PrefixSeparator) <= len(key); i++ {
-		if string(key[i:i+len(s.PrefixSeparator)]) == s.PrefixSeparator {
-			if seg++; seg == s.PrefixDepth {
-				end = i
-				break
-			}
-		}
-	}
-	p := key[:end]
-	n.pmu.RLock()
-	c := n.prefixes[string(p)]
-	n.pmu.RUnlock()
-	if c != nil {
-		return c
-	}
-	n.pmu.Lock()
-	defer n.pmu.Unlock()
-	if c = n.prefixes[string(p)]; c != nil {
-		return c
-	}
-	name := string(p)
-	if len(n.prefixes) >= s.MaxPrefixes {
-		name = OtherPrefix
-		if c = n.prefixes[name]; c != nil {
-			return c
-		}
-	}
-	c = &PrefixCounters{}
-	n.prefixes[name] = c
-	return c
-}
-
-// Prefixes returns a snapshot of the per-prefix counters.
-func (n *Namespace) Prefixes() map[string]*PrefixCounters {
-	n.pmu.RLock()
-	defer n.pmu.RUnlock()
-	out := make(map[string]*PrefixCounters, len(n.prefixes))
-	for k, v := range n.prefixes {
-		out[k] = v
-	}
-	return out
 }
 
 // OverQuota reports whether the namespace is above its own quota.
@@ -312,7 +257,6 @@ func (r *Registry) Apply(set []Settings) error {
 				Name: s.Name,
 				DB: keyspace.New(keyspace.Config{Shards: r.shards, Now: r.now, Node: r.node, Policy: s.Policy,
 					Name: s.Name, Observer: r.obs}),
-				prefixes: map[string]*PrefixCounters{},
 			}
 			var sink func(string)
 			if r.sink != nil {
