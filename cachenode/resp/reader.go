@@ -369,11 +369,39 @@ func parseInt(b []byte) (int64, bool) {
 	return int64(v), true
 }
 
+// Release drops the input buffer when it holds no unparsed input (an idle
+// connection need not pin it, as Redis frees an idle client's query
+// buffer); it reports whether it did. The next Fill allocates a new one,
+// after asking the underlying reader whether input is ready when it is a
+// Waiter.
+func (r *Reader) Release() bool {
+	if r.r != r.w || r.left != 0 || r.buf == nil {
+		return false
+	}
+	r.buf, r.r, r.w = nil, 0, 0
+	clear(r.args[:cap(r.args)]) // they alias the buffer
+	return true
+}
+
+// Waiter is an io.Reader that can tell, without a buffer, whether a read
+// would return anything: Ready returns nil when input (or the end) is
+// ready, or the error a Read would return instead of waiting. A Reader
+// whose buffer was released asks it before allocating another.
+type Waiter interface{ Ready() error }
+
 // Fill reads once from the underlying reader into the buffer, first
 // moving unparsed input to the front and growing the buffer when a
 // command does not fit. It returns the read's error only when no byte was
 // read. Arguments returned by Next before Fill are invalid after it.
 func (r *Reader) Fill() error {
+	if r.buf == nil {
+		if wt, ok := r.rd.(Waiter); ok {
+			if err := wt.Ready(); err != nil {
+				return err
+			}
+		}
+		r.buf = make([]byte, initialBufSize)
+	}
 	if r.r == r.w && r.left == 0 && len(r.buf) > initialBufSize {
 		r.buf = make([]byte, initialBufSize) // do not pin a large frame's buffer
 		r.r, r.w = 0, 0

@@ -223,3 +223,65 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// waitReader is a Waiter over a queue of chunks: Ready reports errNothing
+// while the queue is empty.
+type waitReader struct {
+	chunks [][]byte
+	asked  int
+}
+
+var errNothing = errors.New("nothing yet")
+
+func (w *waitReader) Ready() error {
+	w.asked++
+	if len(w.chunks) == 0 {
+		return errNothing
+	}
+	return nil
+}
+
+func (w *waitReader) Read(p []byte) (int, error) {
+	if len(w.chunks) == 0 {
+		return 0, errNothing
+	}
+	n := copy(p, w.chunks[0])
+	w.chunks = w.chunks[1:]
+	return n, nil
+}
+
+// TestReaderRelease: the buffer goes only between commands; a released
+// Reader asks its Waiter before it allocates again, and parses on.
+func TestReaderRelease(t *testing.T) {
+	w := &waitReader{chunks: [][]byte{[]byte("*2\r\n$4\r\nECHO\r\n$2\r\nab\r\n*1\r\n$4\r\nPI")}}
+	rd := NewReader(w, Limits{})
+	if err := rd.Fill(); err != nil {
+		t.Fatal(err)
+	}
+	if args, err := rd.Next(); err != nil || len(args) != 2 || string(args[1]) != "ab" {
+		t.Fatalf("Next = %q, %v", args, err)
+	}
+	if args, _ := rd.Next(); args != nil || rd.Release() {
+		t.Fatalf("released with a partial command buffered (next %q)", args)
+	}
+	w.chunks = [][]byte{[]byte("NG\r\n")}
+	if err := rd.Fill(); err != nil {
+		t.Fatal(err)
+	}
+	if args, err := rd.Next(); err != nil || len(args) != 1 || string(args[0]) != "PING" {
+		t.Fatalf("Next = %q, %v", args, err)
+	}
+	if args, _ := rd.Next(); args != nil || !rd.Release() || rd.buf != nil {
+		t.Fatal("not released between commands")
+	}
+	if err := rd.Fill(); !errors.Is(err, errNothing) || rd.buf != nil || w.asked != 1 {
+		t.Fatalf("Fill with nothing ready = %v (buffer %d bytes, Ready asked %d times)", err, len(rd.buf), w.asked)
+	}
+	w.chunks = [][]byte{[]byte("PING\r\n")}
+	if err := rd.Fill(); err != nil {
+		t.Fatal(err)
+	}
+	if args, err := rd.Next(); err != nil || len(args) != 1 || string(args[0]) != "PING" {
+		t.Fatalf("after release: Next = %q, %v", args, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -210,7 +211,7 @@ func TestLargeRepliesSlowReader(t *testing.T) {
 // TestHalfCloseAfterCommands: a client that sends commands and then shuts
 // down its side gets every reply and then the end of the connection, as
 // from Redis, also when its FIN arrives together with the commands (the
-// server then learns of the end only by reading again: see eofCheckEvery).
+// server then learns of the end only by reading again: see Config.IdleCheck).
 func TestHalfCloseAfterCommands(t *testing.T) {
 	addr, srv, _ := startServer(t, command.Config{})
 	for range 3 {
@@ -264,4 +265,47 @@ func TestSlowReaderDoesNotBlockOthers(t *testing.T) {
 		expect(t, slowR, "$262144\r\n"+val+"\r\n")
 	}
 	expect(t, slowR, "+PONG\r\n")
+}
+
+// TestIdleConnectionsGiveBackBuffers: connections that sent nothing for a
+// whole IdleCheck period release their input and reply buffers (16 KB
+// and more each), and serve normally, and still see a half-close, once
+// their clients speak again.
+func TestIdleConnectionsGiveBackBuffers(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	addr, _, _ := startServer(t, command.Config{}, func(c *Config) { c.IdleCheck = idle })
+	const n = 400
+	conns := make([]net.Conn, n)
+	readers := make([]*bufio.Reader, n)
+	for i := range n {
+		conns[i], readers[i] = dial(t, addr)
+		conns[i].Write([]byte("PING\r\n"))
+		expect(t, readers[i], "+PONG\r\n")
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	busy := heap()
+	time.Sleep(3 * idle) // at least one whole period without input
+	quiet := heap()
+	t.Logf("heap %d KB while busy, %d KB once idle (%d connections)", busy>>10, quiet>>10, n)
+	// 16 KB per connection at least; allow for the test's own garbage.
+	if busy < quiet || busy-quiet < n*12<<10 {
+		t.Fatalf("heap %d KB while busy, %d KB once idle: want at least %d KB given back", busy>>10, quiet>>10, n*12)
+	}
+	for i := range n {
+		conns[i].Write([]byte("*2\r\n$4\r\nECHO\r\n$5\r\nagain\r\n"))
+	}
+	for i := range n {
+		expect(t, readers[i], "$5\r\nagain\r\n")
+	}
+	time.Sleep(3 * idle)
+	c, r := conns[0], readers[0]
+	c.Write([]byte("PING\r\n"))
+	c.(*net.TCPConn).CloseWrite()
+	expect(t, r, "+PONG\r\n")
+	expectClosed(t, r)
 }

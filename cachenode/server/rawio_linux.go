@@ -42,6 +42,7 @@ type rawIO struct {
 	rc      syscall.RawConn
 	fd      uintptr // valid inside rc.Read's callback, which holds a reference
 	full    bool    // the last read filled the buffer: the socket may hold more
+	active  bool    // a read returned data since the last idle check
 	p       []byte
 	n       int
 	err     error
@@ -105,19 +106,21 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 		// connection open forever (Redis closes it). When the deadline
 		// passes the callback starts again with a read, which sees the
 		// end; a connection that is merely idle reads EAGAIN and waits on.
-		if nc.SetReadDeadline(time.Now().Add(eofCheckEvery)) != nil {
+		if nc.SetReadDeadline(time.Now().Add(s.cfg.IdleCheck)) != nil {
 			return true
 		}
 		if err := rc.Read(serve); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return true
 		}
+		// The deadline passed. A client that sent nothing for a whole
+		// period gives its buffers back until it sends again.
+		if !rw.active {
+			c.idle()
+		}
+		rw.active = false
 	}
 	return true
 }
-
-// eofCheckEvery bounds how long a connection whose client has gone away
-// stays open when the end arrived together with its last commands.
-const eofCheckEvery = 2 * time.Second
 
 // Read reads once what the socket has: errWouldBlock when it has nothing.
 // Called only inside the RawConn.Read callback (through resp.Reader.Fill).
@@ -133,12 +136,33 @@ func (c *rawIO) Read(p []byte) (int, error) {
 				return 0, io.EOF
 			}
 			c.full = int(n) == len(p)
+			c.active = true
 			return int(n), nil
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return 0, errWouldBlock
 		default:
 			return 0, e
+		}
+	}
+}
+
+// Ready peeks one byte without a buffer (resp.Waiter): errWouldBlock when
+// the socket has nothing, so an idle connection whose buffer was released
+// does not allocate one just to find out.
+func (c *rawIO) Ready() error {
+	var b [1]byte
+	for {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, c.fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			return nil // data, or the end: Read reports which
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return errWouldBlock
+		default:
+			return e
 		}
 	}
 }

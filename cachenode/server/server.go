@@ -39,6 +39,9 @@ const clockEvery = 16
 // after the write rather than pinned by an idle connection.
 const maxIdleReplyBuf = 1 << 20
 
+// DefaultIdleCheck is Config.IdleCheck's default.
+const DefaultIdleCheck = 2 * time.Second
+
 // Config configures a Server.
 type Config struct {
 	Engine *command.Engine
@@ -47,6 +50,11 @@ type Config struct {
 	// Limits bound the protocol input (zero fields: Redis's defaults).
 	Limits resp.Limits
 	Logger *slog.Logger
+	// IdleCheck is how often a connection looks at its socket when it has
+	// not heard from the client: to see an end that arrived with the last
+	// commands (a half-close), and to give back the buffers of a client
+	// that sent nothing for a whole period (default 2 s).
+	IdleCheck time.Duration
 }
 
 // Server serves RESP. Create with New, run with Serve.
@@ -66,6 +74,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.IdleCheck <= 0 {
+		cfg.IdleCheck = DefaultIdleCheck
 	}
 	return &Server{cfg: cfg}, nil
 }
@@ -198,6 +209,15 @@ func (c *conn) fill() bool {
 func (c *conn) fillFailed(err error) {
 	if errors.Is(err, resp.ErrQueryBufferLimit) {
 		c.s.cfg.Logger.Warn("server: closing client over the query buffer limit", "addr", c.sess.Addr)
+	}
+}
+
+// idle gives back the buffers of a connection that has been idle for a
+// while: the input buffer when it holds no partial command, and the reply
+// buffer (empty between batches).
+func (c *conn) idle() {
+	if c.rd.Release() && len(c.w.Buf) == 0 {
+		c.w.Buf = nil
 	}
 }
 
