@@ -376,8 +376,7 @@ func cmdAppend(c *Ctx) {
 	if !c.valueOK(n) {
 		return
 	}
-	e.Str = append(e.Str, add...)
-	c.Tx.Update(key, e)
+	c.Tx.Append(key, e, add)
 	c.W.Int(int64(n))
 }
 
@@ -416,8 +415,7 @@ func incrBy(c *Ctx, delta int64) {
 	if e == nil {
 		c.Tx.SetString(key, v, c.defaultExpire())
 	} else {
-		e.Str = append(e.Str[:0], v...)
-		c.Tx.Update(key, e)
+		c.Tx.Rewrite(key, e, v)
 	}
 	c.W.Int(cur)
 }
@@ -474,8 +472,7 @@ func cmdIncrByFloat(c *Ctx) {
 	if e == nil {
 		c.Tx.SetString(key, []byte(v), c.defaultExpire())
 	} else {
-		e.Str = append(e.Str[:0], v...)
-		c.Tx.Update(key, e)
+		c.Tx.Rewrite(key, e, []byte(v))
 	}
 	c.W.BulkString(v)
 }

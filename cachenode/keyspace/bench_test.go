@@ -1,6 +1,8 @@
 package keyspace
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 )
@@ -62,4 +64,37 @@ func BenchmarkTxnSetObserved(b *testing.B) {
 
 func BenchmarkTxnPush10Observed(b *testing.B) {
 	benchTxn(b, New(Config{Observer: nopObserver{}}), benchPush10)
+}
+
+// BenchmarkTxnGetMany reads 100-byte values of 200k keys in random order
+// and copies each out, as GET does into its reply: unlike the benchmarks
+// above, the table does not fit in the CPU caches, so this measures the
+// cache misses of a lookup (redis-benchmark -r 100000 does the same).
+func BenchmarkTxnGetMany(b *testing.B) {
+	const n = 200_000
+	db := New(Config{})
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key:%012d", i))
+	}
+	var tx Txn
+	one := make([][]byte, 1)
+	for _, k := range keys {
+		one[0] = k
+		db.BeginAt(&tx, one, 1)
+		tx.SetString(k, benchVal, 0)
+		tx.End()
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(n, func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	out := make([]byte, 0, 256)
+	i := 0
+	for b.Loop() {
+		one[0] = keys[i%n]
+		i++
+		db.BeginAt(&tx, one, 1)
+		if e := tx.Get(one[0]); e != nil {
+			out = append(out[:0], e.Str...)
+		}
+		tx.End()
+	}
 }

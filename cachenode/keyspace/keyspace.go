@@ -427,7 +427,11 @@ func (db *DB) remove(sh *shard, key string, e *Entry) {
 }
 
 func entrySize(klen int, e *Entry) uint32 {
-	n := int64(EntryOverhead + klen + cap(e.Str))
+	over := EntryOverhead
+	if inlineAt(e, klen) {
+		over = blockOverhead // key and value are the block's room
+	}
+	n := int64(over + klen + cap(e.Str))
 	if e.Obj != nil {
 		n += e.Obj.Bytes()
 	}
@@ -450,17 +454,61 @@ func (tx *Txn) SetStringOver(key []byte, cur *Entry, val []byte, expireAt int64)
 
 func (tx *Txn) setString(sh *shard, key []byte, e *Entry, val []byte, expireAt int64) *Entry {
 	if e == nil {
-		buf := make([]byte, len(val))
-		copy(buf, val)
-		return tx.insert(sh, key, &Entry{Str: buf}, expireAt)
+		e, k := newEntry(key, val, true)
+		return tx.insert(sh, k, e, expireAt)
 	}
-	if cap(e.Str) >= len(val) && cap(e.Str) <= 2*len(val)+16 {
-		e.Str = append(e.Str[:0], val...)
-	} else {
-		e.Str = append([]byte(nil), val...)
-	}
-	e.Obj = nil
+	e = tx.putString(sh, key, e, val)
 	tx.replaced(sh, key, e, expireAt)
+	return e
+}
+
+// putString makes a copy of val e's value, in place when it fits (e's
+// own room, or a separate buffer not more than about twice too large),
+// else in a new entry that replaces e under key. It returns the entry now
+// at key; the caller accounts for it (Update).
+func (tx *Txn) putString(sh *shard, key []byte, e *Entry, val []byte) *Entry {
+	if in := inline(e, key); len(val) <= cap(e.Str) && (in || cap(e.Str) <= 2*len(val)+16) {
+		e.Str, e.Obj = append(e.Str[:0], val...), nil
+		return e
+	}
+	ne, k := newEntry(key, val, true)
+	return tx.rekey(sh, e, ne, k)
+}
+
+// rekey puts ne in e's place under the same key (k, ne's own copy of it),
+// with e's TTL and metadata; e's size stays with ne until the caller's
+// Update re-accounts it.
+func (tx *Txn) rekey(sh *shard, e, ne *Entry, k string) *Entry {
+	ne.expireAt, ne.meta, ne.size = e.expireAt, e.meta, e.size
+	sh.m[k] = ne // an assignment stores the new key string too
+	if ne.expireAt != 0 {
+		sh.vol[k] = struct{}{}
+	}
+	return ne
+}
+
+// Rewrite makes val key's string value, keeping its TTL and eviction
+// metadata (INCR, INCRBYFLOAT), and returns the entry now at key: e may
+// have been replaced. e must be key's live string entry in this Txn.
+func (tx *Txn) Rewrite(key []byte, e *Entry, val []byte) *Entry {
+	e = tx.putString(tx.shard(key), key, e, val)
+	tx.Update(key, e)
+	return e
+}
+
+// Append appends add to key's string value, keeping its TTL and eviction
+// metadata (APPEND), and returns the entry now at key. e must be key's
+// live string entry in this Txn.
+func (tx *Txn) Append(key []byte, e *Entry, add []byte) *Entry {
+	if len(add) <= cap(e.Str)-len(e.Str) || !inline(e, key) {
+		e.Str = append(e.Str, add...) // a separate buffer grows as append does
+	} else {
+		v := make([]byte, 0, len(e.Str)+len(add))
+		v = append(append(v, e.Str...), add...)
+		ne, k := newEntry(key, v, true)
+		e = tx.rekey(tx.shard(key), e, ne, k)
+	}
+	tx.Update(key, e)
 	return e
 }
 
@@ -469,15 +517,22 @@ func (tx *Txn) SetObject(key []byte, obj *Object, expireAt int64) *Entry {
 	sh := tx.shard(key)
 	e := sh.m[string(key)]
 	if e == nil {
-		return tx.insert(sh, key, &Entry{Obj: obj}, expireAt)
+		e, k := newEntry(key, nil, false)
+		e.Obj = obj
+		return tx.insert(sh, k, e, expireAt)
+	}
+	if inline(e, key) { // give back the string's room
+		ne, k := newEntry(key, nil, false)
+		e = tx.rekey(sh, e, ne, k)
 	}
 	e.Str, e.Obj = nil, obj
 	tx.replaced(sh, key, e, expireAt)
 	return e
 }
 
-func (tx *Txn) insert(sh *shard, key []byte, e *Entry, expireAt int64) *Entry {
-	k := string(key)
+// insert adds e at k: the map's key, which newEntry made or a copy of the
+// caller's bytes.
+func (tx *Txn) insert(sh *shard, k string, e *Entry, expireAt int64) *Entry {
 	e.meta = evict.Init(tx.db.Policy(), tx.now)
 	e.size = entrySize(len(k), e)
 	e.expireAt = expireAt
@@ -488,7 +543,7 @@ func (tx *Txn) insert(sh *shard, key []byte, e *Entry, expireAt int64) *Entry {
 	}
 	tx.db.keys.Add(1)
 	tx.db.account(sh, k, int64(e.size))
-	tx.mark(key)
+	tx.mark(unsafe.Slice(unsafe.StringData(k), len(k)))
 	return e
 }
 
@@ -524,7 +579,7 @@ func (tx *Txn) SetExpire(key []byte, e *Entry, expireAt int64) {
 func (tx *Txn) setExpire(sh *shard, key []byte, e *Entry, expireAt int64) {
 	switch {
 	case e.expireAt == 0 && expireAt != 0:
-		sh.vol[string(key)] = struct{}{}
+		sh.vol[storedKey(e, key)] = struct{}{}
 		tx.db.volatile.Add(1)
 	case e.expireAt != 0 && expireAt == 0:
 		delete(sh.vol, string(key))
@@ -550,15 +605,14 @@ func (tx *Txn) Rename(src, dst []byte, e *Entry) {
 		return
 	}
 	tx.Delete(dst)
-	exp := e.expireAt
 	sh := tx.shard(src)
 	tx.db.remove(sh, string(src), e)
 	tx.mark(src)
-	e.expireAt = 0
-	e.size = 0
-	meta := e.meta
-	tx.insert(tx.shard(dst), dst, e, exp)
-	e.meta = meta
+	// A new entry for dst: e's block holds src's bytes as its key.
+	ne, k := newEntry(dst, e.Str, e.Obj == nil)
+	ne.Obj = e.Obj
+	tx.insert(tx.shard(dst), k, ne, e.expireAt)
+	ne.meta = e.meta
 }
 
 // Scan visits live keys from cursor on, at least count of them unless the

@@ -20,8 +20,12 @@ func (k Kind) String() string {
 // slots at typical load). They make quotas track real heap use closely
 // enough to be useful, not exactly.
 const (
-	// EntryOverhead covers the Entry struct, the map slot and key header.
-	EntryOverhead  = 96
+	// EntryOverhead covers the Entry struct, the map slot and key header,
+	// and the rounding of separate allocations.
+	EntryOverhead = 96
+	// blockOverhead is EntryOverhead for a string inside its entry's
+	// block (entry.go), whose key and room are counted exactly.
+	blockOverhead  = 84
 	listElemCost   = 24
 	setElemCost    = 40
 	hashElemCost   = 64
