@@ -31,9 +31,10 @@ import (
 //
 // It then loads N keys with 100-byte values into each and reports memory
 // per key from INFO memory (used_memory and RSS deltas). With
-// -benchtime 1x (make bench) N is 200k and a -P 1 round 50k requests (a
-// -P 16 round 8 times as many, so it lasts long enough to measure); for
-// the full-size run:
+// -benchtime 1x (make bench) N is 200k, and each server gets 4 rounds of
+// 100k requests at -P 1 and of 800k at -P 16 (about 2 s each: shorter
+// rounds left the per-CPU ratio swinging ±10 % with the machine's other
+// load); for the full-size run:
 //
 //	PORTICO_BENCH_KEYS=1000000 PORTICO_BENCH_REQUESTS=500000 \
 //	  go test -run '^$' -bench VsRedisServer -benchtime 1x ./cachenode/
@@ -43,9 +44,9 @@ func BenchmarkVsRedisServer(b *testing.B) {
 			b.Skipf("SKIPPED LOUDLY: %s not found (Debian redis-server/redis-tools; `make deps` installs them): %v", tool, err)
 		}
 	}
-	requests := envInt("PORTICO_BENCH_REQUESTS", 50000)
+	requests := envInt("PORTICO_BENCH_REQUESTS", 100000)
 	keys := envInt("PORTICO_BENCH_KEYS", 200000)
-	rounds := envInt("PORTICO_BENCH_ROUNDS", 3)
+	rounds := envInt("PORTICO_BENCH_ROUNDS", 4)
 	dir := b.TempDir()
 	bin := filepath.Join(dir, "cachenode")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachenode").CombinedOutput(); err != nil {
