@@ -8,13 +8,15 @@ import (
 	"unsafe"
 )
 
+var latencyBounds = [...]float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 10e-3, 50e-3}
+
 // LatencyBuckets are the upper bounds, in seconds, of every command latency
 // histogram of a node (per namespace and per key prefix).
-var LatencyBuckets = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 10e-3, 50e-3}
+var LatencyBuckets = latencyBounds[:]
 
 // Histogram is a lock-free latency histogram over LatencyBuckets.
 type Histogram struct {
-	counts [12]atomic.Uint64 // len(LatencyBuckets)+1: the last is +Inf
+	counts [len(latencyBounds) + 1]atomic.Uint64 // the last is +Inf
 	sumNs  atomic.Int64
 }
 
@@ -22,7 +24,7 @@ type Histogram struct {
 func (h *Histogram) Observe(d time.Duration) {
 	s := d.Seconds()
 	i := 0
-	for i < len(LatencyBuckets) && s > LatencyBuckets[i] {
+	for i < len(latencyBounds) && s > latencyBounds[i] {
 		i++
 	}
 	h.counts[i].Add(1)
@@ -32,12 +34,12 @@ func (h *Histogram) Observe(d time.Duration) {
 // Snapshot returns the number of observations, their sum in seconds and
 // the cumulative count per bucket upper bound (Prometheus's layout).
 func (h *Histogram) Snapshot() (count uint64, sum float64, buckets map[float64]uint64) {
-	buckets = make(map[float64]uint64, len(LatencyBuckets))
-	for i, ub := range LatencyBuckets {
+	buckets = make(map[float64]uint64, len(latencyBounds))
+	for i, ub := range latencyBounds {
 		count += h.counts[i].Load()
 		buckets[ub] = count
 	}
-	count += h.counts[len(LatencyBuckets)].Load()
+	count += h.counts[len(latencyBounds)].Load()
 	return count, float64(h.sumNs.Load()) / 1e9, buckets
 }
 
