@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Dependency bootstrap for `make deps`, `make run` and `make test`.
-# Idempotent: installs postgresql and redis-server with apt when missing, then
-# starts private instances under .run/ unless they already answer.
+# Idempotent: installs with apt what e2e/scripts/deps.txt lists and this machine
+# lacks, then starts private instances under .run/ unless they already answer.
 #   Postgres 127.0.0.1:${PORTICO_PG_PORT:-55432}, user postgres (trust), database portico
 #   Redis    127.0.0.1:${PORTICO_REDIS_PORT:-56379}, no persistence
+# With --install-only it installs and starts nothing else (make proto).
 set -euo pipefail
+install_only=false
+[ "${1:-}" = --install-only ] && install_only=true
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 run="$root/.run"
@@ -20,21 +23,50 @@ pg_bindir() {
   [ -n "$d" ] && [ -x "$d/initdb" ] && echo "$d"
 }
 
-missing=()
-[ -n "$(pg_bindir)" ] || missing+=(postgresql)
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v pg_isready >/dev/null 2>&1 || missing+=(postgresql-client)
-command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)  # make proto and its staleness check
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    log "missing ${missing[*]} and not root: install them and retry"; exit 1
+# have KIND WHAT: whether one requirement of deps.txt is met.
+have() {
+  case $1 in
+    cmd|machine) command -v "$2" >/dev/null 2>&1 ;;
+    pgbin) local d; d=$(pg_bindir) && [ -x "$d/$2" ] ;;
+    file) [ -e "$2" ] ;;
+    optional|goinstall) return 0 ;;  # not apt's: skipped, or built by make
+    *) log "deps.txt: unknown kind $1"; return 1 ;;
+  esac
+}
+
+# unmet: the deps.txt lines not met, as "kind what package".
+unmet() {
+  local kind what pkg
+  while read -r kind what pkg _; do
+    case $kind in ''|'#'*) continue ;; esac
+    have "$kind" "$what" || echo "$kind $what $pkg"
+  done <"$root/e2e/scripts/deps.txt"
+}
+
+mapfile -t missing < <(unmet)
+pkgs=()
+for m in "${missing[@]}"; do
+  read -r kind what pkg <<<"$m"
+  if [ "$kind" = machine ]; then
+    log "$what is missing: this machine must have it before make can help (Debian, root, Go, git)"; exit 1
   fi
-  log "installing ${missing[*]} with apt"
+  [[ " ${pkgs[*]} " == *" $pkg "* ]] || pkgs+=("$pkg")
+done
+if [ ${#pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    log "missing ${pkgs[*]} and not root: install them and retry"; exit 1
+  fi
+  log "installing ${pkgs[*]} with apt"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
   # The Debian package starts a cluster and a redis on default ports; ours are private.
+  mapfile -t missing < <(unmet)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "still missing after apt (deps.txt names the wrong package?): ${missing[*]}"; exit 1
+  fi
 fi
+$install_only && exit 0
 pgbin=$(pg_bindir)
 
 # --- Postgres -------------------------------------------------------------
