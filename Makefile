@@ -17,12 +17,12 @@ export PORTICO_HELM_BIN ?= $(CURDIR)/.run/bin/helm
 # etcd 3.7 (kvnode CP tier's peer), built from the tools/etcd module.
 export PORTICO_ETCD_BIN ?= $(CURDIR)/.run/bin/etcd
 
-.PHONY: run test build deps stop bench lint proto proto-check fmt-check vet peers helm etcd
+.PHONY: run test build deps deps-check stop bench lint proto proto-check fmt-check vet peers helm etcd
 
 run: deps build
 	@$(BIN)/launch
 
-test: deps proto-check fmt-check vet peers helm
+test: deps deps-check proto-check fmt-check vet peers helm
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 build:
@@ -31,6 +31,13 @@ build:
 
 deps:
 	@bash e2e/scripts/deps.sh
+
+# The guard on make deps (e2e/deps): everything the Makefile, scripts, README
+# examples and tests use is installed by make deps (e2e/scripts/deps.txt),
+# pinned, Debian's base, or optional. First in make test, so a tool installed
+# by hand fails here rather than on the next fresh machine.
+deps-check:
+	$(GO) test -count=1 ./e2e/deps
 
 stop:
 	@bash e2e/scripts/stop.sh
@@ -65,11 +72,11 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Generated Go is committed beside the .proto files; protoc comes from Debian
-# (protobuf-compiler), protoc-gen-go and protoc-gen-go-grpc are pinned by the
-# go.mod tool directive.
+# Generated Go is committed beside the .proto files; protoc and the well-known
+# types come from Debian (protobuf-compiler, libprotobuf-dev: deps.txt),
+# protoc-gen-go and protoc-gen-go-grpc are pinned by the go.mod tool directive.
 proto:
-	@command -v protoc >/dev/null || bash e2e/scripts/deps.sh
+	@bash e2e/scripts/deps.sh --install-only
 	protoc -I proto -I /usr/include --plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
 		--plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
 		--go_out=proto --go_opt=paths=source_relative \
