@@ -463,11 +463,11 @@ func TestNodesUnmatchedAndMetrics(t *testing.T) {
 	if items := body["items"].([]any); len(items) != 0 {
 		t.Fatalf("nodes: %v", body)
 	}
-	e.nodes.Connect("gw-1", "portico-gateway", "canary")
+	e.nodes.Connect("gw-1", "portico-gateway", "canary", "spiffe://portico.local/gateway/gw-1")
 	e.nodes.Nack("gw-1", "type.googleapis.com/envoy.config.route.v3.RouteConfiguration", "7", "bad regex")
 	body = e.expect(e.do("GET", Prefix+"/nodes", "", nil), 200)
 	n := body["items"].([]any)[0].(map[string]any)
-	if n["id"] != "gw-1" || n["group"] != "canary" || n["types"].(map[string]any)["type.googleapis.com/envoy.config.route.v3.RouteConfiguration"].(map[string]any)["nack"].(map[string]any)["error"] != "bad regex" {
+	if n["id"] != "gw-1" || n["group"] != "canary" || n["identity"] != "spiffe://portico.local/gateway/gw-1" || n["types"].(map[string]any)["type.googleapis.com/envoy.config.route.v3.RouteConfiguration"].(map[string]any)["nack"].(map[string]any)["error"] != "bad regex" {
 		t.Fatalf("node: %v", n)
 	}
 

@@ -3,6 +3,7 @@ package compile
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -78,27 +79,55 @@ func TestListenerPortCollidesWithIngress(t *testing.T) {
 	}
 }
 
-func TestSecretsOnlyInProxyView(t *testing.T) {
+// Each view holds the types its role consumes and nothing else; the
+// gateway's holds only the secrets its listeners and clusters reference.
+func TestViews(t *testing.T) {
 	cfg, s, _ := sealedConfig(t)
 	snap, err := Compile(cfg, Options{Unseal: s.Open})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(snap.ForProxy().GetResources(SecretType)) != 1 || len(snap.GetResources(SecretType)) != 1 {
-		t.Fatal("the proxy view lacks the secret")
+	count := func(v cache.ResourceSnapshot, typeURL string) int { return len(v.GetResourcesAndTTL(typeURL)) }
+	for v, want := range map[View][]string{
+		ViewGateway:   {ClusterType, EndpointType, ListenerType, RouteType, SecretType},
+		ViewRouting:   {ClusterType, EndpointType, ListenerType, RouteType},
+		ViewExtAuthz:  {JwtProviderType, ApiKeyShardType, RevocationListType},
+		ViewRateLimit: {RateLimitConfigType, RateLimitRuleType},
+	} {
+		view := snap.View(v)
+		if view != snap.View(v) || view.(*Snapshot).View(v) != view {
+			t.Errorf("view %d is not one stable value", v)
+		}
+		for _, typeURL := range TypeURLs {
+			got, kept := count(view, typeURL), slices.Contains(want, typeURL)
+			if !kept && (got != 0 || len(view.GetVersionMap(typeURL)) != 0) {
+				t.Errorf("view %d holds %d %s", v, got, typeURL)
+			}
+			if kept && typeURL != ListenerType && typeURL != SecretType && got != count(snap, typeURL) {
+				t.Errorf("view %d holds %d of %d %s", v, got, count(snap, typeURL), typeURL)
+			}
+			if view.GetVersion(typeURL) != snap.Version() {
+				t.Errorf("view %d: %s version %q, want %q (an empty answer, not none)", v, typeURL, view.GetVersion(typeURL), snap.Version())
+			}
+		}
 	}
-	client := snap.ForClient()
-	if len(client.GetResources(SecretType)) != 0 || len(client.GetVersionMap(SecretType)) != 0 || client.GetVersion(SecretType) != snap.Version() {
-		t.Fatal("the client view holds secrets")
+	if count(snap.View(ViewGateway), SecretType) != 1 || count(snap, SecretType) != 1 {
+		t.Fatal("the gateway view lacks the listener's secret")
 	}
-	if client != snap.ForClient() || len(client.GetResources(ListenerType)) != len(snap.GetResources(ListenerType)) {
-		t.Fatal("client view unstable or missing listeners")
+
+	// A secret no listener or cluster references stays out of the gateway
+	// view even when a snapshot holds it.
+	res := map[string][]Resource{}
+	for _, typeURL := range TypeURLs {
+		res[typeURL] = snap.Resources(typeURL)
 	}
-	plain, err := Compile(spec.NewConfig(1), Options{})
+	res[SecretType] = append(res[SecretType], &tlsv3.Secret{Name: "orphan"})
+	withOrphan, err := newSnapshot(snap.Version(), res)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plain.ForClient() != cache.ResourceSnapshot(plain) {
-		t.Fatal("a snapshot without secrets should be its own client view")
+	secrets := withOrphan.View(ViewGateway).GetResourcesAndTTL(SecretType)
+	if _, ok := secrets["orphan"]; ok || len(secrets) != 1 {
+		t.Fatalf("gateway view secrets: %v", secrets)
 	}
 }

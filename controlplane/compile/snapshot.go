@@ -3,10 +3,13 @@ package compile
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"sort"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -62,15 +65,41 @@ type Snapshot struct {
 	items      map[string]map[string]types.ResourceWithTTL
 	versionMap map[string]map[string]string
 	envoy      *cache.Snapshot
-	// proxy is the view served to Envoy proxies: the same resources minus
-	// the API listeners meant for proxyless gRPC clients, which Envoy can
-	// only take from its bootstrap and would warn about on every push.
-	// It is the snapshot itself when there are none.
-	proxy *Snapshot
-	// client is the view served to every other client (proxyless gRPC,
-	// extauthz, ratelimitsvc): no SDS secrets, so private keys go to
-	// Envoy proxies only. It is the snapshot itself when there are none.
-	client *Snapshot
+	// views holds what each kind of client may receive (View). Every view
+	// shares the same array, so View on a view returns the same values.
+	views *[numViews]*Snapshot
+}
+
+// View is what one kind of xDS client may receive. The xDS server picks it
+// from the role of the client's verified identity, so a client gets only
+// the types its role consumes: a process holding an extauthz certificate
+// receives no TLS key, and a gateway no API-key hash.
+type View int
+
+const (
+	// ViewGateway is Envoy's: listeners (without the API listeners meant
+	// for proxyless clients, which Envoy would warn about on every push),
+	// routes, clusters, endpoints, and only the SDS secrets those
+	// listeners and clusters reference.
+	ViewGateway View = iota
+	// ViewRouting is a proxyless gRPC client's: listeners, routes,
+	// clusters and endpoints; no secrets, no policy.
+	ViewRouting
+	// ViewExtAuthz is extauthz's: JWT providers, API-key shards and
+	// revocation lists.
+	ViewExtAuthz
+	// ViewRateLimit is ratelimitsvc's: the rate-limit rules in both forms.
+	ViewRateLimit
+	numViews
+)
+
+// viewTypes lists the types each view holds; every other type is served
+// empty (subscribing to it yields an empty answer, not the resources).
+var viewTypes = [numViews][]string{
+	ViewGateway:   {ClusterType, EndpointType, ListenerType, RouteType, SecretType},
+	ViewRouting:   {ClusterType, EndpointType, ListenerType, RouteType},
+	ViewExtAuthz:  {JwtProviderType, ApiKeyShardType, RevocationListType},
+	ViewRateLimit: {RateLimitConfigType, RateLimitRuleType},
 }
 
 var _ cache.ResourceSnapshot = (*Snapshot)(nil)
@@ -131,57 +160,109 @@ func newSnapshot(version string, res map[string][]Resource) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOutput, err)
 	}
 	s.envoy = es
-	s.proxy = s.withoutAPIListeners()
-	s.client = s.withoutSecrets()
-	// Each view leads to the other, whichever a Policy hands out.
-	s.proxy.client = s.client
+	views := new([numViews]*Snapshot)
+	for v := range numViews {
+		views[v] = s.view(v)
+		views[v].views = views
+	}
+	s.views = views
 	return s, nil
 }
 
-func (s *Snapshot) withoutSecrets() *Snapshot {
-	if len(s.items[SecretType]) == 0 {
-		return s
+// view returns the snapshot restricted to what v may receive. Types it
+// keeps whole share their maps with s; the rest are fresh (s is immutable).
+func (s *Snapshot) view(v View) *Snapshot {
+	out := *s
+	out.items = make(map[string]map[string]types.ResourceWithTTL, len(s.items))
+	out.versionMap = make(map[string]map[string]string, len(s.versionMap))
+	keep := map[string]func(name string, r types.Resource) bool{}
+	for _, t := range viewTypes[v] {
+		keep[t] = nil
 	}
-	v := *s
-	v.items = maps.Clone(s.items)
-	v.items[SecretType] = map[string]types.ResourceWithTTL{}
-	v.versionMap = maps.Clone(s.versionMap)
-	v.versionMap[SecretType] = map[string]string{}
-	v.client = &v
-	return &v
-}
-
-func (s *Snapshot) withoutAPIListeners() *Snapshot {
-	listeners := s.items[ListenerType]
-	keep := make(map[string]types.ResourceWithTTL, len(listeners))
-	hashes := make(map[string]string, len(listeners))
-	for name, r := range listeners {
-		if l, ok := r.Resource.(*listenerv3.Listener); ok && l.GetApiListener() != nil {
-			continue
+	if v == ViewGateway {
+		keep[ListenerType] = func(_ string, r types.Resource) bool {
+			l, ok := r.(*listenerv3.Listener)
+			return !ok || l.GetApiListener() == nil
 		}
-		keep[name] = r
-		hashes[name] = s.versionMap[ListenerType][name]
+		refs := sdsNames(s.items[ListenerType], s.items[ClusterType])
+		keep[SecretType] = func(name string, _ types.Resource) bool { return refs[name] }
 	}
-	if len(keep) == len(listeners) {
-		return s
+	for typeURL, items := range s.items {
+		filter, ok := keep[typeURL]
+		switch {
+		case !ok:
+			out.items[typeURL] = map[string]types.ResourceWithTTL{}
+			out.versionMap[typeURL] = map[string]string{}
+		case filter == nil:
+			out.items[typeURL] = items
+			out.versionMap[typeURL] = s.versionMap[typeURL]
+		default:
+			kept := map[string]types.ResourceWithTTL{}
+			hashes := map[string]string{}
+			for name, r := range items {
+				if filter(name, r.Resource) {
+					kept[name] = r
+					hashes[name] = s.versionMap[typeURL][name]
+				}
+			}
+			out.items[typeURL], out.versionMap[typeURL] = kept, hashes
+		}
 	}
-	v := *s
-	v.items = maps.Clone(s.items)
-	v.items[ListenerType] = keep
-	v.versionMap = maps.Clone(s.versionMap)
-	v.versionMap[ListenerType] = hashes
-	v.proxy = &v
-	return &v
+	return &out
 }
 
-// ForProxy returns the view of the snapshot served to Envoy proxies (no
-// proxyless API listeners). It shares everything else with s.
-func (s *Snapshot) ForProxy() cache.ResourceSnapshot { return s.proxy }
+// sdsNames returns the names of the SDS secrets the resources reference,
+// wherever they do (listener filter chains, cluster transport sockets),
+// looking inside typed Any configs.
+func sdsNames(sets ...map[string]types.ResourceWithTTL) map[string]bool {
+	names := map[string]bool{}
+	var walk func(m protoreflect.Message)
+	walk = func(m protoreflect.Message) {
+		if sds, ok := m.Interface().(*tlsv3.SdsSecretConfig); ok {
+			names[sds.GetName()] = true
+			return
+		}
+		if a, ok := m.Interface().(*anypb.Any); ok {
+			if inner, err := a.UnmarshalNew(); err == nil {
+				walk(inner.ProtoReflect())
+			}
+			return
+		}
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			if fd.Kind() != protoreflect.MessageKind && fd.Kind() != protoreflect.GroupKind {
+				return true
+			}
+			switch {
+			case fd.IsList():
+				for i := 0; i < v.List().Len(); i++ {
+					walk(v.List().Get(i).Message())
+				}
+			case fd.IsMap():
+				if fd.MapValue().Kind() == protoreflect.MessageKind {
+					v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+						walk(mv.Message())
+						return true
+					})
+				}
+			default:
+				walk(v.Message())
+			}
+			return true
+		})
+	}
+	for _, set := range sets {
+		for _, r := range set {
+			if m, ok := r.Resource.(proto.Message); ok {
+				walk(m.ProtoReflect())
+			}
+		}
+	}
+	return names
+}
 
-// ForClient returns the view served to xDS clients that are not Envoy
-// proxies: no SDS secrets. It shares everything else with s and is the
-// same value on every call.
-func (s *Snapshot) ForClient() cache.ResourceSnapshot { return s.client }
+// View returns what a client of kind v may receive. Every view shares
+// everything it keeps with s and is the same value on every call.
+func (s *Snapshot) View(v View) cache.ResourceSnapshot { return s.views[v] }
 
 // Version is the config version the snapshot was compiled from.
 func (s *Snapshot) Version() string { return s.version }

@@ -32,9 +32,12 @@ type TypeStatus struct {
 
 // Status is a snapshot of one node, safe to keep and marshal.
 type Status struct {
-	ID          string                 `json:"id"`
-	Cluster     string                 `json:"cluster"`
-	Group       string                 `json:"group"`
+	ID      string `json:"id"`
+	Cluster string `json:"cluster"`
+	Group   string `json:"group"`
+	// Identity is the node's verified workload identity (SPIFFE ID); empty
+	// when the xDS server runs without one (plaintext debugging mode).
+	Identity    string                 `json:"identity,omitempty"`
 	ConnectedAt time.Time              `json:"connectedAt"`
 	Streams     int                    `json:"streams"`
 	Types       map[string]*TypeStatus `json:"types"`
@@ -74,7 +77,7 @@ func (t *Tracker) Observe(fn Observer) {
 
 // Connect records a stream of node id opening (or re-identifying). Several
 // streams of one node are counted; the node is listed until the last closes.
-func (t *Tracker) Connect(id, cluster, group string) {
+func (t *Tracker) Connect(id, cluster, group, identity string) {
 	if group == "" {
 		group = DefaultGroup
 	}
@@ -85,7 +88,7 @@ func (t *Tracker) Connect(id, cluster, group string) {
 		n = &node{Status: Status{ID: id, ConnectedAt: t.timeNow(), Types: map[string]*TypeStatus{}}}
 		t.nodes[id] = n
 	}
-	n.Cluster, n.Group = cluster, group
+	n.Cluster, n.Group, n.Identity = cluster, group, identity
 	n.Streams++
 }
 

@@ -10,6 +10,7 @@ import (
 
 type metrics struct {
 	streams   prometheus.Gauge
+	refused   *prometheus.CounterVec
 	nodes     prometheus.Gauge
 	version   prometheus.Gauge
 	acks      *prometheus.CounterVec
@@ -31,9 +32,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "portico_controlplane_xds_nacks_total", Help: "NACKs received, by resource type."}, []string{"type"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_controlplane_xds_responses_total", Help: "Discovery responses sent, by resource type."}, []string{"type"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_controlplane_xds_refused_streams_total",
+			Help: "Streams refused: identity (no verified identity), cluster (a node cluster reserved for another role), node_id (a node id another identity holds)."}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.nodes, m.version, m.acks, m.nacks, m.responses)
+		reg.MustRegister(m.streams, m.nodes, m.version, m.acks, m.nacks, m.responses, m.refused)
 	}
 	return m
 }

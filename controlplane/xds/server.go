@@ -31,9 +31,13 @@ import (
 	rlsconfigservice "github.com/envoyproxy/go-control-plane/ratelimit/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/nodes"
+	"github.com/portico-io/portico/internal/identity"
 )
 
 // GroupMetadataKey is the node metadata field naming a node's rollout group.
@@ -47,6 +51,12 @@ type Policy interface {
 
 // Config configures a Server. Zero values take defaults.
 type Config struct {
+	// RequireIdentity makes every stream present a verified workload
+	// identity (the gRPC server's TLS credentials verify it); the identity's
+	// role picks what the node receives and which node clusters it may
+	// claim. Without it (a plaintext debugging mode) the role is taken from
+	// the node's own claims, which anyone can make.
+	RequireIdentity bool
 	// Tracker records node state; a new one is made when nil.
 	Tracker *nodes.Tracker
 	// Registerer receives the xDS metrics; nil registers nowhere.
@@ -57,11 +67,12 @@ type Config struct {
 // Server is an xDS server. Create it with New, register it on a gRPC server
 // with Register, and feed it with Publish.
 type Server struct {
-	log     *slog.Logger
-	tracker *nodes.Tracker
-	cache   cache.SnapshotCache
-	xds     serverv3.Server
-	m       *metrics
+	requireIdentity bool
+	log             *slog.Logger
+	tracker         *nodes.Tracker
+	cache           cache.SnapshotCache
+	xds             serverv3.Server
+	m               *metrics
 
 	mu      sync.Mutex
 	latest  cache.ResourceSnapshot
@@ -73,28 +84,67 @@ type Server struct {
 type conn struct {
 	cluster, group string
 	streams        int
-	// proxy is true for Envoy (user agent "envoy"), which gets the
-	// snapshot's proxy view when it has one.
-	proxy bool
+	// view is what the node receives; identity, when verified, owns the
+	// node id while any of its streams is open.
+	view     compile.View
+	identity string
 }
 
-// ProxyViewer is implemented by snapshots with a distinct view for Envoy
-// proxies (compile.Snapshot: no proxyless API listeners).
-type ProxyViewer interface {
-	ForProxy() cache.ResourceSnapshot
+// Viewer is implemented by snapshots with a view per kind of client
+// (compile.Snapshot). A snapshot without views is served whole.
+type Viewer interface {
+	View(compile.View) cache.ResourceSnapshot
 }
 
-// ClientViewer is implemented by snapshots with a distinct view for
-// clients that are not Envoy proxies (compile.Snapshot: no TLS secrets).
-type ClientViewer interface {
-	ForClient() cache.ResourceSnapshot
+// reservedClusters are the node clusters only one role may claim.
+var reservedClusters = map[string]identity.Role{
+	NodeClusterGateway:   identity.Gateway,
+	NodeClusterExtAuthz:  identity.ExtAuthz,
+	NodeClusterRateLimit: identity.RateLimit,
+}
+
+// Node clusters of ARCHITECTURE.md.
+const (
+	NodeClusterGateway   = "portico-gateway"
+	NodeClusterExtAuthz  = "portico-extauthz"
+	NodeClusterRateLimit = "portico-ratelimit"
+)
+
+// viewOf returns the view of a verified role.
+func viewOf(r identity.Role) compile.View {
+	switch r {
+	case identity.Gateway:
+		return compile.ViewGateway
+	case identity.ExtAuthz:
+		return compile.ViewExtAuthz
+	case identity.RateLimit:
+		return compile.ViewRateLimit
+	default:
+		return compile.ViewRouting
+	}
+}
+
+// claimedView is the view of an unverified node, from what it says it is.
+func claimedView(node *core.Node) compile.View {
+	switch {
+	case node.GetCluster() == NodeClusterExtAuthz:
+		return compile.ViewExtAuthz
+	case node.GetCluster() == NodeClusterRateLimit:
+		return compile.ViewRateLimit
+	case node.GetUserAgentName() == "envoy":
+		return compile.ViewGateway
+	default:
+		return compile.ViewRouting
+	}
 }
 
 // stream remembers, per type, the nonce and version of the last response,
 // so a request can be matched to the response it answers.
 type stream struct {
 	nodeID string
-	last   map[string]sent
+	// id is the verified identity of the stream's peer (zero without one).
+	id   identity.ID
+	last map[string]sent
 }
 
 type sent struct{ nonce, version string }
@@ -108,11 +158,12 @@ func New(ctx context.Context, cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		log:     cfg.Logger,
-		tracker: cfg.Tracker,
-		m:       newMetrics(cfg.Registerer),
-		conns:   map[string]*conn{},
-		streams: map[int64]*stream{},
+		requireIdentity: cfg.RequireIdentity,
+		log:             cfg.Logger,
+		tracker:         cfg.Tracker,
+		m:               newMetrics(cfg.Registerer),
+		conns:           map[string]*conn{},
+		streams:         map[int64]*stream{},
 	}
 	s.cache = &nackSuppressor{
 		// ads=false: in ADS mode the cache answers a request naming resources
@@ -201,12 +252,12 @@ func (s *Server) targetLocked(ctx context.Context, id string) error {
 			snap = p
 		}
 	}
-	if c := s.conns[id]; c != nil && c.proxy {
-		if pv, ok := snap.(ProxyViewer); ok {
-			snap = pv.ForProxy()
+	if v, ok := snap.(Viewer); ok {
+		view := compile.ViewRouting
+		if c := s.conns[id]; c != nil {
+			view = c.view
 		}
-	} else if cv, ok := snap.(ClientViewer); ok {
-		snap = cv.ForClient()
+		snap = v.View(view)
 	}
 	if cur, err := s.cache.GetSnapshot(id); err == nil && cur == snap {
 		return nil
@@ -218,13 +269,30 @@ func (s *Server) targetLocked(ctx context.Context, id string) error {
 }
 
 // identify records the stream's node on its first request and gives the
-// node a snapshot before go-control-plane opens its first watch.
-func (s *Server) identify(id int64, node *core.Node) {
+// node a snapshot before go-control-plane opens its first watch. With
+// RequireIdentity it refuses a node that claims a cluster reserved for
+// another role, or a node id another identity holds.
+func (s *Server) identify(id int64, node *core.Node) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.streams[id]
 	if !ok || st.nodeID != "" || node.GetId() == "" {
-		return
+		return nil
+	}
+	view := claimedView(node)
+	who := ""
+	if s.requireIdentity {
+		if role, reserved := reservedClusters[node.GetCluster()]; reserved && role != st.id.Role {
+			s.m.refused.WithLabelValues("cluster").Inc()
+			s.log.Warn("xds: node refused: cluster reserved for another role", "node", node.GetId(), "cluster", node.GetCluster(), "identity", st.id.String())
+			return status.Errorf(codes.PermissionDenied, "node cluster %q is reserved for role %s; this client is %s", node.GetCluster(), role, st.id)
+		}
+		if c, ok := s.conns[node.GetId()]; ok && c.identity != st.id.String() {
+			s.m.refused.WithLabelValues("node_id").Inc()
+			s.log.Warn("xds: node refused: node id held by another identity", "node", node.GetId(), "identity", st.id.String(), "holder", c.identity)
+			return status.Errorf(codes.PermissionDenied, "node id %q is connected as another identity", node.GetId())
+		}
+		view, who = viewOf(st.id.Role), st.id.String()
 	}
 	st.nodeID = node.GetId()
 	group := nodes.DefaultGroup
@@ -237,14 +305,14 @@ func (s *Server) identify(id int64, node *core.Node) {
 		s.conns[st.nodeID] = c
 		s.m.nodes.Inc()
 	}
-	c.cluster, c.group = node.GetCluster(), group
-	c.proxy = node.GetUserAgentName() == "envoy"
+	c.cluster, c.group, c.view, c.identity = node.GetCluster(), group, view, who
 	c.streams++
-	s.tracker.Connect(st.nodeID, c.cluster, c.group)
+	s.tracker.Connect(st.nodeID, c.cluster, c.group, who)
 	if err := s.targetLocked(context.Background(), st.nodeID); err != nil {
 		s.log.Error("xds: cannot target node", "node", st.nodeID, "err", err)
 	}
-	s.log.Info("xds: node connected", "node", st.nodeID, "cluster", c.cluster, "group", group, "stream", id)
+	s.log.Info("xds: node connected", "node", st.nodeID, "cluster", c.cluster, "group", group, "identity", who, "stream", id)
+	return nil
 }
 
 func (s *Server) closeStream(id int64) {
@@ -271,11 +339,22 @@ func (s *Server) closeStream(id int64) {
 	}
 }
 
-func (s *Server) openStream(id int64) {
+// openStream registers a stream and, with RequireIdentity, the verified
+// identity of its peer; a peer without one is refused.
+func (s *Server) openStream(ctx context.Context, id int64) error {
+	var who identity.ID
+	if s.requireIdentity {
+		var err error
+		if who, err = identity.FromContext(ctx); err != nil {
+			s.m.refused.WithLabelValues("identity").Inc()
+			return status.Errorf(codes.Unauthenticated, "xds: %v", err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.streams[id] = &stream{last: map[string]sent{}}
+	s.streams[id] = &stream{id: who, last: map[string]sent{}}
 	s.m.streams.Inc()
+	return nil
 }
 
 // answer classifies a request as the ACK or NACK of the response it names.
@@ -332,15 +411,16 @@ func (s *Server) responded(id int64, typeURL, nonce, version string) {
 
 var _ serverv3.Callbacks = (*Server)(nil)
 
-func (s *Server) OnStreamOpen(_ context.Context, id int64, _ string) error {
-	s.openStream(id)
-	return nil
+func (s *Server) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	return s.openStream(ctx, id)
 }
 
 func (s *Server) OnStreamClosed(id int64, _ *core.Node) { s.closeStream(id) }
 
 func (s *Server) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
-	s.identify(id, req.GetNode())
+	if err := s.identify(id, req.GetNode()); err != nil {
+		return err
+	}
 	var errMsg *string
 	if d := req.GetErrorDetail(); d != nil {
 		m := d.GetMessage()
@@ -354,15 +434,16 @@ func (s *Server) OnStreamResponse(_ context.Context, id int64, _ *discovery.Disc
 	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
 }
 
-func (s *Server) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
-	s.openStream(id)
-	return nil
+func (s *Server) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
+	return s.openStream(ctx, id)
 }
 
 func (s *Server) OnDeltaStreamClosed(id int64, _ *core.Node) { s.closeStream(id) }
 
 func (s *Server) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
-	s.identify(id, req.GetNode())
+	if err := s.identify(id, req.GetNode()); err != nil {
+		return err
+	}
 	var errMsg *string
 	if d := req.GetErrorDetail(); d != nil {
 		m := d.GetMessage()
