@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/portico-io/portico/controlplane/admin"
 	"github.com/portico-io/portico/controlplane/compile"
@@ -32,6 +34,8 @@ import (
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 // Defaults for Config.
@@ -62,7 +66,14 @@ type Config struct {
 	// (package seal). Empty: inline private keys are refused and secrets
 	// must reference files on the gateway hosts.
 	SecretKey []byte
-	Logger    *slog.Logger
+	// TLS names the control plane's certificate files: the xDS server
+	// requires mTLS with them and serves each client the view of its
+	// verified role. Without files, InsecurePlaintext must be set.
+	TLS tlsfiles.Config
+	// InsecurePlaintext serves xDS without TLS, choosing views from what
+	// clients claim about themselves; for debugging only (logged loudly).
+	InsecurePlaintext bool
+	Logger            *slog.Logger
 	// Registry receives every metric; a new one is made when nil.
 	Registry *prometheus.Registry
 
@@ -103,6 +114,20 @@ func (c *Config) defaults() {
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	log := cfg.Logger
+	var tlsFiles *tlsfiles.Files
+	switch {
+	case cfg.TLS.IsSet():
+		tc := cfg.TLS
+		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_controlplane", log
+		var err error
+		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
+			return fmt.Errorf("controlplane: %w", err)
+		}
+	case !cfg.InsecurePlaintext:
+		return fmt.Errorf("%w: no TLS certificate for the xDS server (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for", ErrConfig)
+	default:
+		log.Warn("controlplane: xDS serves PLAINTEXT: any process that reaches it can claim to be a gateway and receive TLS keys; use only for debugging")
+	}
 
 	var sealer admin.Sealer // nil interface, not a nil *seal.Sealer
 	if len(cfg.SecretKey) > 0 {
@@ -123,7 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer st.Close()
 
 	tracker := nodes.NewTracker()
-	xsrv := xds.New(ctx, xds.Config{Tracker: tracker, Registerer: cfg.Registry, Logger: log})
+	xsrv := xds.New(ctx, xds.Config{RequireIdentity: tlsFiles != nil, Tracker: tracker, Registerer: cfg.Registry, Logger: log})
 	pub := newPublisher(st, xsrv, cfg.Compile, cfg.Registry, log)
 	// The rollout controller is the xDS policy; it must be in place before
 	// the first publish so manual mode never serves the head by accident.
@@ -181,7 +206,12 @@ func Run(ctx context.Context, cfg Config) error {
 		adminLis.Close()
 		return fmt.Errorf("controlplane: xds listener: %w", err)
 	}
-	g := grpcserver.New()
+	var grpcOpts []grpc.ServerOption
+	if tlsFiles != nil {
+		// Every platform role may connect; the view it gets is its role's.
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.ServerConfig(identity.Policy{}))))
+	}
+	g := grpcserver.New(grpcOpts...)
 	xsrv.Register(g.Server)
 
 	grp, gctx := errgroup.WithContext(ctx)
@@ -192,6 +222,9 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	grp.Go(func() error { return g.Serve(gctx, xdsLis, 5*time.Second) })
 	grp.Go(func() error { return pub.run(gctx) })
+	if tlsFiles != nil {
+		grp.Go(func() error { return tlsFiles.Run(gctx) })
+	}
 	grp.Go(func() error { return ctl.Run(gctx) })
 	grp.Go(func() error { return fv.Run(gctx) })
 	grp.Go(func() error { pruneIdempotency(gctx, st, cfg.IdempotencyTTL, log); return nil })

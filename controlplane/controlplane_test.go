@@ -48,6 +48,7 @@ func startWith(t testing.TB, cfg controlplane.Config) *instance {
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
 	cfg.Ready, cfg.Logger = ready, testLogger()
+	cfg.InsecurePlaintext = cfg.TLS.CertFile == ""
 	go func() { done <- controlplane.Run(ctx, cfg) }()
 	var in instance
 	select {

@@ -18,7 +18,9 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/portico-io/portico/internal/xdstest"
 )
 
@@ -61,19 +63,35 @@ func (u *upstream) header(name string) string {
 }
 
 // startEnvoy runs envoy/bootstrap.yaml against the control plane at xdsAddr
-// with free admin and stats ports, until the test ends.
-func startEnvoy(t *testing.T, bin, xdsAddr string) {
+// with free admin and stats ports, until the test ends. Envoy reaches the
+// control plane over mTLS as a gateway of p: the bootstrap's SDS files are
+// copied with make run's .run/pki replaced by p's directory.
+func startEnvoy(t *testing.T, bin, xdsAddr string, p *tlstest.PKI) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "envoy", "bootstrap.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.Files(t, identity.Gateway, "gateway")
+	dir := t.TempDir()
+	boot := string(raw)
+	for _, sds := range []string{"gateway-cert.yaml", "platform-ca.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "envoy", "sds", sds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		copyPath := filepath.Join(dir, sds)
+		if err := os.WriteFile(copyPath, []byte(strings.ReplaceAll(string(b), ".run/pki", p.Dir)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		boot = strings.ReplaceAll(boot, "envoy/sds/"+sds, copyPath)
+	}
 	_, xdsPort, _ := net.SplitHostPort(xdsAddr)
 	adminPort, statsPort := freePort(t), freePort(t)
-	boot := strings.ReplaceAll(string(raw), "port_value: 18000", "port_value: "+xdsPort)
+	boot = strings.ReplaceAll(boot, "port_value: 18000", "port_value: "+xdsPort)
 	boot = strings.ReplaceAll(boot, "port_value: 9901", fmt.Sprintf("port_value: %d", adminPort))
 	boot = strings.ReplaceAll(boot, "port_value: 19001", fmt.Sprintf("port_value: %d", statsPort))
-	path := filepath.Join(t.TempDir(), "bootstrap.yaml")
+	path := filepath.Join(dir, "bootstrap.yaml")
 	if err := os.WriteFile(path, []byte(boot), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +141,10 @@ func TestLiveEnvoyStack(t *testing.T) {
 	authAddr := startExtauthz(t, cp.XDS, "127.0.0.1:0", "e2e-live-extauthz").GRPC
 	rlAddr := startRateLimit(t, cp.XDS, "127.0.0.1:0", "e2e-live-ratelimit").GRPC
 	listenerPort := freePort(t)
-	gw := startControlPlane(t, dbURL, controlplane.Config{Compile: compile.Options{ListenerAddress: "127.0.0.1",
-		ListenerPort: uint32(listenerPort), ExtAuthzAddress: authAddr, RateLimitAddress: rlAddr}})
+	gwPKI := tlstest.New(t)
+	gw := startControlPlane(t, dbURL, controlplane.Config{TLS: gwPKI.Files(t, identity.ControlPlane, "controlplane"),
+		Compile: compile.Options{ListenerAddress: "127.0.0.1",
+			ListenerPort: uint32(listenerPort), ExtAuthzAddress: authAddr, RateLimitAddress: rlAddr}})
 	api := newAdminAPI(t, cp.Admin)
 
 	good, bad := newUpstream(t, http.StatusOK), newUpstream(t, http.StatusServiceUnavailable)
@@ -151,7 +171,7 @@ func TestLiveEnvoyStack(t *testing.T) {
 	api.waitAcked("e2e-live-extauthz", "portico-extauthz", v, extauthzTypes...)
 	api.waitAcked("e2e-live-ratelimit", "portico-ratelimit", v, ratelimitTypes...)
 
-	startEnvoy(t, envoy, gw.XDS)
+	startEnvoy(t, envoy, gw.XDS, gwPKI)
 	base := fmt.Sprintf("http://127.0.0.1:%d", listenerPort)
 	xdstest.Eventually(t, 30*time.Second, "Envoy to serve /open", func() bool {
 		resp, err := http.Get(base + "/open")

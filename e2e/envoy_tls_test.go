@@ -70,7 +70,7 @@ func TestLiveEnvoyHTTPSAndUpstreamMTLS(t *testing.T) {
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", DatabaseURL: dbURL,
+		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL,
 			Ready: ready, Compile: compileOptions(listenerPort), SecretKey: key})
 	}()
 	defer func() { cancel(); <-done }()

@@ -14,7 +14,9 @@ import (
 
 	"github.com/portico-io/portico/cachenode"
 	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/portico-io/portico/internal/xdstest"
 )
 
@@ -64,8 +66,10 @@ func TestLiveEnvoyRedisProxy(t *testing.T) {
 	listenerPort, proxyPort := freePort(t), freePort(t)
 	cpReady := make(chan controlplane.Addrs, 1)
 	cpDone := make(chan error, 1)
+	gwPKI := tlstest.New(t)
+	cpTLS := gwPKI.Files(t, identity.ControlPlane, "controlplane")
 	go func() {
-		cpDone <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", DatabaseURL: dbURL,
+		cpDone <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", TLS: cpTLS, DatabaseURL: dbURL,
 			Ready: cpReady, Compile: compileOptions(listenerPort)})
 	}()
 	defer func() { cancel(); <-cpDone }()
@@ -87,7 +91,7 @@ func TestLiveEnvoyRedisProxy(t *testing.T) {
 		"opTimeout": "2s",
 	})
 
-	startEnvoy(t, envoy, addrs.XDS)
+	startEnvoy(t, envoy, addrs.XDS, gwPKI)
 
 	// A plain client: no cluster support, no redirections of its own;
 	// RESP2 and no CLIENT SETINFO, which Envoy's redis proxy does not speak.

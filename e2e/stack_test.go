@@ -24,6 +24,7 @@ import (
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/extauthz"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/xdstest"
 	"github.com/portico-io/portico/ratelimitsvc"
 )
@@ -73,17 +74,26 @@ func runInProcess[A any](t *testing.T, name string, run func(ctx context.Context
 func startControlPlane(t *testing.T, dbURL string, cfg controlplane.Config) controlplane.Addrs {
 	t.Helper()
 	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = "127.0.0.1:0", "127.0.0.1:0", dbURL, testLogger()
+	cfg.InsecurePlaintext = cfg.TLS.CertFile == ""
 	return runInProcess(t, "controlplane", func(ctx context.Context, ready chan<- controlplane.Addrs) error {
 		cfg.Ready = ready
 		return controlplane.Run(ctx, cfg)
 	})
 }
 
-// startExtauthz runs extauthz as xDS node nodeID of the control plane at xdsAddr.
+// startExtauthz runs extauthz as xDS node nodeID of the plaintext control
+// plane at xdsAddr.
 func startExtauthz(t *testing.T, xdsAddr, grpcAddr, nodeID string) extauthz.Addrs {
+	return startExtauthzTLS(t, xdsAddr, grpcAddr, nodeID, tlsfiles.Config{})
+}
+
+// startExtauthzTLS is startExtauthz presenting the certificate files tc to
+// the control plane (plaintext when tc is empty).
+func startExtauthzTLS(t *testing.T, xdsAddr, grpcAddr, nodeID string, tc tlsfiles.Config) extauthz.Addrs {
 	t.Helper()
 	cfg := extauthz.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", XDSAddr: xdsAddr, NodeID: nodeID, StateDir: t.TempDir(),
-		XDSMinBackoff: 20 * time.Millisecond, XDSMaxBackoff: 200 * time.Millisecond, Logger: testLogger()}
+		XDSMinBackoff: 20 * time.Millisecond, XDSMaxBackoff: 200 * time.Millisecond, Logger: testLogger(),
+		TLS: tc, InsecurePlaintext: !tc.IsSet()}
 	return runInProcess(t, "extauthz", func(ctx context.Context, ready chan<- extauthz.Addrs) error {
 		cfg.Ready = ready
 		return extauthz.Run(ctx, cfg)
@@ -91,13 +101,20 @@ func startExtauthz(t *testing.T, xdsAddr, grpcAddr, nodeID string) extauthz.Addr
 }
 
 // startRateLimit runs ratelimitsvc on the shared Redis, under a key prefix
-// of this test's own, as xDS node nodeID. The Redis timeout is generous: a
-// timeout would put it in degraded mode (local buckets), and the tests
-// assert exact remaining counts.
+// of this test's own, as xDS node nodeID of the plaintext control plane at
+// xdsAddr. The Redis timeout is generous: a timeout would put it in
+// degraded mode (local buckets), and the tests assert exact remaining
+// counts.
 func startRateLimit(t *testing.T, xdsAddr, grpcAddr, nodeID string) ratelimitsvc.Addrs {
+	return startRateLimitTLS(t, xdsAddr, grpcAddr, nodeID, tlsfiles.Config{})
+}
+
+// startRateLimitTLS is startRateLimit presenting the certificate files tc.
+func startRateLimitTLS(t *testing.T, xdsAddr, grpcAddr, nodeID string, tc tlsfiles.Config) ratelimitsvc.Addrs {
 	t.Helper()
 	cfg := ratelimitsvc.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", XDSAddr: xdsAddr, NodeID: nodeID, StateDir: t.TempDir(),
 		RedisAddr: testdeps.Redis(t), RedisTimeout: 5 * time.Second, Logger: testLogger(),
+		TLS: tc, InsecurePlaintext: !tc.IsSet(),
 		KeyPrefix: fmt.Sprintf("portico:e2e:%s:%d:", t.Name(), time.Now().UnixNano())}
 	return runInProcess(t, "ratelimitsvc", func(ctx context.Context, ready chan<- ratelimitsvc.Addrs) error {
 		cfg.Ready = ready
@@ -226,10 +243,11 @@ type typeState struct {
 }
 
 type nodeView struct {
-	ID      string               `json:"id"`
-	Cluster string               `json:"cluster"`
-	Group   string               `json:"group"`
-	Types   map[string]typeState `json:"types"`
+	ID       string               `json:"id"`
+	Cluster  string               `json:"cluster"`
+	Identity string               `json:"identity"`
+	Group    string               `json:"group"`
+	Types    map[string]typeState `json:"types"`
 }
 
 // nodes is GET /admin/v1/nodes by node id.

@@ -25,10 +25,11 @@ import (
 
 	"github.com/portico-io/portico/extauthz/authz"
 	"github.com/portico-io/portico/extauthz/policy"
-	"github.com/portico-io/portico/extauthz/xdsclient"
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/xdsclient"
 )
 
 // Defaults for Config.
@@ -58,8 +59,13 @@ type Config struct {
 	TokenCacheSize         int
 	// XDSMinBackoff and XDSMaxBackoff bound reconnect delays.
 	XDSMinBackoff, XDSMaxBackoff time.Duration
-	Logger                       *slog.Logger
-	Registry                     *prometheus.Registry
+	// TLS names this workload's certificate files (role extauthz): the xDS
+	// client presents it. Without files, InsecurePlaintext must be set for
+	// the xDS client to start.
+	TLS               tlsfiles.Config
+	InsecurePlaintext bool
+	Logger            *slog.Logger
+	Registry          *prometheus.Registry
 
 	// Ready, when set, receives the listen addresses once both servers
 	// listen (a test hook).
@@ -105,6 +111,16 @@ func Run(ctx context.Context, cfg Config) error {
 	g.Health.SetServingStatus(authorizationService, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	grp, gctx := errgroup.WithContext(ctx)
+	var tlsFiles *tlsfiles.Files
+	if cfg.TLS.IsSet() {
+		tc := cfg.TLS
+		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_extauthz", log
+		var err error
+		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
+			return fmt.Errorf("extauthz: %w", err)
+		}
+		grp.Go(func() error { return tlsFiles.Run(gctx) })
+	}
 	ap := &applier{srv: srv, dir: cfg.StateDir, log: log, ctx: gctx, onReady: func() {
 		g.Health.SetServingStatus(authorizationService, healthpb.HealthCheckResponse_SERVING)
 	}}
@@ -142,7 +158,8 @@ func Run(ctx context.Context, cfg Config) error {
 		grp.Go(func() error {
 			return xdsclient.Run(gctx, xdsclient.Config{
 				Addr: cfg.XDSAddr, Node: &corev3.Node{Id: cfg.NodeID, Cluster: NodeCluster, UserAgentName: "portico-extauthz"},
-				Types: policy.Types, Apply: ap.apply, MinBackoff: cfg.XDSMinBackoff, MaxBackoff: cfg.XDSMaxBackoff, Logger: log,
+				Types: policy.Types, Apply: ap.apply, MinBackoff: cfg.XDSMinBackoff, MaxBackoff: cfg.XDSMaxBackoff,
+				TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, Logger: log,
 			})
 		})
 	}

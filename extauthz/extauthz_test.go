@@ -61,7 +61,7 @@ func runControlPlane(t *testing.T, dbURL string) (controlplane.Addrs, func()) {
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", DatabaseURL: dbURL, Ready: ready, Logger: testLogger()})
+		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL, Ready: ready, Logger: testLogger()})
 	}()
 	var addrs controlplane.Addrs
 	select {
@@ -101,6 +101,7 @@ func runExtauthz(t *testing.T, xdsAddr, stateDir string) *extauthzProc {
 		done <- extauthz.Run(ctx, extauthz.Config{
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", XDSAddr: xdsAddr, NodeID: "extauthz-test", StateDir: stateDir,
 			XDSMinBackoff: 20 * time.Millisecond, XDSMaxBackoff: 200 * time.Millisecond, Ready: ready, Logger: testLogger(),
+			InsecurePlaintext: true,
 		})
 	}()
 	p := &extauthzProc{}

@@ -26,6 +26,7 @@ import (
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/peers"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
@@ -75,8 +76,13 @@ type Config struct {
 	// ratelimitsvc-<hostname>-<pid>).
 	NodeID string
 	// StateDir keeps the last good xDS rules (default DefaultStateDir).
-	StateDir  string
-	KeyPrefix string
+	StateDir string
+	// TLS names this workload's certificate files (role ratelimit): the xDS
+	// client presents it. Without files, InsecurePlaintext must be set for
+	// the xDS client to start.
+	TLS               tlsfiles.Config
+	InsecurePlaintext bool
+	KeyPrefix         string
 	// ThrottleSink receives throttle events (default: one log line each);
 	// ThrottleQueue bounds the queue in front of it (default
 	// throttle.DefaultSize). A full queue drops and counts events.
@@ -176,9 +182,21 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("ratelimitsvc: initial rule files: %w", err)
 		}
 	}
+	var tlsFiles *tlsfiles.Files
+	if cfg.TLS.IsSet() {
+		tc := cfg.TLS
+		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_ratelimitsvc", log
+		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
+			return fmt.Errorf("ratelimitsvc: %w", err)
+		}
+	}
 	var ads *source.ADS
 	if cfg.XDSAddr != "" {
-		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, TypeURL: cfg.XDSType, StateDir: cfg.StateDir, Sink: sink, Logger: log}
+		if tlsFiles == nil && !cfg.InsecurePlaintext {
+			return fmt.Errorf("ratelimitsvc: no TLS certificate for the xDS client (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for")
+		}
+		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, TypeURL: cfg.XDSType, StateDir: cfg.StateDir, Sink: sink, Logger: log,
+			TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext}
 		if _, err := ads.LoadState(); err != nil {
 			// A bad copy on disk must not keep the service down; xDS replaces it.
 			log.Error("ignoring persisted rate-limit rules", "err", err)
@@ -224,6 +242,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if ads != nil {
 		g.Go(func() error { return ads.Run(gctx) })
+	}
+	if tlsFiles != nil {
+		g.Go(func() error { return tlsFiles.Run(gctx) })
 	}
 	log.Info("ratelimitsvc serving", "grpc", glis.Addr().String(), "http", hlis.Addr().String(),
 		"redis", cfg.RedisAddr, "xds", cfg.XDSAddr, "config_dir", cfg.ConfigDir)

@@ -36,6 +36,7 @@ type instance struct {
 func start(t testing.TB, cfg ratelimitsvc.Config) *instance {
 	t.Helper()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.InsecurePlaintext = !cfg.TLS.IsSet()
 	ready := make(chan ratelimitsvc.Addrs, 1)
 	cfg.Ready = ready
 	ctx, cancel := context.WithCancel(context.Background())
@@ -214,7 +215,7 @@ func startControlPlane(t *testing.T) (controlplane.Addrs, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
-	cfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", DatabaseURL: testdeps.Postgres(t), Ready: ready}
+	cfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: testdeps.Postgres(t), Ready: ready}
 	go func() { done <- controlplane.Run(ctx, cfg) }()
 	var addrs controlplane.Addrs
 	select {

@@ -54,7 +54,7 @@ func TestSeedWithDemoHTTPS(t *testing.T) {
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0",
+		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true,
 			DatabaseURL: testdeps.Postgres(t), SecretKey: key, Ready: ready})
 	}()
 	defer func() { cancel(); <-done }()

@@ -57,6 +57,9 @@ type Config struct {
 	OnReload func(leaf *x509.Certificate)
 }
 
+// IsSet reports whether c names any file.
+func (c Config) IsSet() bool { return c.CertFile != "" || c.KeyFile != "" || c.CAFile != "" }
+
 // Files is a workload's TLS material, reloaded from its files. Safe for
 // concurrent use; the tls.Configs it returns read the current material at
 // every handshake.
@@ -309,9 +312,6 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 func (fl *Flags) Config() Config {
 	return Config{CertFile: *fl.CertFile, KeyFile: *fl.KeyFile, CAFile: *fl.CAFile, TrustDomain: *fl.TrustDomain}
 }
-
-// Set reports whether any TLS file flag was given.
-func (fl *Flags) Set() bool { return *fl.CertFile != "" || *fl.KeyFile != "" || *fl.CAFile != "" }
 
 // Errors.
 var (

@@ -1,9 +1,15 @@
-// Package xdsclient is a small state-of-the-world ADS client: one stream,
+// Package xdsclient is the xDS client of Portico's own services (extauthz,
+// ratelimitsvc): one state-of-the-world ADS stream over mutual TLS,
 // wildcard subscriptions to a fixed list of types, ACK of every response
 // the applier accepts and NACK (with the applier's error as error_detail)
 // of every response it rejects, so the server records why and the client
 // keeps its last good state. It reconnects with jittered exponential
-// backoff.
+// backoff, reporting the versions it holds.
+//
+// The client presents its workload certificate (the control plane picks
+// what it receives from the certificate's role) and accepts only a server
+// with a controlplane identity. Persistence of the last good state belongs
+// to the applier, which knows what "good" means.
 //
 // go-control-plane's pkg/client/sotw/v3 handles a single type per client,
 // which does not fit a policy spread over three types on one ADS stream.
@@ -14,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"time"
 
@@ -22,9 +29,13 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 // Defaults for Config.
@@ -44,17 +55,31 @@ type Config struct {
 	Node *corev3.Node
 	// Types are subscribed to, wildcard, in this order.
 	Types []string
-	Apply ApplyFunc
+	// Versions are the versions already held per type (a state restored
+	// from disk), reported on the first subscription.
+	Versions map[string]string
+	Apply    ApplyFunc
 	// MinBackoff and MaxBackoff bound the reconnect delay.
 	MinBackoff, MaxBackoff time.Duration
-	DialOptions            []grpc.DialOption
-	Logger                 *slog.Logger
+	// TLS is this workload's certificate; required unless InsecurePlaintext.
+	TLS *tlsfiles.Files
+	// InsecurePlaintext talks to a plaintext control plane (debugging).
+	InsecurePlaintext bool
+	DialOptions       []grpc.DialOption
+	Logger            *slog.Logger
 }
 
 // Run keeps a stream to the server until ctx is done; it returns nil then.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Addr == "" || cfg.Apply == nil || len(cfg.Types) == 0 {
-		return ErrConfig
+		return fmt.Errorf("%w: Addr, Apply and Types are required", ErrConfig)
+	}
+	creds := insecure.NewCredentials()
+	switch {
+	case cfg.TLS != nil:
+		creds = credentials.NewTLS(cfg.TLS.ClientConfig(identity.Policy{Roles: []identity.Role{identity.ControlPlane}}))
+	case !cfg.InsecurePlaintext:
+		return fmt.Errorf("%w: no TLS certificate for the xDS client, and plaintext not asked for", ErrConfig)
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = DefaultMinBackoff
@@ -66,7 +91,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Addr, opts...)
@@ -74,7 +99,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	defer conn.Close()
-	c := &client{cfg: cfg, ads: discovery.NewAggregatedDiscoveryServiceClient(conn), acked: map[string]string{}}
+	c := &client{cfg: cfg, ads: discovery.NewAggregatedDiscoveryServiceClient(conn), acked: maps.Clone(cfg.Versions)}
+	if c.acked == nil {
+		c.acked = map[string]string{}
+	}
 	backoff := cfg.MinBackoff
 	for {
 		progressed, err := c.session(ctx)
@@ -86,7 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		// Full jitter keeps a fleet from reconnecting in lockstep.
 		wait := backoff/2 + rand.N(backoff/2+1)
-		cfg.Logger.Warn("extauthz: xDS stream ended, reconnecting", "addr", cfg.Addr, "err", err, "in", wait)
+		cfg.Logger.Warn("xds client: stream ended, reconnecting; keeping the last good state", "addr", cfg.Addr, "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -126,7 +154,7 @@ func (c *client) session(ctx context.Context) (progressed bool, err error) {
 		t := resp.GetTypeUrl()
 		req := &discovery.DiscoveryRequest{TypeUrl: t, ResponseNonce: resp.GetNonce()}
 		if aerr := c.cfg.Apply(t, resp.GetVersionInfo(), resp.GetResources()); aerr != nil {
-			c.cfg.Logger.Warn("extauthz: NACK", "type", t, "version", resp.GetVersionInfo(), "err", aerr)
+			c.cfg.Logger.Warn("xds client: NACK", "type", t, "version", resp.GetVersionInfo(), "err", aerr)
 			req.VersionInfo = c.acked[t]
 			req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: aerr.Error()}
 		} else {
@@ -139,5 +167,5 @@ func (c *client) session(ctx context.Context) (progressed bool, err error) {
 	}
 }
 
-// ErrConfig is a Config missing Addr, Apply or Types.
+// ErrConfig is a Config missing Addr, Apply, Types or credentials.
 var ErrConfig = errors.New("xdsclient: bad config")

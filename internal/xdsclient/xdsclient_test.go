@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/portico-io/portico/extauthz/xdsclient"
+	"github.com/portico-io/portico/internal/xdsclient"
 )
 
 const typeA, typeB = "type.googleapis.com/test.A", "type.googleapis.com/test.B"
@@ -87,7 +87,8 @@ func TestAckNackReconnect(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- xdsclient.Run(ctx, xdsclient.Config{Addr: lis.Addr().String(), Node: &corev3.Node{Id: "n1", Cluster: "portico-extauthz"},
-			Types: []string{typeA, typeB}, Apply: apply, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+			Types: []string{typeA, typeB}, Apply: apply, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+			InsecurePlaintext: true})
 	}()
 	defer func() {
 		cancel()

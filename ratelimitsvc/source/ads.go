@@ -13,12 +13,11 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/xdsclient"
 	ratelimitv1 "github.com/portico-io/portico/proto/portico/ratelimit/v1"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
 )
@@ -36,10 +35,11 @@ const NodeCluster = "portico-ratelimit"
 
 const stateFile = "ratelimit-rules.pb"
 
-// ADS subscribes to TypeURL over an ADS state-of-the-world stream. Each
-// response is validated as a whole: a good one is applied, written to
-// StateDir and ACKed; a bad one is NACKed with its error and the previous
-// rules stay. It reconnects with capped backoff until ctx is done.
+// ADS subscribes to TypeURL over an ADS state-of-the-world stream (the
+// shared internal/xdsclient). Each response is validated as a whole: a good
+// one is applied, written to StateDir and ACKed; a bad one is NACKed with
+// its error and the previous rules stay. It reconnects with capped backoff
+// until ctx is done.
 type ADS struct {
 	Addr   string
 	NodeID string
@@ -54,6 +54,10 @@ type ADS struct {
 	// OnResponse, when set, is called after each response is applied
 	// (err nil, ACKed) or rejected (NACKed); a test hook.
 	OnResponse func(version string, err error)
+	// TLS is this workload's certificate (role ratelimit); required unless
+	// InsecurePlaintext.
+	TLS               *tlsfiles.Files
+	InsecurePlaintext bool
 
 	lastGood atomic.Pointer[string]
 }
@@ -99,69 +103,35 @@ func (a *ADS) Run(ctx context.Context) error {
 	if maxB <= 0 {
 		maxB = 5 * time.Second
 	}
-	backoff := 100 * time.Millisecond
-	for {
-		start := time.Now()
-		err := a.stream(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if time.Since(start) > 30*time.Second {
-			backoff = 100 * time.Millisecond
-		}
-		a.logger().Warn("xDS stream ended; keeping the last good rules", "addr", a.Addr, "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, maxB)
+	var held map[string]string
+	if v := a.Version(); v != "" {
+		held = map[string]string{a.typeURL(): v}
 	}
+	return xdsclient.Run(ctx, xdsclient.Config{
+		Addr:  a.Addr,
+		Node:  &corev3.Node{Id: a.NodeID, Cluster: NodeCluster, UserAgentName: "portico-ratelimitsvc"},
+		Types: []string{a.typeURL()}, Versions: held, Apply: a.applyResponse,
+		MinBackoff: 100 * time.Millisecond, MaxBackoff: maxB,
+		TLS: a.TLS, InsecurePlaintext: a.InsecurePlaintext, Logger: a.logger(),
+	})
 }
 
-func (a *ADS) stream(ctx context.Context) error {
-	conn, err := grpc.NewClient(a.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("source: dial: %w", err)
+// applyResponse applies, persists and reports one response; an error
+// NACKs it and the previous rules stay.
+func (a *ADS) applyResponse(typeURL, version string, res []*anypb.Any) error {
+	resp := &discovery.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Resources: res}
+	err := a.apply(resp)
+	if err == nil {
+		a.persist(resp)
+		a.logger().Info("rate-limit rules applied from xDS", "version", version, "rules", len(res))
+	} else {
+		rejected(a.Sink, rules.SourceXDS, err)
+		a.logger().Error("rate-limit rules rejected (NACK); keeping the last good rules", "version", version, "err", err)
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
-	if err != nil {
-		return fmt.Errorf("source: stream: %w", err)
+	if a.OnResponse != nil {
+		a.OnResponse(version, err)
 	}
-	node := &corev3.Node{Id: a.NodeID, Cluster: NodeCluster, UserAgentName: "portico-ratelimitsvc"}
-	if err := s.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: a.typeURL(), VersionInfo: a.Version()}); err != nil {
-		return fmt.Errorf("source: subscribe: %w", err)
-	}
-	for {
-		resp, err := s.Recv()
-		if err != nil {
-			return fmt.Errorf("source: recv: %w", err)
-		}
-		if resp.GetTypeUrl() != a.typeURL() {
-			continue
-		}
-		req := &discovery.DiscoveryRequest{TypeUrl: a.typeURL(), ResponseNonce: resp.GetNonce()}
-		aerr := a.apply(resp)
-		if aerr == nil {
-			a.persist(resp)
-			req.VersionInfo = resp.GetVersionInfo()
-			a.logger().Info("rate-limit rules applied from xDS", "version", resp.GetVersionInfo(), "rules", len(resp.GetResources()))
-		} else {
-			rejected(a.Sink, rules.SourceXDS, aerr)
-			req.VersionInfo = a.Version()
-			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: aerr.Error()}
-			a.logger().Error("rate-limit rules rejected (NACK); keeping the last good rules", "version", resp.GetVersionInfo(), "err", aerr)
-		}
-		if a.OnResponse != nil {
-			a.OnResponse(resp.GetVersionInfo(), aerr)
-		}
-		if err := s.Send(req); err != nil {
-			return fmt.Errorf("source: ack: %w", err)
-		}
-	}
+	return err
 }
 
 func (a *ADS) typeURL() string {

@@ -99,7 +99,7 @@ func TestADSAckNackPersist(t *testing.T) {
 	// What was in force right after each response, before its ACK/NACK
 	// lets the server send the next one.
 	inForce := make(chan string, 8)
-	ads := &source.ADS{Addr: addr, NodeID: "n", StateDir: state, Sink: live, OnResponse: func(string, error) {
+	ads := &source.ADS{Addr: addr, NodeID: "n", StateDir: state, Sink: live, InsecurePlaintext: true, OnResponse: func(string, error) {
 		tab := live.Load()
 		inForce <- fmt.Sprintf("%s/%d", tab.Versions[rules.SourceXDS], len(tab.Rules()))
 	}}

@@ -14,6 +14,7 @@ import (
 	"github.com/portico-io/portico/controlplane/seal"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 func main() {
@@ -32,6 +33,8 @@ func main() {
 	keyFile := envflag.String(fs, "secret-key-file", "PORTICO_SECRET_KEY_FILE", "", "file holding the base64 32-byte key that seals TLS private keys at rest (or set PORTICO_SECRET_KEY)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	tlsFlags := tlsfiles.RegisterFlags(fs)
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve xDS without TLS, trusting what clients claim to be (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -45,6 +48,7 @@ func main() {
 	cfg.Compile.ListenerPort, cfg.Compile.XFFNumTrustedHops = uint32(*listenerPort), uint32(*xff)
 	cfg.Compile.TracingCollector, cfg.Compile.TracingSamplePercent = *tracing, float64(*sample)
 
+	cfg.TLS, cfg.InsecurePlaintext = tlsFlags.Config(), *plaintext
 	if cfg.SecretKey, err = secretKey(*keyFile); err != nil {
 		log.Error("controlplane: secret key", "err", err)
 		os.Exit(2)

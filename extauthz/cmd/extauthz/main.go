@@ -15,6 +15,7 @@ import (
 	"github.com/portico-io/portico/extauthz/jwks"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 func main() {
@@ -28,6 +29,8 @@ func main() {
 	cacheSize := envflag.Uint(fs, "token-cache-size", "PORTICO_EXTAUTHZ_TOKEN_CACHE_SIZE", 100000, "verified-token cache entries")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	tlsFlags := tlsfiles.RegisterFlags(fs)
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "talk to a plaintext control plane (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -38,6 +41,7 @@ func main() {
 	cfg := extauthz.Config{
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, XDSAddr: *xdsAddr, NodeID: *nodeID, StateDir: *stateDir,
 		MinJWKSRefreshInterval: *refresh, TokenCacheSize: int(*cacheSize), Logger: log,
+		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

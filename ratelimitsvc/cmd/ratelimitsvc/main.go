@@ -12,6 +12,7 @@ import (
 
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/ratelimitsvc"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/source"
@@ -38,6 +39,8 @@ func main() {
 	stateDir := envflag.String(fs, "state-dir", "PORTICO_RATELIMIT_STATE_DIR", ratelimitsvc.DefaultStateDir, "directory for the last good xDS rules")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	tlsFlags := tlsfiles.RegisterFlags(fs)
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "talk to a plaintext control plane (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -51,6 +54,7 @@ func main() {
 	cfg.RedisMasterName, cfg.RedisCluster, cfg.RedisUsername = *redisMaster, *redisCluster, *redisUser
 	cfg.RedisPassword, cfg.RedisSentinelPassword = redisPassword, sentinelPassword
 	cfg.Logger = log
+	cfg.TLS, cfg.InsecurePlaintext = tlsFlags.Config(), *plaintext
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

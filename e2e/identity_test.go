@@ -1,0 +1,85 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/extauthz/authz"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/tlstest"
+)
+
+// The config path over mutual TLS: the control plane serves xDS only to
+// platform certificates; extauthz and ratelimitsvc present theirs, receive
+// their views, ACK, and show up in /admin/v1/nodes with their verified
+// identities; extauthz decides with the policy that arrived that way; a
+// client without a certificate gets nothing.
+func TestConfigPathOverMutualTLS(t *testing.T) {
+	dbURL := testdeps.Postgres(t)
+	p := tlstest.New(t)
+	cp := startControlPlane(t, dbURL, controlplane.Config{TLS: p.Files(t, identity.ControlPlane, "controlplane")})
+	ea := startExtauthzTLS(t, cp.XDS, "127.0.0.1:0", "e2e-mtls-extauthz", p.Files(t, identity.ExtAuthz, "extauthz-0"))
+	startRateLimitTLS(t, cp.XDS, "127.0.0.1:0", "e2e-mtls-ratelimit", p.Files(t, identity.RateLimit, "ratelimit-0"))
+
+	api := newAdminAPI(t, cp.Admin)
+	api.create("clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": 18900}}}, nil)
+	api.create("consumers", map[string]any{"name": "acme", "tenant": "acme"}, nil)
+	var key struct {
+		Key string `json:"key"`
+	}
+	api.create("consumers/acme/keys", map[string]any{}, &key)
+	api.create("routes", map[string]any{"name": "keyed", "match": map[string]any{"pathPrefix": "/keyed"}, "cluster": "echo",
+		"auth": map[string]any{"mode": "apikey"}}, nil)
+	v := api.create("ratelimit-rules", map[string]any{"name": "per-consumer", "domain": "portico",
+		"descriptors": []any{map[string]any{"key": "consumer"}}, "limit": 3, "window": "1h"}, nil)
+
+	n := api.waitAcked("e2e-mtls-extauthz", "portico-extauthz", v, extauthzTypes...)
+	if n.Identity != "spiffe://portico.local/extauthz/extauthz-0" {
+		t.Fatalf("extauthz listed as %q", n.Identity)
+	}
+	n = api.waitAcked("e2e-mtls-ratelimit", "portico-ratelimit", v, ratelimitTypes...)
+	if n.Identity != "spiffe://portico.local/ratelimit/ratelimit-0" {
+		t.Fatalf("ratelimitsvc listed as %q", n.Identity)
+	}
+
+	// extauthz admits the key it received over mTLS.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := authv3.NewAuthorizationClient(dialGRPC(t, ea.GRPC)).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: http.MethodGet, Path: "/keyed", Host: "example.test", Headers: map[string]string{"x-api-key": key.Key}}},
+		ContextExtensions: map[string]string{authz.CtxMode: "apikey", authz.CtxRoute: "keyed"},
+	}})
+	if err != nil || codes.Code(resp.GetStatus().GetCode()) != codes.OK {
+		t.Fatalf("Check with the key: %v, %v", resp.GetStatus(), err)
+	}
+
+	// Without a certificate, the xDS port answers nothing.
+	cc, err := grpc.NewClient(cp.XDS, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err == nil {
+		err = s.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: "anon", Cluster: "portico-gateway", UserAgentName: "envoy"},
+			TypeUrl: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"})
+	}
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if err == nil {
+		t.Fatal("a plaintext client was served")
+	}
+}
