@@ -6,9 +6,14 @@ package envoy
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
 
 	"github.com/portico-io/portico/envoy/bootstrap"
 )
@@ -60,5 +65,59 @@ func checkGateway(t *testing.T, b *bootstrapv3.Bootstrap) {
 		if sa.GetAddress() != "127.0.0.1" || sa.GetPortValue() != 18000 {
 			t.Errorf("xds_cluster address = %v", sa)
 		}
+	}
+	m, err := bootstrap.CheckXDSMutualTLS(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The SDS files the bootstrap names exist, parse strictly and hold the
+	// secrets it asks for, from make run's .run/pki.
+	for path, name := range map[string]string{m.CertPath: m.CertSecret, m.CAPath: m.CASecret} {
+		raw, err := os.ReadFile(filepath.Join("..", path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := yaml.YAMLToJSON(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp discovery.DiscoveryResponse
+		if err := protojson.Unmarshal(js, &resp); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(resp.GetResources()) != 1 {
+			t.Fatalf("%s: %d resources", path, len(resp.GetResources()))
+		}
+		var sec tlsv3.Secret
+		if err := resp.GetResources()[0].UnmarshalTo(&sec); err != nil {
+			t.Fatal(err)
+		}
+		if err := sec.ValidateAll(); err != nil || sec.GetName() != name {
+			t.Fatalf("%s: secret %q (%v), want %q", path, sec.GetName(), err, name)
+		}
+		if !strings.Contains(string(raw), ".run/pki/") {
+			t.Errorf("%s does not read make run's .run/pki", path)
+		}
+	}
+}
+
+// Without the transport socket the check fails: a plaintext bootstrap would
+// otherwise pass silently.
+func TestCheckXDSMutualTLSRefusesPlaintext(t *testing.T) {
+	raw, err := os.ReadFile("bootstrap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bootstrap.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == bootstrap.XDSCluster {
+			c.TransportSocket = nil
+		}
+	}
+	if _, err := bootstrap.CheckXDSMutualTLS(b); err == nil {
+		t.Fatal("a plaintext xds_cluster passed")
 	}
 }

@@ -55,11 +55,16 @@ type Process struct {
 func Processes(root string) []Process {
 	bin := func(n string) string { return filepath.Join(root, "bin", n) }
 	ps := []Process{
-		{Name: "controlplane", Args: []string{bin("controlplane"), "--log-format=text",
-			"--secret-key-file=" + SecretKeyFile(root)}, Ready: "http://127.0.0.1:18080/readyz"},
-		{Name: "extauthz", Args: []string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
+		// xDS (:18000) is mutual TLS: each process presents its own
+		// certificate from .run/pki, and the control plane serves each the
+		// view of its role.
+		{Name: "controlplane", Args: append([]string{bin("controlplane"), "--log-format=text",
+			"--secret-key-file=" + SecretKeyFile(root)}, TLSArgs(root, "controlplane")...), Ready: "http://127.0.0.1:18080/readyz"},
+		{Name: "extauthz", Args: append([]string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
+			TLSArgs(root, "extauthz")...),
 			Ready: "http://127.0.0.1:18101/readyz"},
-		{Name: "ratelimitsvc", Args: []string{bin("ratelimitsvc"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "ratelimitsvc")},
+		{Name: "ratelimitsvc", Args: append([]string{bin("ratelimitsvc"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "ratelimitsvc")},
+			TLSArgs(root, "ratelimitsvc")...),
 			Env: []string{"PORTICO_REDIS_ADDR=127.0.0.1:56379", "PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz"},
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
 		{Name: "scheduler", Args: []string{bin("scheduler"), "--log-format=text"},
@@ -176,6 +181,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureSecretKey(SecretKeyFile(cfg.Root)); err != nil {
 		return err
 	}
+	if err := EnsurePKI(cfg.Root, cfg.Out, time.Now()); err != nil {
+		return fmt.Errorf("platform certificates: %w", err)
+	}
+	renewCtx, stopRenew := context.WithCancel(ctx)
+	defer stopRenew()
+	go renewLoop(renewCtx, cfg.Root, cfg.Out)
 	pidFile := filepath.Join(cfg.Root, ".run", "launch.pid")
 	if err := os.WriteFile(pidFile, []byte(fmt.Sprint(os.Getpid())), 0o644); err != nil {
 		return err

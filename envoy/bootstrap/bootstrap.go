@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -15,6 +16,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	downstreamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/resource_monitors/downstream_connections/v3"
 	fixedheapv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/resource_monitors/fixed_heap/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
@@ -229,4 +231,57 @@ func checkOverload(b *bootstrapv3.Bootstrap, lim *Limits, fail func(string, ...a
 	if !slices.Contains(lim.HeapTriggeredActions, "envoy.overload_actions.stop_accepting_requests") {
 		fail("overload manager: heap pressure must trigger stop_accepting_requests (got %v)", lim.HeapTriggeredActions)
 	}
+}
+
+// XDSMutualTLS is how a bootstrap reaches the control plane over mTLS: the
+// SDS secret names of its certificate and CA and where they come from.
+type XDSMutualTLS struct {
+	CertSecret, CASecret string
+	// CertPath and CAPath are the files of path-based SDS ("" otherwise).
+	CertPath, CAPath string
+}
+
+// CheckXDSMutualTLS returns how the ADS cluster authenticates, or an error
+// when it does not: it must present a certificate (SDS, so a renewed one is
+// picked up) and accept only a server whose URI SAN is a controlplane
+// SPIFFE ID, verified against a CA bundle.
+func CheckXDSMutualTLS(b *bootstrapv3.Bootstrap) (XDSMutualTLS, error) {
+	var out XDSMutualTLS
+	var xds *clusterv3.Cluster
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() == XDSCluster {
+			xds = c
+		}
+	}
+	if xds == nil {
+		return out, fmt.Errorf("no static cluster %s", XDSCluster)
+	}
+	var tlsCtx tlsv3.UpstreamTlsContext
+	ts := xds.GetTransportSocket()
+	if ts == nil || ts.GetTypedConfig().UnmarshalTo(&tlsCtx) != nil {
+		return out, fmt.Errorf("%s has no UpstreamTlsContext: xDS would be plaintext", XDSCluster)
+	}
+	common := tlsCtx.GetCommonTlsContext()
+	certs := common.GetTlsCertificateSdsSecretConfigs()
+	if len(certs) != 1 {
+		return out, fmt.Errorf("%s presents %d SDS certificates, want 1", XDSCluster, len(certs))
+	}
+	out.CertSecret, out.CertPath = certs[0].GetName(), certs[0].GetSdsConfig().GetPathConfigSource().GetPath()
+	cvc := common.GetCombinedValidationContext()
+	out.CASecret = cvc.GetValidationContextSdsSecretConfig().GetName()
+	out.CAPath = cvc.GetValidationContextSdsSecretConfig().GetSdsConfig().GetPathConfigSource().GetPath()
+	if out.CASecret == "" {
+		return out, fmt.Errorf("%s verifies the control plane against no CA (combined_validation_context with an SDS CA)", XDSCluster)
+	}
+	sans := cvc.GetDefaultValidationContext().GetMatchTypedSubjectAltNames()
+	if len(sans) == 0 {
+		return out, fmt.Errorf("%s accepts any certificate of the CA: match the controlplane's SPIFFE ID", XDSCluster)
+	}
+	for _, m := range sans {
+		p := m.GetMatcher().GetPrefix() + m.GetMatcher().GetExact()
+		if m.GetSanType() != tlsv3.SubjectAltNameMatcher_URI || !strings.HasPrefix(p, "spiffe://") || !strings.Contains(p, "/controlplane/") {
+			return out, fmt.Errorf("%s SAN matcher %v: want a URI match on spiffe://<trust-domain>/controlplane/", XDSCluster, m)
+		}
+	}
+	return out, nil
 }

@@ -305,3 +305,14 @@ init publishes only when no map is stored, so it is safe to run again.
 {{- end }}
 {{- $total }}
 {{- end }}
+
+{{/*
+xDS between the control plane, extauthz and ratelimitsvc is plaintext in the
+chart until it issues workload certificates (cert-manager or a pre-install
+Job); the binaries refuse plaintext unless told, so it is said here, and the
+NetworkPolicy keeps :18000 to the platform's own pods. make run uses mTLS.
+*/}}
+{{- define "portico.xdsPlaintextEnv" -}}
+- name: PORTICO_INSECURE_PLAINTEXT
+  value: "true"
+{{- end }}
