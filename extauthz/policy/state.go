@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/portico-io/portico/internal/atomicfile"
 )
 
 // StateFile is the name of the persisted policy inside the state directory.
@@ -51,29 +53,8 @@ func Save(dir string, res Resources, now time.Time) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("policy: save: %w", err)
 	}
-	f, err := os.CreateTemp(dir, StateFile+".tmp-*")
-	if err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, StateFile), b, 0o600); err != nil {
 		return fmt.Errorf("policy: save: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("policy: save: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("policy: save: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("policy: save: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, StateFile)); err != nil {
-		return fmt.Errorf("policy: save: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // make the rename durable where the platform allows
-		d.Close()
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/portico-io/portico/internal/atomicfile"
 	"github.com/portico-io/portico/internal/identity"
 )
 
@@ -250,40 +251,10 @@ func (ca *CA) Renew(certFile, keyFile string, fraction float64, validity time.Du
 // The key is written first: a watcher that sees the new certificate then
 // finds its key.
 func WritePair(certFile, keyFile string, certPEM, keyPEM []byte) error {
-	if err := WriteFileAtomic(keyFile, keyPEM, 0o600); err != nil {
-		return err
-	}
-	return WriteFileAtomic(certFile, certPEM, 0o644)
-}
-
-// WriteFileAtomic writes data to a temporary file beside path and renames
-// it over path.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := atomicfile.Write(keyFile, keyPEM, 0o600); err != nil {
 		return fmt.Errorf("pki: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("pki: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return fmt.Errorf("pki: %w", err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("pki: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("pki: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("pki: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+	if err := atomicfile.Write(certFile, certPEM, 0o644); err != nil {
 		return fmt.Errorf("pki: %w", err)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/portico-io/portico/internal/atomicfile"
 	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/xdsclient"
 	ratelimitv1 "github.com/portico-io/portico/proto/portico/ratelimit/v1"
@@ -188,34 +189,11 @@ func (a *ADS) persist(resp *discovery.DiscoveryResponse) {
 	keep := &discovery.DiscoveryResponse{VersionInfo: resp.GetVersionInfo(), TypeUrl: resp.GetTypeUrl(), Resources: resp.GetResources()}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(keep)
 	if err == nil {
-		err = writeAtomic(filepath.Join(a.StateDir, stateFile), b)
+		err = atomicfile.Write(filepath.Join(a.StateDir, stateFile), b, 0o600)
 	}
 	if err != nil {
 		a.logger().Error("cannot persist rate-limit rules", "dir", a.StateDir, "err", err)
 	}
-}
-
-func writeAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 func (a *ADS) logger() *slog.Logger {
