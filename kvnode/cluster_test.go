@@ -102,7 +102,7 @@ func (c *cluster) baseConfig(id string) Config {
 		Replication: 3, GossipInterval: 20 * time.Millisecond, HintInterval: 20 * time.Millisecond,
 		PhiThreshold: 20, WriteTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second, StartupWait: 5 * time.Second,
 		RepairInterval: time.Hour, RepairDepth: 5, NoSync: true, Now: c.clock.Now,
-		OnHintPass: c.signal,
+		OnHintPass: c.signal, InsecurePlaintext: true,
 	}
 }
 

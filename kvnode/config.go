@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/coordinator"
@@ -98,6 +99,12 @@ type Config struct {
 	// bound HTTP address, host name when unspecified) are filled in by the
 	// node when empty.
 	CP cp.Config
+	// TLS names this node's certificate files (role kvnode): the internode
+	// protocol and the Raft transport require peers with a kvnode
+	// certificate of the trust domain and present this one. Without files,
+	// InsecurePlaintext must be set (debugging and tests only).
+	TLS               tlsfiles.Config
+	InsecurePlaintext bool
 
 	Logger *slog.Logger
 	// Registry receives the node's metrics (default: a new registry).
@@ -126,6 +133,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DataDir == "" {
 		return errors.New("kvnode: DataDir is required")
+	}
+	if !c.TLS.IsSet() && !c.InsecurePlaintext {
+		return errors.New("kvnode: no TLS certificate for the internode and Raft ports (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for")
 	}
 	if c.Replication <= 0 {
 		c.Replication = DefaultReplication

@@ -18,6 +18,12 @@ import (
 // as CP keyspaces. It returns once every node knows the Raft leader.
 func newCPCluster(t *testing.T, cpKS ...string) *cluster {
 	t.Helper()
+	return newCPClusterWith(t, nil, cpKS...)
+}
+
+// newCPClusterWith is newCPCluster with tweak applied to every node's config.
+func newCPClusterWith(t *testing.T, tweak func(*Config), cpKS ...string) *cluster {
+	t.Helper()
 	raftAddrs := freeAddrs(t, 3)
 	var peers []cp.Peer
 	for i, a := range raftAddrs {
@@ -30,6 +36,9 @@ func newCPCluster(t *testing.T, cpKS ...string) *cluster {
 		// The default Raft timeouts: the ring's tests share the machine,
 		// and shorter ones churn elections under the race detector.
 		cfg.CP = cp.Config{BindAddr: raftAddrs[i], Bootstrap: true, Peers: peers}
+		if tweak != nil {
+			tweak(cfg)
+		}
 	})
 	c.cpLeader()
 	return c
@@ -264,7 +273,8 @@ func TestCPKeyspaceConfig(t *testing.T) {
 		{"too long", []string{strings.Repeat("k", 65)}, nil, on, "must be 1-64 bytes"},
 		{"tier off", []string{"locks"}, nil, off, "need the consensus tier, which is off"},
 	} {
-		cfg := Config{NodeID: "n0", DataDir: t.TempDir(), CPKeyspaces: tc.cp, VClockKeyspaces: tc.vclock, CP: cp.Config{BindAddr: tc.raftAddr}}
+		cfg := Config{NodeID: "n0", DataDir: t.TempDir(), CPKeyspaces: tc.cp, VClockKeyspaces: tc.vclock, CP: cp.Config{BindAddr: tc.raftAddr},
+			InsecurePlaintext: true}
 		err := cfg.setDefaults()
 		switch {
 		case tc.errHas == "" && err != nil:

@@ -21,11 +21,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/coordinator"
@@ -50,6 +53,8 @@ type Node struct {
 	rep    *antientropy.Repairer
 	client *internode.Client
 	pause  internode.Pause
+	// tls is the node's certificate, nil in plaintext mode.
+	tls *tlsfiles.Files
 	// cp is the consensus tier's group member, nil when not enabled.
 	cp *cp.Group
 
@@ -66,6 +71,9 @@ type Node struct {
 	stopOnce         sync.Once
 }
 
+// peerPolicy admits kvnode identities only, on the internode and Raft ports.
+var peerPolicy = identity.Policy{Roles: []identity.Role{identity.KVNode}}
+
 // New opens the node's storage and builds its parts; nothing listens yet.
 func New(cfg Config) (*Node, error) {
 	if err := cfg.setDefaults(); err != nil {
@@ -75,7 +83,18 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, st: st, clock: hlc.New(cfg.Now), client: internode.NewClient()}
+	n := &Node{cfg: cfg, st: st, clock: hlc.New(cfg.Now)}
+	var peerCreds credentials.TransportCredentials
+	if cfg.TLS.IsSet() {
+		tc := cfg.TLS
+		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_kvnode", cfg.Logger
+		if n.tls, err = tlsfiles.Load(tc); err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("kvnode: %w", err)
+		}
+		peerCreds = credentials.NewTLS(n.tls.ClientConfig(peerPolicy))
+	}
+	n.client = internode.NewClient(peerCreds)
 	n.hints, err = hint.New(st, hint.Config{Window: cfg.HintWindow, Interval: cfg.HintInterval, Now: cfg.Now, Logger: cfg.Logger, OnPass: cfg.OnHintPass})
 	if err != nil {
 		_ = st.Close()
@@ -122,7 +141,13 @@ func (n *Node) Start(ctx context.Context) error {
 	}, n.st, n, n.mem)
 	n.registerMetrics()
 
-	gs := grpcserver.New(grpc.UnaryInterceptor(n.pause.Interceptor()), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	gsOpts := []grpc.ServerOption{grpc.UnaryInterceptor(n.pause.Interceptor()), grpc.MaxRecvMsgSize(64 << 20), grpc.MaxSendMsgSize(64 << 20)}
+	if n.tls != nil {
+		// Only other kvnodes may call Apply, Gossip, Scan, Rebalance …
+		gsOpts = append(gsOpts, grpc.Creds(credentials.NewTLS(n.tls.ServerConfig(peerPolicy))))
+		n.goLoop(func() { _ = n.tls.Run(ctx) })
+	}
+	gs := grpcserver.New(gsOpts...)
 	internode.Register(gs.Server, server{n})
 	checks := health.New()
 	checks.Add("ring", func(context.Context) error {
@@ -145,6 +170,9 @@ func (n *Node) Start(ctx context.Context) error {
 			c.Logger = n.cfg.Logger
 		}
 		c.NoSync = c.NoSync || n.cfg.NoSync
+		if n.tls != nil && c.TLS == nil {
+			c.TLS = n.tls
+		}
 		if n.cp, err = cp.Open(c); err != nil {
 			n.cancel()
 			_ = n.grpcLis.Close()

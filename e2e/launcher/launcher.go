@@ -79,7 +79,7 @@ func Processes(root string) []Process {
 				seeds = append(seeds, fmt.Sprintf("127.0.0.1:%d", 18500+j))
 			}
 		}
-		ps = append(ps, Process{Name: fmt.Sprintf("kvnode-%d", i), Args: []string{bin("kvnode"), "--log-format=text",
+		ps = append(ps, Process{Name: fmt.Sprintf("kvnode-%d", i), Args: append([]string{bin("kvnode"), "--log-format=text",
 			fmt.Sprintf("--node-id=kv-%d", i),
 			fmt.Sprintf("--http-addr=127.0.0.1:%d", 18400+i), fmt.Sprintf("--grpc-addr=127.0.0.1:%d", 18500+i),
 			"--data-dir=" + filepath.Join(root, ".run", fmt.Sprintf("kvnode-%d", i)), "--seeds=" + strings.Join(seeds, ","),
@@ -90,6 +90,8 @@ func Processes(root string) []Process {
 			"--raft-bootstrap", "--raft-peers=kv-0=127.0.0.1:18600,kv-1=127.0.0.1:18601,kv-2=127.0.0.1:18602",
 			// and the cache cluster's topology (keyspace cache).
 			"--cp-keyspaces=locks,cache"},
+			// Internode gRPC and Raft are mutual TLS between kvnode identities.
+			TLSArgs(root, fmt.Sprintf("kvnode-%d", i))...),
 			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18400+i)})
 	}
 	// The cache cluster: three primaries (7000-7002) and a replica of each

@@ -31,6 +31,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/portico-io/portico/internal/tlsfiles"
+
 	"github.com/portico-io/portico/kvnode/raftlog"
 )
 
@@ -106,6 +108,10 @@ type Config struct {
 	TrailingLogs      uint64
 	// NoSync acknowledges log writes before fsync (tests only).
 	NoSync bool
+	// TLS, when set, makes the Raft transport mutual TLS: peers must
+	// present a kvnode certificate of the trust domain, and dials present
+	// this one. Nil is plain TCP (kvnode decides which is allowed).
+	TLS    *tlsfiles.Files
 	Logger *slog.Logger
 	// LeaseCheckInterval is how often the leader looks for expired leases.
 	LeaseCheckInterval time.Duration
@@ -199,7 +205,7 @@ func Open(cfg Config) (*Group, error) {
 		_ = store.Close()
 		return nil, err
 	}
-	st, err := newStream(cfg.BindAddr, adv)
+	st, err := newStream(cfg.BindAddr, adv, cfg.TLS)
 	if err != nil {
 		_ = store.Close()
 		return nil, fmt.Errorf("cp: raft transport on %s: %w", cfg.BindAddr, err)

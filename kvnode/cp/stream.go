@@ -1,12 +1,16 @@
 package cp
 
 import (
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 // errPartitioned is what a partitioned node's Raft dials and accepts fail
@@ -18,10 +22,13 @@ var errPartitioned = errors.New("cp: raft transport partitioned (fault drill)")
 // are refused in both directions, as if its network were cut; while
 // stalled, connections stay open but nothing read is handed to Raft and
 // nothing is written until resumed, as if the process were stopped. It is
-// plain TCP otherwise.
+// plain TCP otherwise, or mutual TLS between kvnode identities when given a
+// certificate.
 type stream struct {
 	net.Listener
 	advertise net.Addr
+	// dialTLS is the client side of mutual TLS; nil dials plain TCP.
+	dialTLS *tls.Config
 
 	mu          sync.Mutex
 	partitioned bool
@@ -54,7 +61,10 @@ func (s *stream) waitResumed() {
 
 var _ raft.StreamLayer = (*stream)(nil)
 
-func newStream(bind string, advertise net.Addr) (*stream, error) {
+// raftPeers admits kvnode identities only.
+var raftPeers = identity.Policy{Roles: []identity.Role{identity.KVNode}}
+
+func newStream(bind string, advertise net.Addr, files *tlsfiles.Files) (*stream, error) {
 	l, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -62,7 +72,15 @@ func newStream(bind string, advertise net.Addr) (*stream, error) {
 	if advertise == nil {
 		advertise = l.Addr()
 	}
-	return &stream{Listener: l, advertise: advertise, conns: map[net.Conn]struct{}{}}, nil
+	s := &stream{Listener: l, advertise: advertise, conns: map[net.Conn]struct{}{}}
+	if files != nil {
+		// Accepted connections complete the handshake on their first read,
+		// on Raft's goroutine for that connection, so a slow or refused
+		// peer holds up no one else.
+		s.Listener = tls.NewListener(l, files.ServerConfig(raftPeers))
+		s.dialTLS = files.ClientConfig(raftPeers)
+	}
+	return s, nil
 }
 
 // Addr is the advertised address (raft.NetworkTransport uses it as the
@@ -89,7 +107,14 @@ func (s *stream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Co
 	if p {
 		return nil, errPartitioned
 	}
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	d := &net.Dialer{Timeout: timeout}
+	var c net.Conn
+	var err error
+	if s.dialTLS != nil {
+		c, err = tls.DialWithDialer(d, "tcp", string(address), s.dialTLS)
+	} else {
+		c, err = d.Dial("tcp", string(address))
+	}
 	if err != nil {
 		return nil, err
 	}

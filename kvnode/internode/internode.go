@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
@@ -69,12 +70,19 @@ func (s server) Rebalance(ctx context.Context, in *kvv1.RebalanceRequest) (*kvv1
 // Client dials peers lazily and keeps one connection per address. It is
 // safe for concurrent use.
 type Client struct {
+	creds credentials.TransportCredentials
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
-// NewClient returns a client with no connections yet.
-func NewClient() *Client { return &Client{conns: map[string]*grpc.ClientConn{}} }
+// NewClient returns a client with no connections yet that dials with creds
+// (nil: plaintext).
+func NewClient(creds credentials.TransportCredentials) *Client {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	return &Client{creds: creds, conns: map[string]*grpc.ClientConn{}}
+}
 
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
@@ -83,7 +91,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 		return cc, nil
 	}
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(c.creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
 		grpc.WithConnectParams(grpcConnectParams),
 	)

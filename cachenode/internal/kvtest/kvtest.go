@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/cachenode/internal/proctest"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlstest"
 )
 
 // Binary builds kvnode once per test process and returns its path.
@@ -78,7 +80,11 @@ func (g *Group) launch() {
 		raft = append(raft, freeAddr(t))
 		peers = append(peers, g.ids[i]+"="+raft[i])
 	}
+	// Internode gRPC and Raft run mutual TLS, each node with a kvnode
+	// certificate of this group's own CA, as make run's do.
+	ca := tlstest.New(t)
 	for i := range 3 {
+		tc := ca.Files(t, identity.KVNode, g.ids[i])
 		var seeds []string
 		for j := range 3 {
 			if j != i {
@@ -88,7 +94,8 @@ func (g *Group) launch() {
 		g.procs = append(g.procs, &proctest.Proc{Name: g.ids[i], Bin: g.bin, Log: filepath.Join(dir, g.ids[i]+".log"), Args: []string{"--log-format=text", "--log-level=warn", "--node-id=" + g.ids[i],
 			"--http-addr=" + g.HTTPAddrs[i], "--grpc-addr=" + grpc[i], "--data-dir=" + filepath.Join(dir, g.ids[i]),
 			"--seeds=" + strings.Join(seeds, ","), "--startup-wait=1s", "--raft-addr=" + raft[i],
-			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(g.keyspaces, ",")}})
+			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(g.keyspaces, ","),
+			"--tls-cert-file=" + tc.CertFile, "--tls-key-file=" + tc.KeyFile, "--tls-ca-file=" + tc.CAFile}})
 		g.start(i)
 	}
 }

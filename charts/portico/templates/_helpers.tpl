@@ -307,12 +307,13 @@ init publishes only when no map is stored, so it is safe to run again.
 {{- end }}
 
 {{/*
-xDS between the control plane, extauthz and ratelimitsvc is plaintext in the
-chart until it issues workload certificates (cert-manager or a pre-install
-Job); the binaries refuse plaintext unless told, so it is said here, and the
-NetworkPolicy keeps :18000 to the platform's own pods. make run uses mTLS.
+The chart does not issue workload certificates yet (cert-manager or a
+pre-install Job will); until then xDS and kvnode's internode gRPC and Raft
+run plaintext inside the namespace. The binaries refuse plaintext unless
+told, so it is said here explicitly; the NetworkPolicy keeps those ports to
+the platform's own pods. make run uses mutual TLS.
 */}}
-{{- define "portico.xdsPlaintextEnv" -}}
+{{- define "portico.plaintextEnv" -}}
 - name: PORTICO_INSECURE_PLAINTEXT
   value: "true"
 {{- end }}

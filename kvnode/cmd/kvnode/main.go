@@ -14,6 +14,7 @@ import (
 
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/kvnode"
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/coordinator"
@@ -49,6 +50,8 @@ func main() {
 	raftPeers := envflag.String(fs, "raft-peers", "PORTICO_KV_RAFT_PEERS", "", "initial voters for --raft-bootstrap: comma-separated id=host:raftport, this node included (default: this node alone)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	tlsFlags := tlsfiles.RegisterFlags(fs)
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "internode gRPC and Raft without TLS: any process that reaches them can join the ring (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -72,7 +75,11 @@ func main() {
 		JoinMode: *joinMode, StartupWait: *startupWait, TombstoneGrace: *grace, HintWindow: *hintWindow,
 		RepairInterval: *repairInterval, GossipInterval: *gossipInterval, WriteTimeout: *writeTimeout,
 		ReadTimeout: *readTimeout, VClockKeyspaces: split(*vclock), CPKeyspaces: split(*cpKeyspaces), Logger: log,
-		CP: cp.Config{BindAddr: raftBind, AdvertiseAddr: *raftAdvertise, Bootstrap: *raftBootstrap, Peers: peers},
+		CP:  cp.Config{BindAddr: raftBind, AdvertiseAddr: *raftAdvertise, Bootstrap: *raftBootstrap, Peers: peers},
+		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
+	}
+	if *plaintext {
+		log.Warn("kvnode: internode gRPC and Raft are PLAINTEXT: any process that reaches them can join the ring and read its data; use only for debugging")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
