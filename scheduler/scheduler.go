@@ -18,12 +18,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	schedulerv1 "github.com/portico-io/portico/proto/portico/scheduler/v1"
 
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/scheduler/api"
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/metrics"
@@ -85,6 +89,11 @@ type Config struct {
 	// (empty: not served unless WorkerGRPCListener is set).
 	WorkerGRPCAddr     string
 	WorkerGRPCListener net.Listener
+	// TLS names the scheduler's certificate files: the worker API admits
+	// only worker identities (it hands out leased runs and their payloads).
+	// Serving the worker API without files needs InsecurePlaintext.
+	TLS               tlsfiles.Config
+	InsecurePlaintext bool
 	// SecretsDir holds one file per secret name (a mounted Kubernetes
 	// Secret) for target.http.secretRef; read at call time. Empty: no
 	// secrets (jobs with a secretRef are accepted but their runs fail).
@@ -94,8 +103,14 @@ type Config struct {
 	Targets target.Registry
 }
 
+// errWorkerAPIPlaintext refuses to serve leased runs to anyone who asks.
+var errWorkerAPIPlaintext = errors.New("scheduler: the worker API needs a TLS certificate (--tls-cert-file, --tls-key-file, --tls-ca-file), or plaintext asked for")
+
 // Run runs the enabled roles until ctx is done or one fails.
 func Run(ctx context.Context, cfg Config) error {
+	if (cfg.WorkerGRPCListener != nil || cfg.WorkerGRPCAddr != "") && !cfg.TLS.IsSet() && !cfg.InsecurePlaintext {
+		return errWorkerAPIPlaintext
+	}
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = DefaultHTTPAddr
 	}
@@ -199,11 +214,25 @@ func Run(ctx context.Context, cfg Config) error {
 				return fmt.Errorf("scheduler: listen worker API: %w", err)
 			}
 		}
+		var opts []grpc.ServerOption
+		switch {
+		case cfg.TLS.IsSet():
+			tc := cfg.TLS
+			tc.Registerer, tc.MetricPrefix, tc.Logger = reg, "portico_scheduler", log
+			files, err := tlsfiles.Load(tc)
+			if err != nil {
+				return fmt.Errorf("scheduler: %w", err)
+			}
+			opts = append(opts, grpc.Creds(credentials.NewTLS(files.ServerConfig(identity.Policy{Roles: []identity.Role{identity.Worker}}))))
+			g.Go(func() error { return files.Run(gctx) })
+		default:
+			log.Warn("scheduler: worker API is PLAINTEXT: anyone who reaches it can lease runs and read their payloads; use only for debugging")
+		}
 		svc, err := workerapi.New(workerapi.Config{Store: st, Metrics: m, Logger: log})
 		if err != nil {
 			return err
 		}
-		gs := grpcserver.New()
+		gs := grpcserver.New(opts...)
 		schedulerv1.RegisterWorkerServiceServer(gs, svc)
 		g.Go(func() error { return gs.Serve(gctx, glis, 0) })
 		log.Info("scheduler: worker API serving", "addr", glis.Addr().String())

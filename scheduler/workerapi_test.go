@@ -14,11 +14,13 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/tlstest"
 	schedulerv1 "github.com/portico-io/portico/proto/portico/scheduler/v1"
 	"github.com/portico-io/portico/scheduler"
 	"github.com/portico-io/portico/scheduler/store"
@@ -51,10 +53,11 @@ func TestGRPCRemoteWorker(t *testing.T) {
 	glis, _ := net.Listen("tcp", "127.0.0.1:0")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	ca := tlstest.New(t)
 	go func() {
 		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: lis, WorkerGRPCListener: glis,
 			Roles: scheduler.Roles{API: true, Runner: true, Reaper: true}, TargetAllowlist: "127.0.0.0/8",
-			Tick: 50 * time.Millisecond, ReapInterval: 50 * time.Millisecond})
+			Tick: 50 * time.Millisecond, ReapInterval: 50 * time.Millisecond, TLS: ca.Files(t, identity.Scheduler, "scheduler")})
 	}()
 	defer func() {
 		cancel()
@@ -62,7 +65,9 @@ func TestGRPCRemoteWorker(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	conn, err := grpc.NewClient(glis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	worker := ca.Load(t, identity.Worker, "remote-1")
+	conn, err := grpc.NewClient(glis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(
+		worker.ClientConfig(identity.Policy{Roles: []identity.Role{identity.Scheduler}}))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,5 +206,49 @@ func TestGRPCRemoteWorker(t *testing.T) {
 	}
 	if r := e.runs(t, id3)[0]; !strings.HasPrefix(r["lastError"].(string), "CIRCUIT_OPEN: ") {
 		t.Fatalf("run %v", r)
+	}
+}
+
+// The worker API hands out leased runs and their payloads: only worker
+// identities get in, and a scheduler refuses to serve it in plaintext
+// unless told.
+func TestWorkerAPIRequiresWorkerIdentity(t *testing.T) {
+	url := testdeps.Postgres(t)
+	ca := tlstest.New(t)
+	lis, _ := net.Listen("tcp", "127.0.0.1:0")
+	glis, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: lis, WorkerGRPCListener: glis,
+			Roles: scheduler.Roles{API: true}, TLS: ca.Files(t, identity.Scheduler, "scheduler")})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for _, tc := range ca.Cases(t, identity.Worker, identity.Gateway) {
+		t.Run(tc.Name, func(t *testing.T) {
+			conn, err := grpc.NewClient(glis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc.Client)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+			defer ccancel()
+			_, err = schedulerv1.NewWorkerServiceClient(conn).Lease(cctx, &schedulerv1.LeaseRequest{WorkerId: "w", MaxRuns: 1,
+				Lease: durationpb.New(time.Second)}, grpc.WaitForReady(tc.Allowed))
+			if tc.Allowed != (err == nil) {
+				t.Fatalf("allowed=%v, Lease: %v", tc.Allowed, err)
+			}
+		})
+	}
+
+	plain, _ := net.Listen("tcp", "127.0.0.1:0")
+	err := scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: plain, WorkerGRPCAddr: "127.0.0.1:0", Roles: scheduler.Roles{API: true}})
+	if err == nil || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("a worker API without TLS or InsecurePlaintext: %v", err)
 	}
 }

@@ -67,7 +67,8 @@ func Processes(root string) []Process {
 			TLSArgs(root, "ratelimitsvc")...),
 			Env: []string{"PORTICO_REDIS_ADDR=127.0.0.1:56379", "PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz"},
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
-		{Name: "scheduler", Args: []string{bin("scheduler"), "--log-format=text"},
+		// The worker API (:18301) admits worker certificates only.
+		{Name: "scheduler", Args: append([]string{bin("scheduler"), "--log-format=text"}, TLSArgs(root, "scheduler")...),
 			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "http://127.0.0.1:18300/readyz"},
 	}
 	// Three kvnodes on 18400-18402 (HTTP) and 18500-18502 (internode), each

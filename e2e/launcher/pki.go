@@ -36,6 +36,7 @@ func workloads() []Workload {
 		{"ratelimitsvc", identity.RateLimit, "ratelimitsvc"},
 		{"gateway", identity.Gateway, "gateway-0"},
 		{"scheduler", identity.Scheduler, "scheduler"},
+		{"worker", identity.Worker, "worker-0"}, // for a remote worker of the scheduler
 		{"operator", identity.Operator, "operator"},
 	}
 	for i := range 3 {

@@ -308,8 +308,8 @@ init publishes only when no map is stored, so it is safe to run again.
 
 {{/*
 The chart does not issue workload certificates yet (cert-manager or a
-pre-install Job will); until then xDS and kvnode's internode gRPC and Raft
-run plaintext inside the namespace. The binaries refuse plaintext unless
+pre-install Job will); until then xDS, kvnode's internode gRPC and Raft, and
+the scheduler's worker API run plaintext inside the namespace. The binaries refuse plaintext unless
 told, so it is said here explicitly; the NetworkPolicy keeps those ports to
 the platform's own pods. make run uses mutual TLS.
 */}}

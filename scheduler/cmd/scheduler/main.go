@@ -14,6 +14,7 @@ import (
 
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/scheduler"
 )
 
@@ -40,6 +41,8 @@ func main() {
 	shardTTL := envflag.Duration(fs, "shard-ttl", "PORTICO_SCHEDULER_SHARD_TTL", 0, "shard lease; a dead runner's shards move after it (default 10s)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	tlsFlags := tlsfiles.RegisterFlags(fs)
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve the worker API without TLS (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -53,6 +56,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := scheduler.Config{
+		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
 		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, SecretsDir: *secretsDir, WorkerID: *workerID,
 		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
 		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), TenantMaxRunning: int(*tenantCap),
