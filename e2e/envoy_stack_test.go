@@ -72,7 +72,9 @@ func startEnvoy(t *testing.T, bin, xdsAddr string, p *tlstest.PKI) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Files(t, identity.Gateway, "gateway")
+	if _, err := os.Stat(filepath.Join(p.Dir, "gateway.crt")); err != nil {
+		p.Files(t, identity.Gateway, "gateway")
+	}
 	dir := t.TempDir()
 	boot := string(raw)
 	for _, sds := range []string{"gateway-cert.yaml", "platform-ca.yaml"} {
@@ -137,14 +139,19 @@ func TestLiveEnvoyStack(t *testing.T) {
 	dbURL := testdeps.Postgres(t)
 	// One replica serves extauthz and ratelimitsvc; a second one, told where
 	// they listen, serves Envoy (both on one database, same versions).
-	cp := startControlPlane(t, dbURL, controlplane.Config{})
-	authAddr := startExtauthz(t, cp.XDS, "127.0.0.1:0", "e2e-live-extauthz").GRPC
-	rlAddr := startRateLimit(t, cp.XDS, "127.0.0.1:0", "e2e-live-ratelimit").GRPC
-	listenerPort := freePort(t)
+	// Every link is mutual TLS, as make run's: xDS for all, and Envoy's calls
+	// to extauthz and ratelimitsvc with the gateway certificate.
 	gwPKI := tlstest.New(t)
-	gw := startControlPlane(t, dbURL, controlplane.Config{TLS: gwPKI.Files(t, identity.ControlPlane, "controlplane"),
+	cp := startControlPlane(t, dbURL, controlplane.Config{TLS: gwPKI.Files(t, identity.ControlPlane, "controlplane")})
+	authAddr := startExtauthzTLS(t, cp.XDS, "127.0.0.1:0", "e2e-live-extauthz", gwPKI.Files(t, identity.ExtAuthz, "extauthz")).GRPC
+	rlAddr := startRateLimitTLS(t, cp.XDS, "127.0.0.1:0", "e2e-live-ratelimit", gwPKI.Files(t, identity.RateLimit, "ratelimit")).GRPC
+	listenerPort := freePort(t)
+	gwCert := gwPKI.Files(t, identity.Gateway, "gateway")
+	gw := startControlPlane(t, dbURL, controlplane.Config{TLS: gwPKI.Files(t, identity.ControlPlane, "controlplane-gw"),
 		Compile: compile.Options{ListenerAddress: "127.0.0.1",
-			ListenerPort: uint32(listenerPort), ExtAuthzAddress: authAddr, RateLimitAddress: rlAddr}})
+			ListenerPort: uint32(listenerPort), ExtAuthzAddress: authAddr, RateLimitAddress: rlAddr,
+			GatewayIdentity: &compile.GatewayIdentity{CertFile: gwCert.CertFile, KeyFile: gwCert.KeyFile, CAFile: gwCert.CAFile,
+				TrustDomain: identity.DefaultTrustDomain}}})
 	api := newAdminAPI(t, cp.Admin)
 
 	good, bad := newUpstream(t, http.StatusOK), newUpstream(t, http.StatusServiceUnavailable)

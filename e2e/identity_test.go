@@ -7,10 +7,13 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/portico-io/portico/controlplane"
@@ -23,14 +26,14 @@ import (
 // The config path over mutual TLS: the control plane serves xDS only to
 // platform certificates; extauthz and ratelimitsvc present theirs, receive
 // their views, ACK, and show up in /admin/v1/nodes with their verified
-// identities; extauthz decides with the policy that arrived that way; a
-// client without a certificate gets nothing.
+// identities; both decide with what arrived that way, for gateways only;
+// a client without a certificate gets nothing from xDS.
 func TestConfigPathOverMutualTLS(t *testing.T) {
 	dbURL := testdeps.Postgres(t)
 	p := tlstest.New(t)
 	cp := startControlPlane(t, dbURL, controlplane.Config{TLS: p.Files(t, identity.ControlPlane, "controlplane")})
 	ea := startExtauthzTLS(t, cp.XDS, "127.0.0.1:0", "e2e-mtls-extauthz", p.Files(t, identity.ExtAuthz, "extauthz-0"))
-	startRateLimitTLS(t, cp.XDS, "127.0.0.1:0", "e2e-mtls-ratelimit", p.Files(t, identity.RateLimit, "ratelimit-0"))
+	rl := startRateLimitTLS(t, cp.XDS, "127.0.0.1:0", "e2e-mtls-ratelimit", p.Files(t, identity.RateLimit, "ratelimit-0"))
 
 	api := newAdminAPI(t, cp.Admin)
 	api.create("clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": 18900}}}, nil)
@@ -53,16 +56,43 @@ func TestConfigPathOverMutualTLS(t *testing.T) {
 		t.Fatalf("ratelimitsvc listed as %q", n.Identity)
 	}
 
-	// extauthz admits the key it received over mTLS.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// extauthz admits the key it received over mTLS, asked by a gateway
+	// (the only role its port admits); the refusal table on both service
+	// ports, with the requests Envoy's filters send.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := authv3.NewAuthorizationClient(dialGRPC(t, ea.GRPC)).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+	check := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 			Method: http.MethodGet, Path: "/keyed", Host: "example.test", Headers: map[string]string{"x-api-key": key.Key}}},
 		ContextExtensions: map[string]string{authz.CtxMode: "apikey", authz.CtxRoute: "keyed"},
-	}})
-	if err != nil || codes.Code(resp.GetStatus().GetCode()) != codes.OK {
-		t.Fatalf("Check with the key: %v, %v", resp.GetStatus(), err)
+	}}
+	limit := &rlsv3.RateLimitRequest{Domain: "portico", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
+		{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "consumer", Value: "acme"}}}}}
+	for _, tc := range p.Cases(t, identity.Gateway, identity.Worker) {
+		t.Run(tc.Name, func(t *testing.T) {
+			dial := func(addr string) *grpc.ClientConn {
+				cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc.Client)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { cc.Close() })
+				return cc
+			}
+			resp, err := authv3.NewAuthorizationClient(dial(ea.GRPC)).Check(ctx, check, grpc.WaitForReady(tc.Allowed))
+			if tc.Allowed && (err != nil || codes.Code(resp.GetStatus().GetCode()) != codes.OK) {
+				t.Fatalf("Check with the key: %v, %v", resp.GetStatus(), err)
+			}
+			if !tc.Allowed && err == nil {
+				t.Fatalf("extauthz answered: %v", resp.GetStatus())
+			}
+			rresp, err := rlsv3.NewRateLimitServiceClient(dial(rl.GRPC)).ShouldRateLimit(ctx, limit, grpc.WaitForReady(tc.Allowed))
+			if tc.Allowed && (err != nil || rresp.GetOverallCode() != rlsv3.RateLimitResponse_OK) {
+				t.Fatalf("ShouldRateLimit: %v, %v", rresp.GetOverallCode(), err)
+			}
+			if !tc.Allowed && err == nil {
+				t.Fatalf("ratelimitsvc answered: %v", rresp.GetOverallCode())
+			}
+		})
 	}
 
 	// Without a certificate, the xDS port answers nothing.

@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -28,6 +30,7 @@ import (
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/xdsclient"
 )
@@ -59,9 +62,9 @@ type Config struct {
 	TokenCacheSize         int
 	// XDSMinBackoff and XDSMaxBackoff bound reconnect delays.
 	XDSMinBackoff, XDSMaxBackoff time.Duration
-	// TLS names this workload's certificate files (role extauthz): the xDS
-	// client presents it. Without files, InsecurePlaintext must be set for
-	// the xDS client to start.
+	// TLS names this workload's certificate files (role extauthz): the
+	// ext_authz port admits gateway identities only, and the xDS client
+	// presents it. Without files, InsecurePlaintext must be set.
 	TLS               tlsfiles.Config
 	InsecurePlaintext bool
 	Logger            *slog.Logger
@@ -106,19 +109,29 @@ func Run(ctx context.Context, cfg Config) error {
 		TokenCacheSize: cfg.TokenCacheSize, MinJWKSRefreshInterval: cfg.MinJWKSRefreshInterval,
 		Registerer: cfg.Registry, Logger: log,
 	})
-	g := grpcserver.New()
-	authv3.RegisterAuthorizationServer(g.Server, srv)
-	g.Health.SetServingStatus(authorizationService, healthpb.HealthCheckResponse_NOT_SERVING)
-
-	grp, gctx := errgroup.WithContext(ctx)
 	var tlsFiles *tlsfiles.Files
-	if cfg.TLS.IsSet() {
+	var grpcOpts []grpc.ServerOption
+	switch {
+	case cfg.TLS.IsSet():
 		tc := cfg.TLS
 		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_extauthz", log
 		var err error
 		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
 			return fmt.Errorf("extauthz: %w", err)
 		}
+		// Only gateways ask for decisions.
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.ServerConfig(gatewaysOnly))))
+	case !cfg.InsecurePlaintext:
+		return fmt.Errorf("%w: no TLS certificate (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for", ErrConfig)
+	default:
+		log.Warn("extauthz: PLAINTEXT: any process that reaches the ext_authz port can probe API keys and tokens; use only for debugging")
+	}
+	g := grpcserver.New(grpcOpts...)
+	authv3.RegisterAuthorizationServer(g.Server, srv)
+	g.Health.SetServingStatus(authorizationService, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	grp, gctx := errgroup.WithContext(ctx)
+	if tlsFiles != nil {
 		grp.Go(func() error { return tlsFiles.Run(gctx) })
 	}
 	ap := &applier{srv: srv, dir: cfg.StateDir, log: log, ctx: gctx, onReady: func() {
@@ -187,6 +200,12 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 var errNotLoaded = errors.New("extauthz: no policy loaded yet")
+
+// ErrConfig is a Config Run cannot serve with.
+var ErrConfig = errors.New("extauthz: bad config")
+
+// gatewaysOnly admits the identities allowed to ask for decisions.
+var gatewaysOnly = identity.Policy{Roles: []identity.Role{identity.Gateway}}
 
 // applier turns xDS responses into policies. apply runs on the xDS client's
 // goroutine only; mu guards raw and loaded against readiness checks.

@@ -22,10 +22,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/peers"
@@ -77,9 +80,9 @@ type Config struct {
 	NodeID string
 	// StateDir keeps the last good xDS rules (default DefaultStateDir).
 	StateDir string
-	// TLS names this workload's certificate files (role ratelimit): the xDS
-	// client presents it. Without files, InsecurePlaintext must be set for
-	// the xDS client to start.
+	// TLS names this workload's certificate files (role ratelimit): the
+	// rate-limit port admits gateway identities only, and the xDS client
+	// presents it. Without files, InsecurePlaintext must be set.
 	TLS               tlsfiles.Config
 	InsecurePlaintext bool
 	KeyPrefix         string
@@ -121,6 +124,9 @@ func (c *Config) defaults() {
 	}
 }
 
+// ErrConfig is a Config Run cannot serve with.
+var ErrConfig = errors.New("ratelimitsvc: bad config")
+
 // Run serves until ctx is done.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
@@ -128,6 +134,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("ratelimitsvc: XDSType %q: want %s or %s", t, source.RuleType, source.ConfigType)
 	}
 	log := cfg.Logger
+	var tlsFiles *tlsfiles.Files
+	switch {
+	case cfg.TLS.IsSet():
+		tc := cfg.TLS
+		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_ratelimitsvc", log
+		var err error
+		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
+			return fmt.Errorf("ratelimitsvc: %w", err)
+		}
+	case !cfg.InsecurePlaintext:
+		return fmt.Errorf("%w: no TLS certificate (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for", ErrConfig)
+	default:
+		log.Warn("ratelimitsvc: PLAINTEXT: any process that reaches the rate-limit port can spend any consumer's budget; use only for debugging")
+	}
 	live := rules.NewLive()
 	checks := health.New()
 
@@ -182,19 +202,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("ratelimitsvc: initial rule files: %w", err)
 		}
 	}
-	var tlsFiles *tlsfiles.Files
-	if cfg.TLS.IsSet() {
-		tc := cfg.TLS
-		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_ratelimitsvc", log
-		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
-			return fmt.Errorf("ratelimitsvc: %w", err)
-		}
-	}
 	var ads *source.ADS
 	if cfg.XDSAddr != "" {
-		if tlsFiles == nil && !cfg.InsecurePlaintext {
-			return fmt.Errorf("ratelimitsvc: no TLS certificate for the xDS client (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for")
-		}
 		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, TypeURL: cfg.XDSType, StateDir: cfg.StateDir, Sink: sink, Logger: log,
 			TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext}
 		if _, err := ads.LoadState(); err != nil {
@@ -218,7 +227,12 @@ func Run(ctx context.Context, cfg Config) error {
 		glis.Close()
 		return fmt.Errorf("ratelimitsvc: %w", err)
 	}
-	gs := grpcserver.New()
+	var grpcOpts []grpc.ServerOption
+	if tlsFiles != nil {
+		// Only gateways spend rate-limit budgets.
+		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.ServerConfig(identity.Policy{Roles: []identity.Role{identity.Gateway}}))))
+	}
+	gs := grpcserver.New(grpcOpts...)
 	rlsv3.RegisterRateLimitServiceServer(gs.Server, svc)
 
 	mux := http.NewServeMux()

@@ -67,17 +67,22 @@ func (c *compiler) clusters() (clusters, endpoints []Resource, err error) {
 		}
 		clusters = append(clusters, cl)
 	}
-	services := []struct{ name, addr string }{
-		{ExtAuthzCluster, c.opts.ExtAuthzAddress},
-		{RateLimitCluster, c.opts.RateLimitAddress},
+	services := []struct{ name, addr, role string }{
+		{ExtAuthzCluster, c.opts.ExtAuthzAddress, "extauthz"},
+		{RateLimitCluster, c.opts.RateLimitAddress, "ratelimit"},
 	}
 	if c.opts.TracingCollector != "" {
-		services = append(services, struct{ name, addr string }{TracingCluster, c.opts.TracingCollector})
+		services = append(services, struct{ name, addr, role string }{TracingCluster, c.opts.TracingCollector, ""})
 	}
 	for _, svc := range services { // spec validation reserves these names
 		cl, err := serviceCluster(svc.name, svc.addr)
 		if err != nil {
 			return nil, nil, err
+		}
+		if g := c.opts.GatewayIdentity; g != nil && svc.role != "" {
+			if cl.TransportSocket, err = g.transportSocket(svc.role); err != nil {
+				return nil, nil, err
+			}
 		}
 		clusters = append(clusters, cl)
 	}

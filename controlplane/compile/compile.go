@@ -140,6 +140,9 @@ type Options struct {
 	// TracingSamplePercent is the share of requests without an incoming
 	// sampling decision that are traced (default DefaultTracingSamplePercent).
 	TracingSamplePercent float64
+	// GatewayIdentity, when set, makes Envoy call extauthz and ratelimitsvc
+	// over mutual TLS with the gateways' workload certificate.
+	GatewayIdentity *GatewayIdentity
 	// Unseal opens the sealed private key of an inline tls secret (package
 	// seal). Nil: a config whose listeners or clusters use such a secret
 	// fails to compile with ErrUnseal. It must be safe for concurrent use.
@@ -175,6 +178,11 @@ func (o Options) withDefaults() Options {
 }
 
 func (o Options) validate() error {
+	if o.GatewayIdentity != nil {
+		if err := o.GatewayIdentity.check(); err != nil {
+			return err
+		}
+	}
 	if _, err := netip.ParseAddr(o.ListenerAddress); err != nil {
 		return fmt.Errorf("%w: listener address %q must be an IP address", ErrOptions, o.ListenerAddress)
 	}

@@ -89,6 +89,9 @@ func (c *compiler) secrets() ([]Resource, error) {
 		}
 		out = append(out, sec)
 	}
+	if g := c.opts.GatewayIdentity; g != nil {
+		out = append(out, g.secrets()...)
+	}
 	return out, nil
 }
 

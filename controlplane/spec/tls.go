@@ -16,6 +16,10 @@ import (
 // ReservedListener is the built-in plain HTTP listener's name.
 const ReservedListener = "ingress_http"
 
+// ReservedSecretPrefix starts the names of the secrets the control plane
+// compiles itself (the gateways' workload identity and platform CA).
+const ReservedSecretPrefix = "portico-"
+
 // StatsListener is the static listener of envoy/bootstrap.yaml serving
 // /stats/prometheus and /ready; a dynamic one with its name would be
 // rejected by Envoy.
@@ -30,6 +34,9 @@ var alpnProtocols = []string{"h2", "http/1.1"}
 func (s *Secret) Validate() error {
 	if err := checkName(s.Name); err != nil {
 		return err
+	}
+	if strings.HasPrefix(s.Name, ReservedSecretPrefix) {
+		return fieldErr("name", CodeInvalid, "names starting with %q are reserved for the platform's own secrets", ReservedSecretPrefix)
 	}
 	inline := s.Certificate != "" || s.PrivateKey != "" || s.SealedPrivateKey != "" || s.CA != ""
 	if inline && s.Files != nil {

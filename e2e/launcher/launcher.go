@@ -58,8 +58,9 @@ func Processes(root string) []Process {
 		// xDS (:18000) is mutual TLS: each process presents its own
 		// certificate from .run/pki, and the control plane serves each the
 		// view of its role.
-		{Name: "controlplane", Args: append([]string{bin("controlplane"), "--log-format=text",
-			"--secret-key-file=" + SecretKeyFile(root)}, TLSArgs(root, "controlplane")...), Ready: "http://127.0.0.1:18080/readyz"},
+		{Name: "controlplane", Args: append(append([]string{bin("controlplane"), "--log-format=text",
+			"--secret-key-file=" + SecretKeyFile(root)}, TLSArgs(root, "controlplane")...), gatewayTLSArgs(root)...),
+			Ready: "http://127.0.0.1:18080/readyz"},
 		{Name: "extauthz", Args: append([]string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
 			TLSArgs(root, "extauthz")...),
 			Ready: "http://127.0.0.1:18101/readyz"},

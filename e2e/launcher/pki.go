@@ -58,6 +58,22 @@ func TLSArgs(root, file string) []string {
 	}
 }
 
+// gatewayTLSArgs tell the control plane where the gateway's certificate
+// files are on the gateway host (here: this machine, as absolute paths, for
+// Envoy reads them whatever its working directory), so Envoy calls
+// extauthz and ratelimitsvc over mutual TLS.
+func gatewayTLSArgs(root string) []string {
+	dir, err := filepath.Abs(PKIDir(root))
+	if err != nil {
+		dir = PKIDir(root)
+	}
+	return []string{
+		"--gateway-tls-cert-file=" + filepath.Join(dir, "gateway.crt"),
+		"--gateway-tls-key-file=" + filepath.Join(dir, "gateway.key"),
+		"--gateway-tls-ca-file=" + filepath.Join(dir, pki.CACertFile),
+	}
+}
+
 // EnsurePKI creates the CA on the first run and issues every workload's
 // certificate that is missing, renews those due (less than a third of
 // their life left), and leaves the rest alone. It reports what it did.

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/seal"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
@@ -34,6 +35,9 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
+	gwCert := envflag.String(fs, "gateway-tls-cert-file", "PORTICO_GATEWAY_TLS_CERT_FILE", "", "the gateways' workload certificate, as a path on the gateway hosts: Envoy calls extauthz and ratelimitsvc over mTLS with it (empty: plaintext)")
+	gwKey := envflag.String(fs, "gateway-tls-key-file", "PORTICO_GATEWAY_TLS_KEY_FILE", "", "its key, a path on the gateway hosts")
+	gwCA := envflag.String(fs, "gateway-tls-ca-file", "PORTICO_GATEWAY_TLS_CA_FILE", "", "the platform CA bundle, a path on the gateway hosts")
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve xDS without TLS, trusting what clients claim to be (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
@@ -49,6 +53,9 @@ func main() {
 	cfg.Compile.TracingCollector, cfg.Compile.TracingSamplePercent = *tracing, float64(*sample)
 
 	cfg.TLS, cfg.InsecurePlaintext = tlsFlags.Config(), *plaintext
+	if *gwCert != "" || *gwKey != "" || *gwCA != "" {
+		cfg.Compile.GatewayIdentity = &compile.GatewayIdentity{CertFile: *gwCert, KeyFile: *gwKey, CAFile: *gwCA, TrustDomain: *tlsFlags.TrustDomain}
+	}
 	if cfg.SecretKey, err = secretKey(*keyFile); err != nil {
 		log.Error("controlplane: secret key", "err", err)
 		os.Exit(2)
