@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/tlstest"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
 )
@@ -116,4 +120,80 @@ func TestRaftRequiresKVNodeIdentity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Raft replication goes on while every node's certificate is rewritten:
+// no write fails, and new Raft handshakes present the new certificates.
+func TestRaftSurvivesCertificateRotation(t *testing.T) {
+	p := tlstest.New(t)
+	files := map[string]tlsfiles.Config{}
+	var mu sync.Mutex
+	c := newCPClusterWith(t, func(cfg *Config) {
+		tc := p.Files(t, identity.KVNode, cfg.NodeID)
+		tc.Interval = 50 * time.Millisecond
+		mu.Lock()
+		files[cfg.NodeID] = tc
+		mu.Unlock()
+		cfg.TLS, cfg.InsecurePlaintext = tc, false
+	}, "locks")
+	leader := c.cpLeader()
+
+	var writes, failures atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r, err := c.do("PUT", leader, fmt.Sprintf("/v1/cp/locks/k%d", i%50), []byte("v"), nil)
+			writes.Add(1)
+			if err != nil || r.status != http.StatusOK {
+				failures.Add(1)
+				firstErr.CompareAndSwap(nil, fmt.Sprintf("%d %s %v", r.status, r.body, err))
+			}
+		}
+	}()
+	c.waitUntil("writes to flow", 10*time.Second, func() bool { return writes.Load() > 20 })
+
+	serial := func(addr string) string {
+		cfg := p.ClientTLS(nil)
+		cfg.Certificates = []tls.Certificate{mustPair(t, files["n0"])}
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+		if err != nil {
+			return "dial: " + err.Error()
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+	}
+	for _, id := range c.ids() {
+		p.Reissue(t, files[id], identity.KVNode, id)
+	}
+	for _, id := range c.ids() {
+		want := mustPair(t, files[id]).Leaf.SerialNumber.String()
+		c.mu.Lock()
+		addr := c.cfgs[id].CP.BindAddr
+		c.mu.Unlock()
+		c.waitUntil(id+"'s Raft port to present its new certificate", 10*time.Second, func() bool { return serial(addr) == want })
+	}
+	after := writes.Load()
+	c.waitUntil("writes to go on", 10*time.Second, func() bool { return writes.Load() > after+20 })
+	close(stop)
+	<-done
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d of %d writes failed across the rotation; first: %v", n, writes.Load(), firstErr.Load())
+	}
+}
+
+func mustPair(t *testing.T, c tlsfiles.Config) tls.Certificate {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
 }
