@@ -13,6 +13,7 @@ package cachenode
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,8 @@ import (
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 // Defaults (ARCHITECTURE.md ports).
@@ -48,6 +51,10 @@ const (
 	DefaultRESPAddr = ":7000"
 	DefaultHTTPAddr = ":18700"
 )
+
+// busPeers admits the identities that may use the bus port: other cache
+// nodes (replication streams, slot imports).
+var busPeers = identity.Policy{Roles: []identity.Role{identity.CacheNode}}
 
 // Config configures Run. Zero values take defaults.
 type Config struct {
@@ -82,6 +89,12 @@ type Config struct {
 	// ClusterSecret, when set, is required (AUTH) on the bus port and
 	// presented to peers.
 	ClusterSecret string
+	// TLS names this node's certificate files (role cachenode): in cluster
+	// mode the bus port admits only cachenode identities over mutual TLS and
+	// the node presents this one to its peers. Cluster mode without files
+	// needs InsecurePlaintext (debugging and tests only).
+	TLS               tlsfiles.Config
+	InsecurePlaintext bool
 	// MigrateKeysPerSecond limits how fast this node copies out slots it
 	// migrates (default migrate.DefaultKeysPerSec).
 	MigrateKeysPerSecond float64
@@ -313,7 +326,20 @@ func Run(ctx context.Context, cfg Config) error {
 		replPos  func() (int64, bool)
 		loading  atomic.Bool // a full sync is being applied
 	)
+	var busTLS *tlsfiles.Files
 	if clusterState != nil {
+		switch {
+		case cfg.TLS.IsSet():
+			tc := cfg.TLS
+			tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_cachenode", log
+			if busTLS, err = tlsfiles.Load(tc); err != nil {
+				return fmt.Errorf("cachenode: %w", err)
+			}
+		case !cfg.InsecurePlaintext:
+			return fmt.Errorf("cachenode: cluster mode needs a TLS certificate for the bus (--tls-cert-file, --tls-key-file, --tls-ca-file), or plaintext asked for")
+		default:
+			log.Warn("cachenode: the cluster bus is PLAINTEXT: anyone who reaches it can SYNC the whole dataset; use only for debugging")
+		}
 		addr := cfg.BusAddr
 		if addr == "" {
 			addr = ":" + strconv.Itoa(clusterState.Load().Myself().BusPort)
@@ -326,9 +352,14 @@ func Run(ctx context.Context, cfg Config) error {
 				busLis.Close()
 			}
 		}()
+		peer := bus.Peer{Secret: cfg.ClusterSecret}
+		if busTLS != nil {
+			busLis = tls.NewListener(busLis, busTLS.ServerConfig(busPeers))
+			peer.TLS = busTLS.ClientConfig(busPeers)
+		}
 		busSrv = &bus.Server{Secret: cfg.ClusterSecret, Logger: log}
 		busSrv.Handle(migrate.ImportCommand, migrate.ImportHandler(clusterState, reg))
-		sender = &migrate.BusSender{Secret: cfg.ClusterSecret}
+		sender = &migrate.BusSender{Bus: peer}
 		mover, err = migrate.New(migrate.Config{State: clusterState, Registry: reg, Send: sender.Send,
 			KeysPerSecond: cfg.MigrateKeysPerSecond, Logger: log, Registerer: cfg.Registry})
 		if err != nil {
@@ -343,7 +374,7 @@ func Run(ctx context.Context, cfg Config) error {
 			Serving: func() bool { return !clusterState.Load().Myself().IsReplica() }})
 		primary.Register(busSrv)
 		// Acks every 100 ms: what a primary handing over waits for.
-		follower = repl.NewFollower(repl.FollowerConfig{Registry: reg, Secret: cfg.ClusterSecret, Logger: log, Metrics: rm, AckInterval: 100 * time.Millisecond,
+		follower = repl.NewFollower(repl.FollowerConfig{Registry: reg, Bus: peer, Logger: log, Metrics: rm, AckInterval: 100 * time.Millisecond,
 			Announce: net.JoinHostPort(clusterState.Load().Myself().Host, strconv.Itoa(port))})
 		replInfo = func() string { return repl.Info(feed, primary, follower) }
 		replPos = func() (int64, bool) {
@@ -432,6 +463,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	})
 	g.Go(func() error { return cycler.Run(gctx) })
+	if busTLS != nil {
+		g.Go(func() error { return busTLS.Run(gctx) })
+	}
 	if watcher != nil {
 		g.Go(func() error { return watcher.Run(gctx) })
 	}

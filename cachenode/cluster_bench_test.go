@@ -65,7 +65,10 @@ func BenchmarkClusterVsRedisCluster(b *testing.B) {
 	var cnPids []int
 	for i, p := range cnPorts {
 		cmd := exec.Command(bin, "--resp-addr", "127.0.0.1:"+p, "--http-addr", "127.0.0.1:"+freePort(b),
-			"--node-id", nodeID(i), "--cluster-config", config, "--log-level", "warn")
+			"--node-id", nodeID(i), "--cluster-config", config, "--log-level", "warn",
+			// redis-server's cluster bus is plaintext too; the bus is not on
+			// a request's path.
+			"--insecure-plaintext")
 		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 		cnPids = append(cnPids, start(cmd, fmt.Sprintf("cachenode-%d.log", i)).Process.Pid)
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 // haCluster is six cachenode processes, three primaries (0-2) and a replica
@@ -60,6 +62,11 @@ func (n *haNode) busPort() int {
 
 // startHA publishes the six-node map and starts the nodes; extra are more
 // cachenode flags for every node.
+// tlsArgs are the flags giving a node the certificate files c.
+func tlsArgs(c tlsfiles.Config) []string {
+	return []string{"--tls-cert-file=" + c.CertFile, "--tls-key-file=" + c.KeyFile, "--tls-ca-file=" + c.CAFile}
+}
+
 func startHA(t *testing.T, extra ...string) *haCluster {
 	t.Helper()
 	h := &haCluster{t: t, kv: kvtest.Start(t, "cache")}
@@ -68,6 +75,7 @@ func startHA(t *testing.T, extra ...string) *haCluster {
 	bin := proctest.Build(t, "./cachenode/cmd/cachenode", "cachenode")
 	dir := t.TempDir()
 	spec := cluster.Spec{Epoch: 1}
+	ca := busCA(t)
 	for i := range 6 {
 		n := &haNode{id: nodeID(i), resp: loopbackAddr(t), http: loopbackAddr(t), bus: loopbackAddr(t)}
 		ns := cluster.NodeSpec{ID: n.id, Host: "127.0.0.1", Port: n.port(), BusPort: n.busPort()}
@@ -80,7 +88,7 @@ func startHA(t *testing.T, extra ...string) *haCluster {
 		n.proc = &proctest.Proc{Name: fmt.Sprintf("cachenode-%d", i), Bin: bin, Log: filepath.Join(dir, fmt.Sprintf("node-%d.log", i)),
 			Args: append([]string{"--node-id=" + n.id, "--resp-addr=" + n.resp, "--http-addr=" + n.http, "--bus-addr=" + n.bus,
 				"--cluster-kv-addrs=" + strings.Join(h.kv.HTTPAddrs, ","), "--cluster-name=" + name,
-				"--cluster-topology-check=200ms", "--log-format=text", "--log-level=info"}, extra...)}
+				"--cluster-topology-check=200ms", "--log-format=text", "--log-level=info"}, append(tlsArgs(ca.Files(t, identity.CacheNode, nodeID(i))), extra...)...)}
 		h.nodes = append(h.nodes, n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -17,6 +17,9 @@ import (
 
 	"github.com/portico-io/portico/cachenode"
 	"github.com/portico-io/portico/cachenode/expire"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlstest"
+	"sync"
 )
 
 // clock is an injectable wall clock, advanced by tests instead of sleeping.
@@ -59,6 +62,20 @@ func withConfig(f func(*cachenode.Config)) nodeOpt {
 	return func(c *cachenode.Config, _ *node) { f(c) }
 }
 
+var busCAs sync.Map // *testing.T → *tlstest.PKI
+
+// busCA is the CA of one test's cluster nodes: their bus is mutual TLS
+// between cachenode certificates it issues, as in a real deployment.
+func busCA(t *testing.T) *tlstest.PKI {
+	if p, ok := busCAs.Load(t); ok {
+		return p.(*tlstest.PKI)
+	}
+	p := tlstest.New(t)
+	busCAs.Store(t, p)
+	t.Cleanup(func() { busCAs.Delete(t) })
+	return p
+}
+
 // startNode runs a node on loopback ports with an injected clock until the
 // test ends.
 func startNode(t *testing.T, opts ...nodeOpt) *node {
@@ -84,6 +101,9 @@ func startNode(t *testing.T, opts ...nodeOpt) *node {
 		}}
 	for _, o := range opts {
 		o(&cfg, n)
+	}
+	if (len(cfg.ClusterKVAddrs) > 0 || cfg.ClusterConfig != "") && !cfg.TLS.IsSet() && !cfg.InsecurePlaintext {
+		cfg.TLS = busCA(t).Files(t, identity.CacheNode, cfg.NodeID)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

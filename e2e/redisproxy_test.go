@@ -50,7 +50,7 @@ func TestLiveEnvoyRedisProxy(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- cachenode.Run(ctx, cachenode.Config{NodeID: fmt.Sprintf("%040x", 0xe0+i), RESPAddr: "127.0.0.1:" + strconv.Itoa(p),
-				HTTPAddr: "127.0.0.1:0", ClusterConfig: clusterFile, Ready: ready})
+				HTTPAddr: "127.0.0.1:0", ClusterConfig: clusterFile, Ready: ready, InsecurePlaintext: true})
 		}()
 		t.Cleanup(func() { cancel(); <-done })
 		select {

@@ -3,6 +3,7 @@ package bus
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -23,21 +24,43 @@ type Client struct {
 	IOTimeout time.Duration
 }
 
-// Dial connects to addr and, when secret is set, authenticates.
-func Dial(ctx context.Context, addr, secret string) (*Client, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+// Peer is how a node reaches its peers' bus ports: mutual TLS with its
+// cachenode certificate when TLS is set (the peer must be a cachenode too),
+// and the shared secret when Secret is set. The zero Peer dials plain TCP.
+type Peer struct {
+	TLS    *tls.Config
+	Secret string
+}
+
+// Dial connects to addr, completes the TLS handshake and authenticates as
+// p says.
+func (p Peer) Dial(ctx context.Context, addr string) (*Client, error) {
+	var nc net.Conn
+	var err error
+	if p.TLS != nil {
+		d := tls.Dialer{Config: p.TLS}
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: dial %s: %w", addr, err)
 	}
 	c := &Client{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), IOTimeout: DefaultIOTimeout}
-	if secret != "" {
-		if _, err := c.Do(ctx, []byte("AUTH"), []byte(secret)); err != nil {
+	if p.Secret != "" {
+		if _, err := c.Do(ctx, []byte("AUTH"), []byte(p.Secret)); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("bus: auth to %s: %w", addr, err)
 		}
 	}
 	return c, nil
+}
+
+// Dial connects to addr over plain TCP and, when secret is set,
+// authenticates.
+func Dial(ctx context.Context, addr, secret string) (*Client, error) {
+	return Peer{Secret: secret}.Dial(ctx, addr)
 }
 
 // Do sends one command and reads its reply, within ctx's deadline or

@@ -5,8 +5,11 @@
 // goroutine-per-connection code: there are few peers and they are long
 // lived.
 //
-// With Server.Secret set, a connection's first command must be
-// AUTH <secret>; everything before that gets -NOAUTH.
+// In a platform deployment the listener is mutual TLS admitting cachenode
+// identities only (the caller wraps it), so neither the dataset a SYNC
+// streams nor a secret crosses the wire in clear. With Server.Secret set,
+// a connection's first command must also be AUTH <secret>; everything
+// before that gets -NOAUTH.
 package bus
 
 import (

@@ -170,7 +170,7 @@ func tryCluster(tb testing.TB, replicas bool) (nodes []*testNode, addrs []string
 	}
 	for i, p := range ports {
 		n, err := tryStartNode(tb, cachenode.Config{RESPAddr: fmt.Sprintf("127.0.0.1:%d", p), NodeID: id(i),
-			ClusterConfig: path, ReloadInterval: time.Second})
+			ClusterConfig: path, ReloadInterval: time.Second, InsecurePlaintext: true})
 		if err != nil {
 			for _, n := range nodes {
 				n.stop()

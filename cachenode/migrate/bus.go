@@ -16,7 +16,8 @@ const ImportCommand = "IMPORT"
 // BusSender sends batches over the bus port, one kept connection per
 // target; a failed connection is dropped and redialled by the next batch.
 type BusSender struct {
-	Secret string
+	// Bus is how batches reach the targets' bus ports (TLS, secret).
+	Bus bus.Peer
 
 	mu    sync.Mutex
 	conns map[string]*bus.Client
@@ -30,7 +31,7 @@ func (s *BusSender) Send(ctx context.Context, addr string, batch []byte) error {
 	s.mu.Unlock()
 	if c == nil {
 		var err error
-		if c, err = bus.Dial(ctx, addr, s.Secret); err != nil {
+		if c, err = s.Bus.Dial(ctx, addr); err != nil {
 			return err
 		}
 	}

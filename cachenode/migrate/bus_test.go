@@ -46,7 +46,7 @@ func TestMoveOverBus(t *testing.T) {
 	a.install(t, 3, cluster.Migrating)
 	addr := lis.Addr().String()
 	send := func(secret string) Sender {
-		s := &BusSender{Secret: secret}
+		s := &BusSender{Bus: bus.Peer{Secret: secret}}
 		return func(ctx context.Context, _ string, batch []byte) error { return s.Send(ctx, addr, batch) }
 	}
 	run := func(s Sender) *Mover {

@@ -21,8 +21,8 @@ type FollowerConfig struct {
 	// the primary's: records for a namespace it lacks are dropped (and
 	// logged once per sync).
 	Registry *namespace.Registry
-	// Secret is the primary's bus secret.
-	Secret string
+	// Bus is how the follower reaches its primary's bus port (TLS, secret).
+	Bus bus.Peer
 	// Announce is this node's address as the primary's INFO should list it
 	// (host:port of its RESP port); empty lists the connection's address.
 	Announce string
@@ -191,7 +191,7 @@ func (f *Follower) loop(ctx context.Context, addr string) {
 func (f *Follower) session(ctx context.Context, addr string, log *slog.Logger) (synced bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()
-	cl, err := bus.Dial(dctx, addr, f.cfg.Secret)
+	cl, err := f.cfg.Bus.Dial(dctx, addr)
 	if err != nil {
 		return false, err
 	}

@@ -74,7 +74,7 @@ func newNode(t *testing.T, clk *testClock, o nodeOpts, namespaces ...string) *no
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, lis) }()
-	n.fol = NewFollower(FollowerConfig{Registry: n.reg, Secret: o.secret, Announce: "127.0.0.1:7001", Logger: quiet, Metrics: n.m,
+	n.fol = NewFollower(FollowerConfig{Registry: n.reg, Bus: bus.Peer{Secret: o.secret}, Announce: "127.0.0.1:7001", Logger: quiet, Metrics: n.m,
 		Timeout: 5 * time.Second, AckInterval: 10 * time.Millisecond, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
 		OnSynced: func(full bool) { n.synced <- full },
 		OnApplied: func(off int64) {

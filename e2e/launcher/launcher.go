@@ -100,11 +100,14 @@ func Processes(root string) []Process {
 	// (7003-7005), bus ports 17000+i, HTTP 18700+i, the slot map in the
 	// kvnodes' Raft tier.
 	for i := range CacheNodes {
-		p := Process{Name: fmt.Sprintf("cachenode-%d", i), Args: []string{bin("cachenode"), "--log-format=text",
+		p := Process{Name: fmt.Sprintf("cachenode-%d", i), Args: append([]string{bin("cachenode"), "--log-format=text",
 			fmt.Sprintf("--node-id=cache-%d", i), fmt.Sprintf("--resp-addr=127.0.0.1:%d", 7000+i),
 			fmt.Sprintf("--http-addr=127.0.0.1:%d", 18700+i), fmt.Sprintf("--bus-addr=127.0.0.1:%d", 17000+i),
 			"--cluster-kv-addrs=" + strings.Join(kvAddrs, ","), "--cluster-name=" + CacheCluster,
 			"--cluster-topology-check=500ms", "--maxmemory=256mb"},
+			// The cluster bus (replication, slot imports) is mutual TLS
+			// between cachenode identities.
+			TLSArgs(root, fmt.Sprintf("cachenode-%d", i))...),
 			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18700+i)}
 		if i == 0 {
 			p.Prepare = func(ctx context.Context) error { return EnsureCacheTopology(ctx, kvAddrs) }

@@ -147,7 +147,7 @@ func TestSamplesAndWarm(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- cachenode.Run(nctx, cachenode.Config{NodeID: "n0", RESPAddr: "127.0.0.1:" + port, HTTPAddr: "127.0.0.1:0",
-			NamespacesFile: nsFile, ClusterKVAddrs: g.HTTPAddrs, ClusterName: "warm", Ready: ready})
+			NamespacesFile: nsFile, ClusterKVAddrs: g.HTTPAddrs, ClusterName: "warm", Ready: ready, InsecurePlaintext: true})
 	}()
 	defer func() { stop(); <-done }()
 	select {

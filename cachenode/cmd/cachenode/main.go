@@ -17,6 +17,7 @@ import (
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 func main() {
@@ -42,6 +43,8 @@ func main() {
 	requireAuth := envflag.Bool(fs, "require-auth", "PORTICO_CACHE_REQUIRE_AUTH", false, "refuse commands before AUTH <namespace> <secret>")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
+	tlsFlags := tlsfiles.RegisterFlags(fs)
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "cluster bus without TLS: anyone who reaches it can SYNC the whole dataset (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -68,7 +71,7 @@ func main() {
 	}
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile, ClusterConfig: *clusterConfig,
 		ClusterKVAddrs: splitList(*kvAddrs), ClusterName: *clusterName, ClusterKVKeyspace: *kvKeyspace,
-		ClusterTopologyCheck: *topoCheck, Failover: *fo, HandoverOnShutdown: *handover, FailoverInterval: *foInterval, FailAfter: *foAfter, FailoverLease: *foLease, BusAddr: *busAddr, ClusterSecret: *clusterSecret, MigrateKeysPerSecond: float64(*migrateRate),
+		ClusterTopologyCheck: *topoCheck, Failover: *fo, HandoverOnShutdown: *handover, FailoverInterval: *foInterval, FailAfter: *foAfter, FailoverLease: *foLease, BusAddr: *busAddr, ClusterSecret: *clusterSecret, TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext, MigrateKeysPerSecond: float64(*migrateRate),
 		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
 	if (len(cfg.ClusterKVAddrs) > 0) != (cfg.ClusterName != "") {
 		fmt.Fprintln(os.Stderr, "--cluster-kv-addrs and --cluster-name go together")
