@@ -44,7 +44,7 @@ func testLogger() *slog.Logger {
 // runInProcess runs one component's Run in a goroutine until the test ends.
 // run must send the component's addresses on ready once it listens; the
 // cleanup cancels its context and fails the test if Run returns an error.
-func runInProcess[A any](t *testing.T, name string, run func(ctx context.Context, ready chan<- A) error) A {
+func runInProcess[A any](t testing.TB, name string, run func(ctx context.Context, ready chan<- A) error) A {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan A, 1)
@@ -71,7 +71,7 @@ func runInProcess[A any](t *testing.T, name string, run func(ctx context.Context
 
 // startControlPlane runs a control-plane replica on the database at dbURL
 // (from testdeps.Postgres; several replicas may share one).
-func startControlPlane(t *testing.T, dbURL string, cfg controlplane.Config) controlplane.Addrs {
+func startControlPlane(t testing.TB, dbURL string, cfg controlplane.Config) controlplane.Addrs {
 	t.Helper()
 	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = "127.0.0.1:0", "127.0.0.1:0", dbURL, testLogger()
 	cfg.InsecurePlaintext = cfg.TLS.CertFile == ""
@@ -83,13 +83,13 @@ func startControlPlane(t *testing.T, dbURL string, cfg controlplane.Config) cont
 
 // startExtauthz runs extauthz as xDS node nodeID of the plaintext control
 // plane at xdsAddr.
-func startExtauthz(t *testing.T, xdsAddr, grpcAddr, nodeID string) extauthz.Addrs {
+func startExtauthz(t testing.TB, xdsAddr, grpcAddr, nodeID string) extauthz.Addrs {
 	return startExtauthzTLS(t, xdsAddr, grpcAddr, nodeID, tlsfiles.Config{})
 }
 
 // startExtauthzTLS is startExtauthz presenting the certificate files tc to
 // the control plane (plaintext when tc is empty).
-func startExtauthzTLS(t *testing.T, xdsAddr, grpcAddr, nodeID string, tc tlsfiles.Config) extauthz.Addrs {
+func startExtauthzTLS(t testing.TB, xdsAddr, grpcAddr, nodeID string, tc tlsfiles.Config) extauthz.Addrs {
 	t.Helper()
 	cfg := extauthz.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", XDSAddr: xdsAddr, NodeID: nodeID, StateDir: t.TempDir(),
 		XDSMinBackoff: 20 * time.Millisecond, XDSMaxBackoff: 200 * time.Millisecond, Logger: testLogger(),
@@ -105,12 +105,12 @@ func startExtauthzTLS(t *testing.T, xdsAddr, grpcAddr, nodeID string, tc tlsfile
 // xdsAddr. The Redis timeout is generous: a timeout would put it in
 // degraded mode (local buckets), and the tests assert exact remaining
 // counts.
-func startRateLimit(t *testing.T, xdsAddr, grpcAddr, nodeID string) ratelimitsvc.Addrs {
+func startRateLimit(t testing.TB, xdsAddr, grpcAddr, nodeID string) ratelimitsvc.Addrs {
 	return startRateLimitTLS(t, xdsAddr, grpcAddr, nodeID, tlsfiles.Config{})
 }
 
 // startRateLimitTLS is startRateLimit presenting the certificate files tc.
-func startRateLimitTLS(t *testing.T, xdsAddr, grpcAddr, nodeID string, tc tlsfiles.Config) ratelimitsvc.Addrs {
+func startRateLimitTLS(t testing.TB, xdsAddr, grpcAddr, nodeID string, tc tlsfiles.Config) ratelimitsvc.Addrs {
 	t.Helper()
 	cfg := ratelimitsvc.Config{GRPCAddr: grpcAddr, HTTPAddr: "127.0.0.1:0", XDSAddr: xdsAddr, NodeID: nodeID, StateDir: t.TempDir(),
 		RedisAddr: testdeps.Redis(t), RedisTimeout: 5 * time.Second, Logger: testLogger(),
@@ -124,12 +124,12 @@ func startRateLimitTLS(t *testing.T, xdsAddr, grpcAddr, nodeID string, tc tlsfil
 
 // adminAPI is an operator's client of the control plane's admin API.
 type adminAPI struct {
-	t    *testing.T
+	t    testing.TB
 	addr string // host:port
 	seq  atomic.Int64
 }
 
-func newAdminAPI(t *testing.T, addr string) *adminAPI { return &adminAPI{t: t, addr: addr} }
+func newAdminAPI(t testing.TB, addr string) *adminAPI { return &adminAPI{t: t, addr: addr} }
 
 // do sends one request to /admin/v1/<path> and decodes a JSON answer into
 // out (when non-nil). POSTs carry a fresh Idempotency-Key.
