@@ -328,17 +328,11 @@ func Run(ctx context.Context, cfg Config) error {
 	)
 	var busTLS *tlsfiles.Files
 	if clusterState != nil {
-		switch {
-		case cfg.TLS.IsSet():
-			tc := cfg.TLS
-			tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_cachenode", log
-			if busTLS, err = tlsfiles.Load(tc); err != nil {
-				return fmt.Errorf("cachenode: %w", err)
-			}
-		case !cfg.InsecurePlaintext:
-			return fmt.Errorf("cachenode: cluster mode needs a TLS certificate for the bus (--tls-cert-file, --tls-key-file, --tls-ca-file), or plaintext asked for")
-		default:
-			log.Warn("cachenode: the cluster bus is PLAINTEXT: anyone who reaches it can SYNC the whole dataset; use only for debugging")
+		tc := cfg.TLS
+		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_cachenode", log
+		if busTLS, err = tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
+			"cachenode: the cluster bus is PLAINTEXT: anyone who reaches it can SYNC the whole dataset; use only for debugging"); err != nil {
+			return fmt.Errorf("cachenode: cluster bus: %w", err)
 		}
 		addr := cfg.BusAddr
 		if addr == "" {

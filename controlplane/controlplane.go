@@ -114,19 +114,12 @@ func (c *Config) defaults() {
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	log := cfg.Logger
-	var tlsFiles *tlsfiles.Files
-	switch {
-	case cfg.TLS.IsSet():
-		tc := cfg.TLS
-		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_controlplane", log
-		var err error
-		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
-			return fmt.Errorf("controlplane: %w", err)
-		}
-	case !cfg.InsecurePlaintext:
-		return fmt.Errorf("%w: no TLS certificate for the xDS server (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for", ErrConfig)
-	default:
-		log.Warn("controlplane: xDS serves PLAINTEXT: any process that reaches it can claim to be a gateway and receive TLS keys; use only for debugging")
+	tc := cfg.TLS
+	tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_controlplane", log
+	tlsFiles, err := tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
+		"controlplane: xDS serves PLAINTEXT: any process that reaches it can claim to be a gateway and receive TLS keys; use only for debugging")
+	if err != nil {
+		return fmt.Errorf("%w: xDS server: %w", ErrConfig, err)
 	}
 
 	var sealer admin.Sealer // nil interface, not a nil *seal.Sealer

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/portico-io/portico/controlplane"
-	"github.com/portico-io/portico/extauthz/authz"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlstest"
@@ -36,14 +34,7 @@ func TestConfigPathOverMutualTLS(t *testing.T) {
 	rl := startRateLimitTLS(t, cp.XDS, "127.0.0.1:0", "e2e-mtls-ratelimit", p.Files(t, identity.RateLimit, "ratelimit-0"))
 
 	api := newAdminAPI(t, cp.Admin)
-	api.create("clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": 18900}}}, nil)
-	api.create("consumers", map[string]any{"name": "acme", "tenant": "acme"}, nil)
-	var key struct {
-		Key string `json:"key"`
-	}
-	api.create("consumers/acme/keys", map[string]any{}, &key)
-	api.create("routes", map[string]any{"name": "keyed", "match": map[string]any{"pathPrefix": "/keyed"}, "cluster": "echo",
-		"auth": map[string]any{"mode": "apikey"}}, nil)
+	key, _ := api.seedKeyed()
 	v := api.create("ratelimit-rules", map[string]any{"name": "per-consumer", "domain": "portico",
 		"descriptors": []any{map[string]any{"key": "consumer"}}, "limit": 3, "window": "1h"}, nil)
 
@@ -61,11 +52,7 @@ func TestConfigPathOverMutualTLS(t *testing.T) {
 	// ports, with the requests Envoy's filters send.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	check := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: http.MethodGet, Path: "/keyed", Host: "example.test", Headers: map[string]string{"x-api-key": key.Key}}},
-		ContextExtensions: map[string]string{authz.CtxMode: "apikey", authz.CtxRoute: "keyed"},
-	}}
+	check := keyedCheck(key)
 	limit := &rlsv3.RateLimitRequest{Domain: "portico", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
 		{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "consumer", Value: "acme"}}}}}
 	for _, tc := range p.Cases(t, identity.Gateway, identity.Worker) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/portico-io/portico/controlplane"
-	"github.com/portico-io/portico/extauthz/authz"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/pki"
 	"github.com/portico-io/portico/internal/testdeps"
@@ -43,14 +41,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	ea := startExtauthzTLS(t, cp.XDS, "127.0.0.1:0", "e2e-rotate-extauthz", eaTLS)
 
 	api := newAdminAPI(t, cp.Admin)
-	api.create("clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": 18900}}}, nil)
-	api.create("consumers", map[string]any{"name": "acme", "tenant": "acme"}, nil)
-	var key struct {
-		Key string `json:"key"`
-	}
-	api.create("consumers/acme/keys", map[string]any{}, &key)
-	v := api.create("routes", map[string]any{"name": "keyed", "match": map[string]any{"pathPrefix": "/keyed"}, "cluster": "echo",
-		"auth": map[string]any{"mode": "apikey"}}, nil)
+	key, v := api.seedKeyed()
 	api.waitAcked("e2e-rotate-extauthz", "portico-extauthz", v, extauthzTypes...)
 
 	gateway, err := tlsfiles.Load(gwTLS)
@@ -61,11 +52,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	defer cancel()
 	go func() { _ = gateway.Run(ctx) }()
 	clientTLS := gateway.ClientConfig(identity.Policy{Roles: []identity.Role{identity.ExtAuthz}})
-	check := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: http.MethodGet, Path: "/keyed", Host: "example.test", Headers: map[string]string{"x-api-key": key.Key}}},
-		ContextExtensions: map[string]string{authz.CtxMode: "apikey", authz.CtxRoute: "keyed"},
-	}}
+	check := keyedCheck(key)
 
 	var calls, failures atomic.Int64
 	var firstErr atomic.Value

@@ -21,8 +21,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/extauthz"
+	"github.com/portico-io/portico/extauthz/authz"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/xdstest"
@@ -248,6 +250,30 @@ type nodeView struct {
 	Identity string               `json:"identity"`
 	Group    string               `json:"group"`
 	Types    map[string]typeState `json:"types"`
+}
+
+// seedKeyed creates cluster echo, consumer acme with an API key, and route
+// keyed (/keyed, auth apikey); it returns the key and the route's version.
+func (a *adminAPI) seedKeyed() (key string, v int64) {
+	a.t.Helper()
+	a.create("clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": 18900}}}, nil)
+	a.create("consumers", map[string]any{"name": "acme", "tenant": "acme"}, nil)
+	var k struct {
+		Key string `json:"key"`
+	}
+	a.create("consumers/acme/keys", map[string]any{}, &k)
+	v = a.create("routes", map[string]any{"name": "keyed", "match": map[string]any{"pathPrefix": "/keyed"}, "cluster": "echo",
+		"auth": map[string]any{"mode": "apikey"}}, nil)
+	return k.Key, v
+}
+
+// keyedCheck is the CheckRequest Envoy sends for GET /keyed with key.
+func keyedCheck(key string) *authv3.CheckRequest {
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: http.MethodGet, Path: "/keyed", Host: "example.test", Headers: map[string]string{"x-api-key": key}}},
+		ContextExtensions: map[string]string{authz.CtxMode: "apikey", authz.CtxRoute: "keyed"},
+	}}
 }
 
 // nodes is GET /admin/v1/nodes by node id.

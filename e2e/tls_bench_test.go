@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -20,7 +19,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/portico-io/portico/controlplane"
-	"github.com/portico-io/portico/extauthz/authz"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -50,14 +48,7 @@ func BenchmarkMutualTLSCost(b *testing.B) {
 	rlTLS := startRateLimitTLS(b, cpTLS.XDS, "127.0.0.1:0", "bench-rl-tls", p.Files(b, identity.RateLimit, "ratelimit"))
 
 	api := newAdminAPI(b, cpPlain.Admin)
-	api.create("clusters", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": 18900}}}, nil)
-	api.create("consumers", map[string]any{"name": "acme", "tenant": "acme"}, nil)
-	var key struct {
-		Key string `json:"key"`
-	}
-	api.create("consumers/acme/keys", map[string]any{}, &key)
-	api.create("routes", map[string]any{"name": "keyed", "match": map[string]any{"pathPrefix": "/keyed"}, "cluster": "echo",
-		"auth": map[string]any{"mode": "apikey"}}, nil)
+	key, _ := api.seedKeyed()
 	v := api.create("ratelimit-rules", map[string]any{"name": "bench", "domain": "portico",
 		"descriptors": []any{map[string]any{"key": "consumer"}}, "limit": 1000000000, "window": "1s", "burst": 1000000000}, nil)
 	for _, n := range []string{"bench-ea-plain", "bench-ea-tls"} {
@@ -83,11 +74,7 @@ func BenchmarkMutualTLSCost(b *testing.B) {
 		b.Cleanup(func() { cc.Close() })
 		return cc
 	}
-	check := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: http.MethodGet, Path: "/keyed", Host: "example.test", Headers: map[string]string{"x-api-key": key.Key}}},
-		ContextExtensions: map[string]string{authz.CtxMode: "apikey", authz.CtxRoute: "keyed"},
-	}}
+	check := keyedCheck(key)
 	limit := &rlsv3.RateLimitRequest{Domain: "portico", Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{
 		{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "consumer", Value: "acme"}}}}}
 	authCall := func(cc *grpc.ClientConn) func(context.Context) error {

@@ -109,22 +109,17 @@ func Run(ctx context.Context, cfg Config) error {
 		TokenCacheSize: cfg.TokenCacheSize, MinJWKSRefreshInterval: cfg.MinJWKSRefreshInterval,
 		Registerer: cfg.Registry, Logger: log,
 	})
-	var tlsFiles *tlsfiles.Files
+	tc := cfg.TLS
+	tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_extauthz", log
+	tlsFiles, err := tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
+		"extauthz: PLAINTEXT: any process that reaches the ext_authz port can probe API keys and tokens; use only for debugging")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	var grpcOpts []grpc.ServerOption
-	switch {
-	case cfg.TLS.IsSet():
-		tc := cfg.TLS
-		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_extauthz", log
-		var err error
-		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
-			return fmt.Errorf("extauthz: %w", err)
-		}
+	if tlsFiles != nil {
 		// Only gateways ask for decisions.
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.ServerConfig(gatewaysOnly))))
-	case !cfg.InsecurePlaintext:
-		return fmt.Errorf("%w: no TLS certificate (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for", ErrConfig)
-	default:
-		log.Warn("extauthz: PLAINTEXT: any process that reaches the ext_authz port can probe API keys and tokens; use only for debugging")
 	}
 	g := grpcserver.New(grpcOpts...)
 	authv3.RegisterAuthorizationServer(g.Server, srv)

@@ -134,19 +134,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("ratelimitsvc: XDSType %q: want %s or %s", t, source.RuleType, source.ConfigType)
 	}
 	log := cfg.Logger
-	var tlsFiles *tlsfiles.Files
-	switch {
-	case cfg.TLS.IsSet():
-		tc := cfg.TLS
-		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_ratelimitsvc", log
-		var err error
-		if tlsFiles, err = tlsfiles.Load(tc); err != nil {
-			return fmt.Errorf("ratelimitsvc: %w", err)
-		}
-	case !cfg.InsecurePlaintext:
-		return fmt.Errorf("%w: no TLS certificate (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for", ErrConfig)
-	default:
-		log.Warn("ratelimitsvc: PLAINTEXT: any process that reaches the rate-limit port can spend any consumer's budget; use only for debugging")
+	tc := cfg.TLS
+	tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_ratelimitsvc", log
+	tlsFiles, err := tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
+		"ratelimitsvc: PLAINTEXT: any process that reaches the rate-limit port can spend any consumer's budget; use only for debugging")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	live := rules.NewLive()
 	checks := health.New()

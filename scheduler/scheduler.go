@@ -214,19 +214,17 @@ func Run(ctx context.Context, cfg Config) error {
 				return fmt.Errorf("scheduler: listen worker API: %w", err)
 			}
 		}
+		tc := cfg.TLS
+		tc.Registerer, tc.MetricPrefix, tc.Logger = reg, "portico_scheduler", log
+		files, err := tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
+			"scheduler: worker API is PLAINTEXT: anyone who reaches it can lease runs and read their payloads; use only for debugging")
+		if err != nil {
+			return fmt.Errorf("scheduler: worker API: %w", err)
+		}
 		var opts []grpc.ServerOption
-		switch {
-		case cfg.TLS.IsSet():
-			tc := cfg.TLS
-			tc.Registerer, tc.MetricPrefix, tc.Logger = reg, "portico_scheduler", log
-			files, err := tlsfiles.Load(tc)
-			if err != nil {
-				return fmt.Errorf("scheduler: %w", err)
-			}
+		if files != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(files.ServerConfig(identity.Policy{Roles: []identity.Role{identity.Worker}}))))
 			g.Go(func() error { return files.Run(gctx) })
-		default:
-			log.Warn("scheduler: worker API is PLAINTEXT: anyone who reaches it can lease runs and read their payloads; use only for debugging")
 		}
 		svc, err := workerapi.New(workerapi.Config{Store: st, Metrics: m, Logger: log})
 		if err != nil {

@@ -57,6 +57,25 @@ type Config struct {
 	OnReload func(leaf *x509.Certificate)
 }
 
+// LoadOrPlaintext is how a component decides between mutual TLS and
+// plaintext: with files named it loads them (Load); without, it returns
+// nil only when insecure (the explicit --insecure-plaintext) is set, and
+// logs warning, what plaintext exposes, on c.Logger; otherwise it fails
+// with ErrNoFiles. Secure by default: plaintext is never an accident.
+func LoadOrPlaintext(c Config, insecure bool, warning string) (*Files, error) {
+	switch {
+	case c.IsSet():
+		return Load(c)
+	case !insecure:
+		return nil, ErrNoFiles
+	default:
+		if c.Logger != nil {
+			c.Logger.Warn(warning)
+		}
+		return nil, nil
+	}
+}
+
 // IsSet reports whether c names any file.
 func (c Config) IsSet() bool { return c.CertFile != "" || c.KeyFile != "" || c.CAFile != "" }
 
@@ -319,6 +338,8 @@ var (
 	ErrConfig = errors.New("tls: bad config")
 	// ErrFiles is a set of files that does not form a usable identity.
 	ErrFiles = errors.New("tls: unusable files")
+	// ErrNoFiles is no certificate files where plaintext was not asked for.
+	ErrNoFiles = errors.New("tls: no certificate files (--tls-cert-file, --tls-key-file, --tls-ca-file), and --insecure-plaintext not given")
 )
 
 type metrics struct {

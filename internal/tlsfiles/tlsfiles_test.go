@@ -267,3 +267,16 @@ func TestLoadRefusesUnusableFiles(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadOrPlaintext(t *testing.T) {
+	if f, err := tlsfiles.LoadOrPlaintext(tlsfiles.Config{}, false, "x"); f != nil || !errors.Is(err, tlsfiles.ErrNoFiles) {
+		t.Fatalf("no files, plaintext not asked for: %v, %v", f, err)
+	}
+	if f, err := tlsfiles.LoadOrPlaintext(tlsfiles.Config{}, true, "x"); f != nil || err != nil {
+		t.Fatalf("plaintext asked for: %v, %v", f, err)
+	}
+	p := tlstest.New(t)
+	if f, err := tlsfiles.LoadOrPlaintext(p.Files(t, identity.Worker, "w"), true, "x"); f == nil || err != nil {
+		t.Fatalf("files win over the plaintext flag: %v, %v", f, err)
+	}
+}
