@@ -25,9 +25,12 @@ import (
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/portico-io/portico/ratelimitsvc"
 )
 
@@ -84,6 +87,13 @@ func freePort(t testing.TB) int {
 // and returns a client; it is stopped when the test ends.
 func startPeer(t testing.TB, bin, redisAddr, keyPrefix, yaml string) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	return startPeerWith(t, bin, redisAddr, keyPrefix, yaml, nil, insecure.NewCredentials())
+}
+
+// startPeerWith is startPeer with extra environment for service_cmd and
+// the client's transport credentials.
+func startPeerWith(t testing.TB, bin, redisAddr, keyPrefix, yaml string, env []string, creds credentials.TransportCredentials) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -101,6 +111,7 @@ func startPeer(t testing.TB, bin, redisAddr, keyPrefix, yaml string) rlsv3.RateL
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+strconv.Itoa(freePort(t)),
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
 		"CACHE_KEY_PREFIX="+keyPrefix, "LOG_LEVEL=warn")
+	cmd.Env = append(cmd.Env, env...)
 	var stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
@@ -112,7 +123,7 @@ func startPeer(t testing.TB, bin, redisAddr, keyPrefix, yaml string) rlsv3.RateL
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,6 +326,69 @@ func BenchmarkPeer(b *testing.B) {
 			b.ReportMetric(float64(p.p99.Microseconds()), "peer-p99-µs")
 			b.ReportMetric(float64(o.p99)/float64(p.p99), "p99-ratio")
 			b.ReportMetric(float64(o.p50)/float64(p.p50), "p50-ratio")
+		})
+	}
+}
+
+// BenchmarkPeerTLS is BenchmarkPeer with both servers on mutual TLS, as a
+// production deployment runs them: ratelimitsvc admitting gateway
+// identities only, envoyproxy/ratelimit with GRPC_SERVER_USE_TLS and a
+// client CA (it verifies the chain; ours also checks the SPIFFE role).
+// Both present the same server certificate; the clients present the same
+// gateway certificate over one connection each. Rounds alternate the
+// order and each is logged; the reported ratios are the medians.
+//
+//	go test -run '^$' -bench PeerTLS -benchtime 1x ./ratelimitsvc/
+func BenchmarkPeerTLS(b *testing.B) {
+	bin := peerBin(b)
+	redis := testdeps.Redis(b)
+	doc := "domain: bench\ndescriptors:\n  - key: consumer\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	ca := tlstest.New(b)
+	srv := ca.Files(b, identity.RateLimit, "ratelimit")
+	gw := ca.Load(b, identity.Gateway, "gateway")
+	pfx := fmt.Sprintf("portico:peerbenchtls:%d:", time.Now().UnixNano())
+	ours := start(b, ratelimitsvc.Config{ConfigDir: dir, RedisAddr: redis, RedisTimeout: time.Second, KeyPrefix: pfx + "ours:", TLS: srv})
+	conn, err := grpc.NewClient(ours.addrs.GRPC, grpc.WithTransportCredentials(credentials.NewTLS(
+		gw.ClientConfig(identity.Policy{Roles: []identity.Role{identity.RateLimit}}))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	oursTLS := rlsv3.NewRateLimitServiceClient(conn)
+	// The peer's client verifies its server by host name (localhost, a SAN
+	// of the same certificate), as its documentation sets it up.
+	peerClient := ca.ClientTLS(nil)
+	peerClient.GetClientCertificate = gw.ClientConfig(identity.Policy{}).GetClientCertificate
+	peer := startPeerWith(b, bin, redis, pfx+"peer:", doc, []string{"GRPC_SERVER_USE_TLS=true",
+		"GRPC_SERVER_TLS_CERT=" + srv.CertFile, "GRPC_SERVER_TLS_KEY=" + srv.KeyFile, "GRPC_CLIENT_TLS_CACERT=" + srv.CAFile},
+		credentials.NewTLS(peerClient))
+	r := rlReq("bench", []string{"consumer", "acme"}, []string{"path", "/x"})
+	const rounds, n = 4, 20000
+	for _, callers := range []int{4, 32} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			load(b, oursTLS, r, callers, 1000) // warm up both
+			load(b, peer, r, callers, 1000)
+			var tput, p99 []float64
+			for round := range rounds {
+				var o, p loadResult
+				if round%2 == 0 {
+					o, p = load(b, oursTLS, r, callers, n), load(b, peer, r, callers, n)
+				} else {
+					p, o = load(b, peer, r, callers, n), load(b, oursTLS, r, callers, n)
+				}
+				b.Logf("round %d: portico %.0f req/s p50 %v p99 %v | envoyproxy/ratelimit %.0f req/s p50 %v p99 %v | throughput ratio %.2f",
+					round+1, o.rps, o.p50, o.p99, p.rps, p.p50, p.p99, o.rps/p.rps)
+				tput = append(tput, o.rps/p.rps)
+				p99 = append(p99, float64(o.p99)/float64(p.p99))
+			}
+			slices.Sort(tput)
+			slices.Sort(p99)
+			b.ReportMetric(tput[len(tput)/2], "throughput-ratio")
+			b.ReportMetric(p99[len(p99)/2], "p99-ratio")
 		})
 	}
 }
