@@ -8,6 +8,8 @@ package ratelimitsvc
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +60,11 @@ type Config struct {
 	RedisCluster bool
 	// RedisUsername, RedisPassword and RedisSentinelPassword authenticate.
 	RedisUsername, RedisPassword, RedisSentinelPassword string
+	// RedisTLS connects to Redis over TLS, verifying its certificate
+	// against RedisTLSCAFile (default: the system's roots) and presenting
+	// this workload's certificate (TLS) when Redis asks for one.
+	RedisTLS       bool
+	RedisTLSCAFile string
 	// RedisTimeout bounds each Redis call (default bucket.DefaultTimeout).
 	RedisTimeout time.Duration
 	// Replicas is how many ratelimitsvc replicas share the limits: in
@@ -124,6 +131,29 @@ func (c *Config) defaults() {
 	}
 }
 
+// redisTLSConfig is the TLS client configuration for Redis, nil without
+// RedisTLS.
+func redisTLSConfig(cfg Config, files *tlsfiles.Files) (*tls.Config, error) {
+	if !cfg.RedisTLS {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.RedisTLSCAFile != "" {
+		pem, err := os.ReadFile(cfg.RedisTLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Redis CA: %w", ErrConfig, err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: Redis CA %s holds no PEM certificate", ErrConfig, cfg.RedisTLSCAFile)
+		}
+	}
+	if files != nil {
+		c.GetClientCertificate = files.GetClientCertificate
+	}
+	return c, nil
+}
+
 // ErrConfig is a Config Run cannot serve with.
 var ErrConfig = errors.New("ratelimitsvc: bad config")
 
@@ -152,8 +182,12 @@ func Run(ctx context.Context, cfg Config) error {
 	var svc *service.Service
 	var counter *peers.Counter
 	if cfg.RedisAddr != "" {
+		redisTLS, err := redisTLSConfig(cfg, tlsFiles)
+		if err != nil {
+			return err
+		}
 		client := bucket.NewClient(bucket.ClientConfig{Addr: cfg.RedisAddr, MasterName: cfg.RedisMasterName, Cluster: cfg.RedisCluster,
-			Username: cfg.RedisUsername, Password: cfg.RedisPassword, SentinelPassword: cfg.RedisSentinelPassword})
+			Username: cfg.RedisUsername, Password: cfg.RedisPassword, SentinelPassword: cfg.RedisSentinelPassword, TLS: redisTLS})
 		defer client.Close()
 		rd, err := bucket.NewRedis(bucket.RedisConfig{Client: client, Timeout: cfg.RedisTimeout})
 		if err != nil {

@@ -234,6 +234,14 @@ func (f *Files) ID() identity.ID { return f.cur.Load().id }
 // TrustDomain returns the trust domain peers must belong to.
 func (f *Files) TrustDomain() string { return f.cfg.TrustDomain }
 
+// GetClientCertificate returns the workload certificate in force, for a
+// tls.Config of a client this package does not build (a Redis or Postgres
+// driver's).
+func (f *Files) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	c := f.cur.Load().cert
+	return &c, nil
+}
+
 // Pool returns the current CA bundle.
 func (f *Files) Pool() *x509.CertPool { return f.cur.Load().pool }
 
@@ -280,11 +288,8 @@ func (f *Files) ClientConfig(p identity.Policy) *tls.Config {
 		MinVersion: tls.VersionTLS12,
 		// Go's verification checks a host name; VerifyConnection below does
 		// the chain against the current bundle and the SPIFFE ID instead.
-		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			c := f.cur.Load().cert
-			return &c, nil
-		},
+		InsecureSkipVerify:   true, //nolint:gosec // verified in VerifyConnection
+		GetClientCertificate: f.GetClientCertificate,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			return f.verifyServer(cs.PeerCertificates, p)
 		},

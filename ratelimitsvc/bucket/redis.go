@@ -2,6 +2,7 @@ package bucket
 
 import (
 	"context"
+	"crypto/tls"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -138,6 +139,9 @@ type ClientConfig struct {
 	// requirepass when Username is empty); SentinelPassword to the
 	// Sentinels.
 	Username, Password, SentinelPassword string
+	// TLS, when set, is the TLS client configuration of every connection
+	// (the server's name is taken from its address unless set).
+	TLS *tls.Config
 }
 
 // NewClient returns a client for cfg whose every call is bounded by the
@@ -152,6 +156,7 @@ func NewClient(cfg ClientConfig) redis.UniversalClient {
 		Username:              cfg.Username,
 		Password:              cfg.Password,
 		SentinelPassword:      cfg.SentinelPassword,
+		TLSConfig:             cfg.TLS,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		// One dial attempt per connection: go-redis would otherwise retry a

@@ -40,6 +40,8 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
+	redisTLS := envflag.Bool(fs, "redis-tls", "PORTICO_REDIS_TLS", false, "connect to Redis over TLS (presenting this workload's certificate when asked)")
+	redisCA := envflag.String(fs, "redis-tls-ca-file", "PORTICO_REDIS_TLS_CA_FILE", "", "CA bundle Redis's certificate must chain to (default: the system's roots)")
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "talk to a plaintext control plane (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
@@ -55,6 +57,7 @@ func main() {
 	cfg.RedisPassword, cfg.RedisSentinelPassword = redisPassword, sentinelPassword
 	cfg.Logger = log
 	cfg.TLS, cfg.InsecurePlaintext = tlsFlags.Config(), *plaintext
+	cfg.RedisTLS, cfg.RedisTLSCAFile = *redisTLS, *redisCA
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
