@@ -287,6 +287,17 @@ func load(b *testing.B, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitReques
 	return loadResult{rps: float64(n) / el.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}
 }
 
+// benchRules writes the peer benchmarks' rules (two descriptors, limits
+// never reached) to a directory of their own and returns it and the YAML.
+func benchRules(b *testing.B) (dir, doc string) {
+	doc = "domain: bench\ndescriptors:\n  - key: consumer\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
+	dir = b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return dir, doc
+}
+
 // BenchmarkPeer: ShouldRateLimit over loopback gRPC, Portico vs
 // envoyproxy/ratelimit's service_cmd, same Redis, same two descriptors per
 // request, same client load (callers goroutines sharing one connection
@@ -296,11 +307,7 @@ func load(b *testing.B, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitReques
 func BenchmarkPeer(b *testing.B) {
 	bin := peerBin(b)
 	redis := testdeps.Redis(b)
-	doc := "domain: bench\ndescriptors:\n  - key: consumer\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
-	dir := b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	dir, doc := benchRules(b)
 	pfx := fmt.Sprintf("portico:peerbench:%d:", time.Now().UnixNano())
 	// The production timeout (5ms) would fail open under saturation on a
 	// small machine and flatter Portico; the peer has no timeout at all.
@@ -342,11 +349,7 @@ func BenchmarkPeer(b *testing.B) {
 func BenchmarkPeerTLS(b *testing.B) {
 	bin := peerBin(b)
 	redis := testdeps.Redis(b)
-	doc := "domain: bench\ndescriptors:\n  - key: consumer\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
-	dir := b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	dir, doc := benchRules(b)
 	ca := tlstest.New(b)
 	srv := ca.Files(b, identity.RateLimit, "ratelimit")
 	gw := ca.Load(b, identity.Gateway, "gateway")
