@@ -5,6 +5,7 @@ package httpserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Health backs /healthz and /readyz; nil omits them.
 	Health *health.Checks
+	// TLS, when set, makes the server speak only TLS (HTTP/2 and HTTP/1.1
+	// by ALPN); nil serves plaintext.
+	TLS *tls.Config
 	// ShutdownTimeout bounds graceful shutdown (default 10s).
 	ShutdownTimeout time.Duration
 	Logger          *slog.Logger
@@ -57,6 +61,10 @@ func Serve(ctx context.Context, lis net.Listener, cfg Config) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	if cfg.TLS != nil {
+		srv.TLSConfig = cfg.TLS
+		lis = tls.NewListener(lis, cfg.TLS)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()

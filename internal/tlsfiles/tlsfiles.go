@@ -276,6 +276,42 @@ func (f *Files) ServerConfig(p identity.Policy, nextProtos ...string) *tls.Confi
 	}
 }
 
+// APIServerConfig serves a port that people and scripts call too (the admin,
+// scheduler and kvnode HTTP APIs, RESP): the server presents its
+// certificate, and a client certificate is optional — those callers
+// authenticate with tokens or AUTH — but one that is presented must chain
+// to the bundle and carry an identity of the trust domain, which handlers
+// then read with identity.FromRequest.
+func (f *Files) APIServerConfig(nextProtos ...string) *tls.Config {
+	p := identity.Policy{TrustDomain: f.cfg.TrustDomain}
+	verify := func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return nil
+		}
+		id, err := identity.FromConnState(&cs)
+		if err != nil {
+			return err
+		}
+		return p.Allow(id)
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: nextProtos,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			m := f.cur.Load()
+			return &tls.Config{
+				MinVersion:       tls.VersionTLS12,
+				Certificates:     []tls.Certificate{m.cert},
+				ClientAuth:       tls.VerifyClientCertIfGiven,
+				ClientCAs:        m.pool,
+				NextProtos:       nextProtos,
+				VerifyConnection: verify,
+			}, nil
+		},
+	}
+}
+
+
 // ClientConfig returns a client configuration that presents this
 // workload's certificate and accepts a server whose chain verifies against
 // the bundle and whose identity p allows (p's trust domain defaults to
