@@ -311,7 +311,6 @@ func (f *Files) APIServerConfig(nextProtos ...string) *tls.Config {
 	}
 }
 
-
 // ClientConfig returns a client configuration that presents this
 // workload's certificate and accepts a server whose chain verifies against
 // the bundle and whose identity p allows (p's trust domain defaults to
