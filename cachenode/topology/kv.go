@@ -35,7 +35,7 @@ func (c *Client) checkName(name string) error {
 
 func (c *Client) entryURL(name string) func(addr string) string {
 	return func(addr string) string {
-		return base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "/" + escapeKey(c.entryKey(name))
+		return c.base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "/" + escapeKey(c.entryKey(name))
 	}
 }
 

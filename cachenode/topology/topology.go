@@ -13,6 +13,7 @@ package topology
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,9 +56,9 @@ type Topology struct {
 
 // Client reads and writes one cluster's topology on a kvnode group.
 type Client struct {
-	// Addrs are kvnode HTTP addresses (host:port or http://host:port),
-	// tried in turn: the next on a connection failure or a 503, the leader
-	// first when a 503 names it.
+	// Addrs are kvnode HTTP addresses (host:port, or with an explicit
+	// http:// or https:// scheme), tried in turn: the next on a connection
+	// failure or a 503, the leader first when a 503 names it.
 	Addrs []string
 	// Cluster names the cluster: the key is Cluster + "/topology".
 	Cluster string
@@ -66,8 +68,15 @@ type Client struct {
 	// HTTP is the client for reads and writes (default: one with a 10 s
 	// timeout); watches use its Transport without the timeout.
 	HTTP *http.Client
+	// TLS, when set, makes addresses without a scheme https:// and, when
+	// HTTP is nil, is the default client's TLS configuration. A workload
+	// passes tlsfiles.Files.ClientConfig with a policy admitting kvnode:
+	// it presents the workload's certificate and checks kvnode's SPIFFE ID.
+	TLS *tls.Config
 
-	next atomic.Uint32 // the address to start from
+	next    atomic.Uint32 // the address to start from
+	tlsOnce sync.Once
+	tlsHTTP *http.Client // built from TLS
 }
 
 // Key is the document's key inside the keyspace.
@@ -84,20 +93,50 @@ func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
 		return c.HTTP
 	}
-	return defaultHTTP
+	if c.TLS == nil {
+		return defaultHTTP
+	}
+	c.tlsOnce.Do(func() {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = c.TLS
+		c.tlsHTTP = &http.Client{Transport: t, Timeout: defaultHTTP.Timeout}
+	})
+	return c.tlsHTTP
 }
 
 var defaultHTTP = &http.Client{Timeout: 10 * time.Second}
 
-func base(addr string) string {
-	if strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://") {
+func hasScheme(addr string) bool {
+	return strings.HasPrefix(addr, "http://") || strings.HasPrefix(addr, "https://")
+}
+
+// base is addr's URL without a path: its own scheme, else https with TLS
+// and http without.
+func (c *Client) base(addr string) string {
+	switch {
+	case hasScheme(addr):
 		return strings.TrimSuffix(addr, "/")
+	case c.TLS != nil:
+		return "https://" + addr
 	}
 	return "http://" + addr
 }
 
+// configured maps a leader's host:port (kvnode's 503 names it without a
+// scheme) to the configured address of that host:port, so the leader is
+// called with the scheme the caller chose.
+func (c *Client) configured(hostport string) string {
+	for _, a := range c.Addrs {
+		_, rest, withScheme := strings.Cut(a, "://")
+		if a == hostport || withScheme && strings.TrimSuffix(rest, "/") == hostport {
+			return a
+		}
+	}
+	return hostport
+}
+
 func (c *Client) keyURL(addr string) string {
-	return base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "/" + escapeKey(c.Key())
+	return c.base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "/" + escapeKey(c.Key())
 }
 
 // escapeKey escapes each path segment of key (it may contain '/').
@@ -172,7 +211,7 @@ func (c *Client) do(ctx context.Context, method string, path func(addr string) s
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable {
 			last = fmt.Errorf("%s: 503 %s", addr, strings.TrimSpace(string(b)))
-			if l := resp.Header.Get("X-KV-Leader-Http-Addr"); l != "" && !tried[l] {
+			if l := c.configured(resp.Header.Get("X-KV-Leader-Http-Addr")); l != "" && !tried[l] {
 				// Try the leader next.
 				order = append(order[:i+1], append([]string{l}, order[i+1:]...)...)
 			}
@@ -452,7 +491,7 @@ func (c *Client) openWatch(ctx context.Context, hc *http.Client, addr, prefix st
 	if from > 0 {
 		q.Set("fromRevision", strconv.FormatUint(from, 10))
 	}
-	u := base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "?" + q.Encode()
+	u := c.base(addr) + "/v1/cp/" + url.PathEscape(c.keyspace()) + "?" + q.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, 0, err
