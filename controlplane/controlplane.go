@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	tc := cfg.TLS
 	tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_controlplane", log
 	tlsFiles, err := tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
-		"controlplane: xDS serves PLAINTEXT: any process that reaches it can claim to be a gateway and receive TLS keys; use only for debugging")
+		"controlplane: xDS and the admin API serve PLAINTEXT: any process that reaches xDS can claim to be a gateway and receive TLS keys; use only for debugging")
 	if err != nil {
 		return fmt.Errorf("%w: xDS server: %w", ErrConfig, err)
 	}
@@ -208,11 +208,13 @@ func Run(ctx context.Context, cfg Config) error {
 	xsrv.Register(g.Server)
 
 	grp, gctx := errgroup.WithContext(ctx)
-	grp.Go(func() error {
-		return httpserver.Serve(gctx, adminLis, httpserver.Config{
-			Handler: adminHandler, Gatherer: cfg.Registry, Health: checks, Logger: log,
-		})
-	})
+	adminHTTP := httpserver.Config{Handler: adminHandler, Gatherer: cfg.Registry, Health: checks, Logger: log}
+	if tlsFiles != nil {
+		// The admin port is TLS too; a client certificate is optional
+		// (people and scripts authenticate with tokens).
+		adminHTTP.TLS = tlsFiles.APIServerConfig("h2", "http/1.1")
+	}
+	grp.Go(func() error { return httpserver.Serve(gctx, adminLis, adminHTTP) })
 	grp.Go(func() error { return g.Serve(gctx, xdsLis, 5*time.Second) })
 	grp.Go(func() error { return pub.run(gctx) })
 	if tlsFiles != nil {

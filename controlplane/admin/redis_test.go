@@ -138,6 +138,7 @@ func TestRedisProxyInvalid(t *testing.T) {
 		{"unknown read policy", `{"name":"r","listen":{"port":6391},` + seeds + `,"readPolicy":"nearest"}`, 422, spec.CodeInvalid, "readPolicy"},
 		{"unknown route target", `{"name":"r","listen":{"port":6391},` + seeds + `,"prefixRoutes":[{"prefix":"a:","redisProxy":"nope"}]}`, 422, spec.CodeUnknownRef, "redis-proxies/r: prefixRoutes[0].redisProxy"},
 		{"unknown field", `{"name":"r","listen":{"port":6391},` + seeds + `,"mode":"cluster"}`, 422, spec.CodeInvalid, "mode"},
+		{"platform TLS without a gateway identity", `{"name":"r","listen":{"port":6391},"cluster":{"seeds":[{"address":"127.0.0.1","port":7000}],"platformTLS":true}}`, 422, spec.CodeInvalid, "redis-proxies/r: cluster.platformTLS"},
 		{"malformed", `{"name":"r",`, 400, CodeMalformedJSON, ""},
 	}
 	for _, tc := range cases {

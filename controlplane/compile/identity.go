@@ -52,11 +52,15 @@ func (g *GatewayIdentity) secrets() []Resource {
 	}
 }
 
-// transportSocket is the mutual TLS of a call to the service of role.
+// transportSocket is the mutual TLS of a call to the service of role:
+// ALPN h2 for the gRPC services (grpc-go servers require it), none for RESP.
 func (g *GatewayIdentity) transportSocket(role string) (*corev3.TransportSocket, error) {
+	var alpn []string
+	if role != "cachenode" {
+		alpn = []string{"h2"}
+	}
 	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
-		// grpc-go servers require ALPN h2.
-		AlpnProtocols:                  []string{"h2"},
+		AlpnProtocols:                  alpn,
 		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsConfig(GatewayCertSecret)},
 		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 			DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{

@@ -61,3 +61,38 @@ func TestGatewayIdentityMakesServiceCallsMutualTLS(t *testing.T) {
 		t.Fatal("a user secret took a reserved name")
 	}
 }
+
+// A redis proxy with cluster.platformTLS reaches the cache nodes with the
+// gateway certificate, accepting only cachenode identities and offering no
+// ALPN (RESP); without a gateway identity it does not compile.
+func TestRedisProxyPlatformTLS(t *testing.T) {
+	cfg, _ := loadCase(t, "testdata/in/minimal_echo.yaml")
+	if cfg.RedisProxies == nil {
+		cfg.RedisProxies = map[string]*spec.RedisProxy{}
+	}
+	cfg.RedisProxies["cache"] = &spec.RedisProxy{Name: "cache", Listen: spec.RedisListen{Port: 6380},
+		Cluster: spec.RedisCluster{Seeds: []spec.RedisSeed{{Address: "127.0.0.1", Port: 7000}}, PlatformTLS: true}}
+	if err := cfg.RedisProxies["cache"].Validate(); err != nil {
+		t.Fatal(err)
+	}
+	gi := &GatewayIdentity{CertFile: "/p/gw.crt", KeyFile: "/p/gw.key", CAFile: "/p/ca.crt", TrustDomain: "example.test"}
+	snap, err := Compile(cfg, Options{GatewayIdentity: gi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, snap, cfg.Version)
+	cl := snap.GetResources(ClusterType)[cfg.RedisProxies["cache"].EnvoyName()].(*clusterv3.Cluster)
+	var ctx tlsv3.UpstreamTlsContext
+	if err := cl.GetTransportSocket().GetTypedConfig().UnmarshalTo(&ctx); err != nil {
+		t.Fatalf("no UpstreamTlsContext: %v", err)
+	}
+	common := ctx.GetCommonTlsContext()
+	san := common.GetCombinedValidationContext().GetDefaultValidationContext().GetMatchTypedSubjectAltNames()
+	if len(san) != 1 || san[0].GetMatcher().GetPrefix() != "spiffe://example.test/cachenode/" || len(common.GetAlpnProtocols()) != 0 ||
+		common.GetTlsCertificateSdsSecretConfigs()[0].GetName() != GatewayCertSecret {
+		t.Fatalf("redis cluster TLS: SAN %v, ALPN %v", san, common.GetAlpnProtocols())
+	}
+	if _, err := Compile(cfg, Options{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("platformTLS without a gateway identity: %v", err)
+	}
+}

@@ -52,7 +52,7 @@ func (c *compiler) redisListeners() ([]Resource, error) {
 func (c *compiler) redisClusters() ([]Resource, error) {
 	var out []Resource
 	for _, name := range spec.SortedKeys(c.cfg.RedisProxies) {
-		cl, err := redisCluster(c.cfg.RedisProxies[name])
+		cl, err := c.redisCluster(c.cfg.RedisProxies[name])
 		if err != nil {
 			return nil, fmt.Errorf("redis-proxies/%s: %w", name, err)
 		}
@@ -129,7 +129,7 @@ func (c *compiler) redisListener(p *spec.RedisProxy) (*listenerv3.Listener, erro
 // the nodes it learnt; the seeds are only the way in. lb_policy must be
 // CLUSTER_PROVIDED for the slot-aware load balancer (any other policy gets
 // a plain one that ignores slots).
-func redisCluster(p *spec.RedisProxy) (*clusterv3.Cluster, error) {
+func (c *compiler) redisCluster(p *spec.RedisProxy) (*clusterv3.Cluster, error) {
 	rc := p.Cluster
 	cfg := &redisclusterv3.RedisClusterConfig{
 		ClusterRefreshRate:      dur(rc.ClusterRefreshRate.D()),
@@ -161,8 +161,19 @@ func redisCluster(p *spec.RedisProxy) (*clusterv3.Cluster, error) {
 			}},
 		})
 	}
+	var ts *corev3.TransportSocket
+	if rc.PlatformTLS {
+		g := c.opts.GatewayIdentity
+		if g == nil {
+			return nil, fmt.Errorf("%w: redis proxy %q: cluster.platformTLS needs the gateway identity (controlplane --gateway-tls-cert-file, --gateway-tls-key-file, --gateway-tls-ca-file)", ErrInvalidConfig, p.Name)
+		}
+		if ts, err = g.transportSocket("cachenode"); err != nil { // RESP: no ALPN
+			return nil, err
+		}
+	}
 	return &clusterv3.Cluster{
-		Name: p.EnvoyName(),
+		Name:            p.EnvoyName(),
+		TransportSocket: ts,
 		ClusterDiscoveryType: &clusterv3.Cluster_ClusterType{ClusterType: &clusterv3.Cluster_CustomClusterType{
 			Name:        RedisClusterType,
 			TypedConfig: typed,

@@ -45,6 +45,10 @@ func CheckConfig(cfg *spec.Config, opts Options) error {
 			return &spec.FieldError{Field: "redis-proxies/" + name + ": listen.port", Code: spec.CodeConflict,
 				Message: fmt.Sprintf("port %d is the built-in listener %s's", p.Listen.Port, ListenerName)}
 		}
+		if p := cfg.RedisProxies[name]; p.Cluster.PlatformTLS && opts.GatewayIdentity == nil {
+			return &spec.FieldError{Field: "redis-proxies/" + name + ": cluster.platformTLS", Code: spec.CodeInvalid,
+				Message: "this control plane has no gateway identity to present (start it with --gateway-tls-cert-file, --gateway-tls-key-file and --gateway-tls-ca-file)"}
+		}
 	}
 	return nil
 }

@@ -66,6 +66,12 @@ type RedisCluster struct {
 	RedirectRefreshThreshold *uint32 `json:"redirectRefreshThreshold,omitempty"`
 	// ConnectTimeout bounds connecting to a node (default 1s).
 	ConnectTimeout Duration `json:"connectTimeout,omitempty"`
+	// PlatformTLS makes Envoy reach the nodes over TLS with the gateways'
+	// workload certificate, accepting only servers whose SPIFFE ID has the
+	// role cachenode: the way to a Portico cache cluster whose RESP ports
+	// speak TLS. The control plane must know the gateway identity
+	// (--gateway-tls-*-file).
+	PlatformTLS bool `json:"platformTLS,omitempty"`
 }
 
 // RedisPrefixRoute sends the commands whose key starts with Prefix to the

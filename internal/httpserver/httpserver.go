@@ -8,9 +8,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,6 +64,9 @@ func Serve(ctx context.Context, lis net.Listener, cfg Config) error {
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	if cfg.Logger != nil {
+		srv.ErrorLog = log.New(serverLog{cfg.Logger}, "", 0)
+	}
 	if cfg.TLS != nil {
 		srv.TLSConfig = cfg.TLS
 		lis = tls.NewListener(lis, cfg.TLS)
@@ -83,4 +88,19 @@ func Serve(ctx context.Context, lis net.Listener, cfg Config) error {
 		return fmt.Errorf("httpserver: %w", err)
 	}
 	return nil
+}
+
+// serverLog sends net/http's own messages to slog: failed TLS handshakes
+// (scanners, plaintext clients, refused certificates) at debug level, the
+// rest (handler panics, accept errors) as warnings.
+type serverLog struct{ l *slog.Logger }
+
+func (s serverLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelWarn
+	if strings.Contains(msg, "TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	s.l.Log(context.Background(), level, "http server", "error", msg)
+	return len(p), nil
 }
