@@ -45,7 +45,7 @@ func childMain() int {
 	cfg := scheduler.Config{HTTPAddr: "127.0.0.1:0", DatabaseURL: os.Getenv("PORTICO_DATABASE_URL"),
 		Roles: scheduler.AllRoles, TargetAllowlist: "127.0.0.0/8", WorkerID: os.Getenv("PORTICO_NODE_ID"),
 		Lease: 2 * time.Second, Tick: 100 * time.Millisecond, WorkerPoll: 50 * time.Millisecond,
-		ReapInterval: 200 * time.Millisecond, ShardTTL: 2 * time.Second, Logger: log}
+		ReapInterval: 200 * time.Millisecond, ShardTTL: 2 * time.Second, Logger: log, InsecurePlaintext: true}
 	if os.Getenv("PORTICO_CHILD_PROFILE") == "bench" { // default leases, test-speed polling (as River's child)
 		cfg.Lease, cfg.ReapInterval, cfg.ShardTTL = 0, 0, 0
 	}

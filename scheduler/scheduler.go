@@ -89,9 +89,10 @@ type Config struct {
 	// (empty: not served unless WorkerGRPCListener is set).
 	WorkerGRPCAddr     string
 	WorkerGRPCListener net.Listener
-	// TLS names the scheduler's certificate files: the worker API admits
+	// TLS names the scheduler's certificate files: the REST API serves TLS
+	// (client certificates optional) and the worker API admits
 	// only worker identities (it hands out leased runs and their payloads).
-	// Serving the worker API without files needs InsecurePlaintext.
+	// Serving either API without files needs InsecurePlaintext.
 	TLS               tlsfiles.Config
 	InsecurePlaintext bool
 	// SecretsDir holds one file per secret name (a mounted Kubernetes
@@ -103,13 +104,15 @@ type Config struct {
 	Targets target.Registry
 }
 
-// errWorkerAPIPlaintext refuses to serve leased runs to anyone who asks.
-var errWorkerAPIPlaintext = errors.New("scheduler: the worker API needs a TLS certificate (--tls-cert-file, --tls-key-file, --tls-ca-file), or plaintext asked for")
+// errPlaintext refuses to serve jobs, or leased runs and their payloads, on
+// a plaintext port nobody asked for.
+var errPlaintext = errors.New("scheduler: the REST and worker APIs need a TLS certificate (--tls-cert-file, --tls-key-file, --tls-ca-file), or plaintext asked for")
 
 // Run runs the enabled roles until ctx is done or one fails.
 func Run(ctx context.Context, cfg Config) error {
-	if (cfg.WorkerGRPCListener != nil || cfg.WorkerGRPCAddr != "") && !cfg.TLS.IsSet() && !cfg.InsecurePlaintext {
-		return errWorkerAPIPlaintext
+	workerAPI := cfg.WorkerGRPCListener != nil || cfg.WorkerGRPCAddr != ""
+	if (workerAPI || cfg.Roles.API) && !cfg.TLS.IsSet() && !cfg.InsecurePlaintext {
+		return errPlaintext
 	}
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = DefaultHTTPAddr
@@ -140,6 +143,17 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(metrics.NewStateCollector(st, log))
 	checks := health.New()
 	checks.Add("postgres", st.Ping)
+
+	tc := cfg.TLS
+	tc.Registerer, tc.MetricPrefix, tc.Logger = reg, "portico_scheduler", log
+	var files *tlsfiles.Files
+	if tc.IsSet() || workerAPI || cfg.Roles.API {
+		files, err = tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
+			"scheduler: the REST and worker APIs are PLAINTEXT: anyone who reaches them can read jobs, lease runs and read their payloads; use only for debugging")
+		if err != nil {
+			return fmt.Errorf("scheduler: %w", err)
+		}
+	}
 
 	lis := cfg.Listener
 	if lis == nil {
@@ -172,9 +186,14 @@ func Run(ctx context.Context, cfg Config) error {
 		handler = a
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return httpserver.Serve(gctx, lis, httpserver.Config{Handler: handler, Gatherer: reg, Health: checks, Logger: log})
-	})
+	hs := httpserver.Config{Handler: handler, Gatherer: reg, Health: checks, Logger: log}
+	if files != nil {
+		// The REST port is TLS; a client certificate is optional (API
+		// callers authenticate with tokens).
+		hs.TLS = files.APIServerConfig("h2", "http/1.1")
+		g.Go(func() error { return files.Run(gctx) })
+	}
+	g.Go(func() error { return httpserver.Serve(gctx, lis, hs) })
 	var firing func() bool // this process's runner, for the worker to yield to
 	if cfg.Roles.Runner {
 		rcfg := runner.Config{Store: st, Tick: cfg.Tick, Metrics: m, Logger: log}
@@ -214,17 +233,9 @@ func Run(ctx context.Context, cfg Config) error {
 				return fmt.Errorf("scheduler: listen worker API: %w", err)
 			}
 		}
-		tc := cfg.TLS
-		tc.Registerer, tc.MetricPrefix, tc.Logger = reg, "portico_scheduler", log
-		files, err := tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
-			"scheduler: worker API is PLAINTEXT: anyone who reaches it can lease runs and read their payloads; use only for debugging")
-		if err != nil {
-			return fmt.Errorf("scheduler: worker API: %w", err)
-		}
 		var opts []grpc.ServerOption
 		if files != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(files.ServerConfig(identity.Policy{Roles: []identity.Role{identity.Worker}}))))
-			g.Go(func() error { return files.Run(gctx) })
 		}
 		svc, err := workerapi.New(workerapi.Config{Store: st, Metrics: m, Logger: log})
 		if err != nil {

@@ -37,6 +37,9 @@ type env struct {
 	api   *httptest.Server
 	db    *pgxpool.Pool
 	guard *jobspec.Guard
+	// client calls api (default http.DefaultClient); a TLS one for a
+	// scheduler serving its REST API over TLS.
+	client *http.Client
 }
 
 func newEnv(t *testing.T) *env {
@@ -75,7 +78,11 @@ func (e *env) do(t *testing.T, method, path, body string, hdr map[string]string)
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := e.client
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +454,7 @@ func TestRunServesAllRoles(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: lis, Roles: scheduler.AllRoles,
+		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: lis, Roles: scheduler.AllRoles, InsecurePlaintext: true,
 			TargetAllowlist: "127.0.0.0/8", Tick: 50 * time.Millisecond, WorkerPoll: 20 * time.Millisecond})
 	}()
 	defer func() {

@@ -74,7 +74,7 @@ func TestSecretRefEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: dbURL, Listener: lis, Roles: scheduler.AllRoles,
+		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: dbURL, Listener: lis, Roles: scheduler.AllRoles, InsecurePlaintext: true,
 			TargetAllowlist: "127.0.0.0/8", SecretsDir: dir, Tick: 50 * time.Millisecond, WorkerPoll: 20 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	}()

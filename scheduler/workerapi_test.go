@@ -73,9 +73,17 @@ func TestGRPCRemoteWorker(t *testing.T) {
 	}
 	defer conn.Close()
 	wc := schedulerv1.NewWorkerServiceClient(conn)
-	e := &env{api: &httptest.Server{URL: "http://" + lis.Addr().String()}}
+	// The REST API is TLS too; this client trusts the CA, no certificate.
+	e := &env{api: &httptest.Server{URL: "https://" + lis.Addr().String()},
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: ca.ClientTLS(nil)}}}
+	if resp, err := http.Get("http://" + lis.Addr().String() + "/v1/jobs"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("plaintext request to the TLS REST API: %d", resp.StatusCode)
+		}
+	}
 	eventually(t, 10*time.Second, "API up", func() bool {
-		resp, err := http.Get(e.api.URL + "/readyz")
+		resp, err := e.client.Get(e.api.URL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -250,5 +258,9 @@ func TestWorkerAPIRequiresWorkerIdentity(t *testing.T) {
 	err := scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: plain, WorkerGRPCAddr: "127.0.0.1:0", Roles: scheduler.Roles{API: true}})
 	if err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("a worker API without TLS or InsecurePlaintext: %v", err)
+	}
+	err = scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: plain, Roles: scheduler.Roles{API: true}})
+	if err == nil || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("a REST API without TLS or InsecurePlaintext: %v", err)
 	}
 }

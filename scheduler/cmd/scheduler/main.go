@@ -42,7 +42,7 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
-	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve the worker API without TLS (debugging only)")
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve the REST and worker APIs without TLS (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
