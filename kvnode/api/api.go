@@ -8,6 +8,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/kvnode/coordinator"
 	"github.com/portico-io/portico/kvnode/record"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
@@ -64,29 +66,42 @@ type Config struct {
 	// ParseKeyspace; the caller validates them.
 	CPKeyspaces []string
 	Admin       Admin
+	// AdminPolicy, when set, guards the Admin routes (/admin/v1/…): the
+	// caller needs a verified client certificate whose identity it allows,
+	// or gets 403. nil serves them to anyone (a plaintext node).
+	AdminPolicy *identity.Policy
+	// PeerTLS, when set, is the client configuration for calls to other
+	// nodes' HTTP APIs (a follower forwarding to the Raft leader): https,
+	// presenting this node's certificate. nil calls them over plain http.
+	PeerTLS *tls.Config
 }
 
 // Handler returns the HTTP routes.
-func Handler(c Config) http.Handler {
-	mux := http.NewServeMux()
+func Handler(c Config) http.Handler { return newRouteTable(c).mux }
+
+// Routes lists the routes Handler serves with the access each needs.
+func Routes(c Config) []Route { return newRouteTable(c).routes }
+
+func newRouteTable(c Config) *routeTable {
+	rt := &routeTable{mux: http.NewServeMux(), admin: c.AdminPolicy}
 	var cph *cpHandler
 	if c.CP != nil {
-		cph = mountCP(mux, c.CP, c.CPKeyspaces)
+		cph = mountCP(rt, c.CP, c.CPKeyspaces, c.PeerTLS)
 	} else {
-		mux.HandleFunc("/v1/cp/", func(w http.ResponseWriter, _ *http.Request) {
+		rt.handle("/v1/cp/", AccessOpen, func(w http.ResponseWriter, _ *http.Request) {
 			writeError(w, http.StatusNotImplemented, "not_implemented", "the consensus tier (/v1/cp/) is not available on this node", "")
 		})
 	}
-	rt := &kvRouter{kv: c.KV, cp: cph, cpKeyspaces: keyspaceSet(c.CPKeyspaces)}
-	mux.HandleFunc("GET /v1/kv/{key...}", rt.serve)
-	mux.HandleFunc("PUT /v1/kv/{key...}", rt.serve)
-	mux.HandleFunc("DELETE /v1/kv/{key...}", rt.serve)
-	mux.HandleFunc("POST /v1/kv:batchGet", rt.batchGet)
+	kv := &kvRouter{kv: c.KV, cp: cph, cpKeyspaces: keyspaceSet(c.CPKeyspaces)}
+	rt.handle("GET /v1/kv/{key...}", AccessOpen, kv.serve)
+	rt.handle("PUT /v1/kv/{key...}", AccessOpen, kv.serve)
+	rt.handle("DELETE /v1/kv/{key...}", AccessOpen, kv.serve)
+	rt.handle("POST /v1/kv:batchGet", AccessOpen, kv.batchGet)
 	admin := c.Admin
-	mux.HandleFunc("GET /v1/ring", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Ring()) })
-	mux.HandleFunc("GET /admin/v1/members", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Members()) })
-	mux.HandleFunc("GET /admin/v1/repair", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.RepairStatus()) })
-	mux.HandleFunc("POST /admin/v1/repair", func(w http.ResponseWriter, r *http.Request) {
+	rt.handle("GET /v1/ring", AccessOpen, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Ring()) })
+	rt.handle("GET /admin/v1/members", AccessAdmin, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Members()) })
+	rt.handle("GET /admin/v1/repair", AccessAdmin, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.RepairStatus()) })
+	rt.handle("POST /admin/v1/repair", AccessAdmin, func(w http.ResponseWriter, r *http.Request) {
 		res, err := admin.Repair(r.Context())
 		if err != nil {
 			writeError(w, http.StatusServiceUnavailable, "repair_failed", err.Error(), "")
@@ -94,9 +109,9 @@ func Handler(c Config) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
-	mux.HandleFunc("POST /admin/v1/join", func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Join) })
-	mux.HandleFunc("POST /admin/v1/decommission", func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Decommission) })
-	return mux
+	rt.handle("POST /admin/v1/join", AccessAdmin, func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Join) })
+	rt.handle("POST /admin/v1/decommission", AccessAdmin, func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Decommission) })
+	return rt
 }
 
 func adminAction(w http.ResponseWriter, r *http.Request, fn func(context.Context) error) {

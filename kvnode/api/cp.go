@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,6 +162,9 @@ func parseCPKey(r *http.Request, ks, key string) (CPRequest, error) {
 type cpHandler struct {
 	e      CPEngine
 	client *http.Client
+	// scheme is how the leader's API is reached: https when the nodes run
+	// TLS, with client presenting this node's certificate.
+	scheme string
 	// keyspaces are the keyspaces declared CP; any other is 404 under
 	// /v1/cp/ (and served by the ring under /v1/kv/).
 	keyspaces map[string]bool
@@ -188,21 +192,29 @@ const forwardIdleConns = 256
 
 // mountCP serves the consensus tier's routes for the declared keyspaces
 // and returns the handler, which /v1/kv/ also uses for those keyspaces.
-func mountCP(mux *http.ServeMux, e CPEngine, keyspaces []string) *cpHandler {
+// peerTLS (nil: plain http) is how a follower reaches the leader's API.
+func mountCP(rt *routeTable, e CPEngine, keyspaces []string, peerTLS *tls.Config) *cpHandler {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = forwardIdleConns, forwardIdleConns
-	h := &cpHandler{e: e, client: &http.Client{Transport: tr, Timeout: forwardTimeout}, keyspaces: keyspaceSet(keyspaces)}
-	mux.HandleFunc("GET /v1/cp/{keyspace}/{key...}", h.serve)
-	mux.HandleFunc("PUT /v1/cp/{keyspace}/{key...}", h.serve)
-	mux.HandleFunc("DELETE /v1/cp/{keyspace}/{key...}", h.serve)
-	mux.HandleFunc("POST /v1/cp:txn", h.txn)
-	mux.HandleFunc("GET /v1/cp/{keyspace}", h.watch)
-	mux.HandleFunc("POST /v1/cp/leases", h.leases)
-	mux.HandleFunc("POST /v1/cp/leases/{id}/keepalive", h.leases)
-	mux.HandleFunc("DELETE /v1/cp/leases/{id}", h.leases)
-	mux.HandleFunc("GET /admin/v1/cp/members", h.members)
-	mux.HandleFunc("POST /admin/v1/cp/members", h.members)
-	mux.HandleFunc("DELETE /admin/v1/cp/members/{id}", h.members)
+	scheme := "http"
+	if peerTLS != nil {
+		// The leader is verified by its SPIFFE ID (kvnode), not a host
+		// name; this node presents its own certificate, which the leader's
+		// /admin/v1/ routes require of forwarded member changes.
+		tr.TLSClientConfig, scheme = peerTLS.Clone(), "https"
+	}
+	h := &cpHandler{e: e, client: &http.Client{Transport: tr, Timeout: forwardTimeout}, scheme: scheme, keyspaces: keyspaceSet(keyspaces)}
+	rt.handle("GET /v1/cp/{keyspace}/{key...}", AccessOpen, h.serve)
+	rt.handle("PUT /v1/cp/{keyspace}/{key...}", AccessOpen, h.serve)
+	rt.handle("DELETE /v1/cp/{keyspace}/{key...}", AccessOpen, h.serve)
+	rt.handle("POST /v1/cp:txn", AccessOpen, h.txn)
+	rt.handle("GET /v1/cp/{keyspace}", AccessOpen, h.watch)
+	rt.handle("POST /v1/cp/leases", AccessOpen, h.leases)
+	rt.handle("POST /v1/cp/leases/{id}/keepalive", AccessOpen, h.leases)
+	rt.handle("DELETE /v1/cp/leases/{id}", AccessOpen, h.leases)
+	rt.handle("GET /admin/v1/cp/members", AccessAdmin, h.members)
+	rt.handle("POST /admin/v1/cp/members", AccessAdmin, h.members)
+	rt.handle("DELETE /admin/v1/cp/members/{id}", AccessAdmin, h.members)
 	return h
 }
 
@@ -583,7 +595,7 @@ func (h *cpHandler) do(w http.ResponseWriter, r *http.Request, req CPRequest, ur
 // relays its answer. Only one hop: the leader answers 503 itself if it has
 // lost leadership.
 func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, uri string, body []byte, nl *cp.NotLeaderError) {
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+nl.LeaderHTTPAddr+uri, bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, h.scheme+"://"+nl.LeaderHTTPAddr+uri, bytes.NewReader(body))
 	if err != nil {
 		writeCPErr(w, r.Method, err)
 		return
