@@ -230,7 +230,17 @@ func (c *cluster) waitAlive(id string, up bool, running ...string) {
 	})
 }
 
-func (c *cluster) url(id, path string) string { return "http://" + c.node(id).HTTPAddr() + path }
+// url is path on node id's API: https when the node has TLS files (the
+// test then gives c.client a TLS transport, see useTLS).
+func (c *cluster) url(id, path string) string {
+	c.mu.Lock()
+	scheme := "http://"
+	if c.cfgs[id].TLS.IsSet() {
+		scheme = "https://"
+	}
+	c.mu.Unlock()
+	return scheme + c.node(id).HTTPAddr() + path
+}
 
 type httpResult struct {
 	status int

@@ -101,8 +101,12 @@ type Config struct {
 	CP cp.Config
 	// TLS names this node's certificate files (role kvnode): the internode
 	// protocol and the Raft transport require peers with a kvnode
-	// certificate of the trust domain and present this one. Without files,
-	// InsecurePlaintext must be set (debugging and tests only).
+	// certificate of the trust domain and present this one. The HTTP API
+	// (metrics and health included) then speaks only TLS: any TLS client is
+	// served, but /admin/v1/ needs a kvnode or operator certificate, and a
+	// follower forwards to the Raft leader over https with this one.
+	// Without files, InsecurePlaintext must be set (debugging and tests
+	// only), and every port is plaintext.
 	TLS               tlsfiles.Config
 	InsecurePlaintext bool
 
@@ -135,7 +139,7 @@ func (c *Config) setDefaults() error {
 		return errors.New("kvnode: DataDir is required")
 	}
 	if !c.TLS.IsSet() && !c.InsecurePlaintext {
-		return errors.New("kvnode: no TLS certificate for the internode and Raft ports (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for")
+		return errors.New("kvnode: no TLS certificate for the HTTP, internode and Raft ports (--tls-cert-file, --tls-key-file, --tls-ca-file), and plaintext not asked for")
 	}
 	if c.Replication <= 0 {
 		c.Replication = DefaultReplication

@@ -188,7 +188,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		cpEngine = n.cp
 	}
-	handler := api.Handler(api.Config{KV: n.engine(), CP: cpEngine, CPKeyspaces: n.cfg.CPKeyspaces, Admin: n})
+	handler := api.Handler(n.apiConfig(cpEngine))
 	n.goLoop(func() {
 		if err := gs.Serve(ctx, n.grpcLis, 2*time.Second); err != nil {
 			n.cfg.Logger.Error("kvnode: internode server", "err", err)
@@ -196,7 +196,7 @@ func (n *Node) Start(ctx context.Context) error {
 	})
 	n.goLoop(func() {
 		err := httpserver.Serve(ctx, n.httpLis, httpserver.Config{
-			Handler: n.pauseHTTP(handler), Gatherer: n.cfg.Registry, Health: checks, Logger: n.cfg.Logger, ShutdownTimeout: 2 * time.Second,
+			Handler: n.pauseHTTP(handler), Gatherer: n.cfg.Registry, Health: checks, TLS: n.apiTLS(), Logger: n.cfg.Logger, ShutdownTimeout: 2 * time.Second,
 		})
 		if err != nil {
 			n.cfg.Logger.Error("kvnode: http server", "err", err)

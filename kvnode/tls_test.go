@@ -3,12 +3,15 @@ package kvnode
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,6 +35,7 @@ func TestInternodeRequiresKVNodeIdentity(t *testing.T) {
 	c := newCluster(t, 3, func(cfg *Config) {
 		cfg.TLS, cfg.InsecurePlaintext = p.Files(t, identity.KVNode, cfg.NodeID), false
 	})
+	c.useTLS(t, p)
 	// Replication to every node crosses the internode port on mTLS.
 	c.mustDo("PUT", "n0", "/v1/kv/tls:1?consistency=ALL", []byte("v"), nil, http.StatusOK)
 	for _, id := range c.ids() {
@@ -92,11 +96,17 @@ func TestRaftRequiresKVNodeIdentity(t *testing.T) {
 	c := newCPClusterWith(t, func(cfg *Config) {
 		cfg.TLS, cfg.InsecurePlaintext = p.Files(t, identity.KVNode, cfg.NodeID), false
 	}, "locks")
+	c.useTLS(t, p)
+	leader := c.cpLeader()
 	follower := "n0"
-	if c.cpLeader() == follower {
+	if leader == follower {
 		follower = "n1"
 	}
-	c.mustDo("PUT", follower, "/v1/cp/locks/owner", []byte("me"), nil, http.StatusOK)
+	// The follower forwards the write to the leader's API over TLS.
+	r := c.cpDo("PUT", follower, "/v1/cp/locks/owner", []byte("me"), nil, http.StatusOK)
+	if r.header.Get("X-KV-Forwarded") == "" && !c.node(follower).CP().IsLeader() {
+		t.Fatalf("write on follower %s answered without forwarding", follower)
+	}
 	if r := c.mustDo("GET", "n2", "/v1/cp/locks/owner", nil, nil, http.StatusOK); string(r.body) != "me" {
 		t.Fatalf("read %q", r.body)
 	}
@@ -122,6 +132,130 @@ func TestRaftRequiresKVNodeIdentity(t *testing.T) {
 	}
 }
 
+// The HTTP API on TLS nodes: the port speaks only TLS; any TLS client,
+// with or without a certificate, is served the data API, while /admin/v1/
+// needs a kvnode or operator certificate (403 otherwise; a certificate of
+// another CA or an expired one fails the handshake). Followers forward
+// writes and member changes to the leader over TLS with their kvnode
+// certificate, which the leader's /admin/v1/ requires.
+func TestHTTPAPIRequiresTLS(t *testing.T) {
+	p := tlstest.New(t)
+	c := newCPClusterWith(t, func(cfg *Config) {
+		cfg.TLS, cfg.InsecurePlaintext = p.Files(t, identity.KVNode, cfg.NodeID), false
+	}, "locks")
+	c.useTLS(t, p)
+	c.mustDo("PUT", "n0", "/v1/kv/tls:1?consistency=ALL", []byte("v"), nil, http.StatusOK)
+	addr := c.node("n0").HTTPAddr()
+
+	t.Run("plaintext", func(t *testing.T) {
+		hc := &http.Client{Timeout: 5 * time.Second}
+		for _, path := range []string{"/v1/kv/tls:1", "/admin/v1/members", "/readyz"} {
+			resp, err := hc.Get("http://" + addr + path)
+			if err != nil {
+				continue // refused outright: fine
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			// Go's TLS server answers a plaintext request with a bare 400
+			// and closes: not the API.
+			if resp.StatusCode != http.StatusBadRequest || string(b) == "v" || strings.Contains(string(b), `"items"`) {
+				t.Fatalf("plaintext GET %s: %d %q", path, resp.StatusCode, b)
+			}
+		}
+	})
+
+	// Operators and other kvnodes may administer; a cachenode may not
+	// (it reads and writes its topology under /v1/cp/, an open route).
+	cases := p.Cases(t, identity.Operator, identity.CacheNode)
+	for _, tc := range p.Cases(t, identity.KVNode, identity.CacheNode) {
+		if tc.Allowed {
+			cases = append(cases, tc)
+		}
+	}
+	type want struct {
+		handshake   bool
+		admin, data int
+	}
+	expect := map[string]want{
+		"no client certificate": {admin: http.StatusForbidden, data: http.StatusOK},
+		"another CA":            {handshake: true},
+		"expired":               {handshake: true},
+		"wrong role cachenode":  {admin: http.StatusForbidden, data: http.StatusOK},
+		"role operator":         {admin: http.StatusOK, data: http.StatusOK},
+		"role kvnode":           {admin: http.StatusOK, data: http.StatusOK},
+	}
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			w, ok := expect[tc.Name]
+			if !ok {
+				t.Fatalf("no expectation for case %q", tc.Name)
+			}
+			hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc.Client, ForceAttemptHTTP2: true}}
+			defer hc.CloseIdleConnections()
+			get := func(path string) (int, []byte, error) {
+				resp, err := hc.Get("https://" + addr + path)
+				if err != nil {
+					return 0, nil, err
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				return resp.StatusCode, b, err
+			}
+			for _, path := range []string{"/admin/v1/cp/members", "/admin/v1/members", "/admin/v1/repair"} {
+				status, body, err := get(path)
+				switch {
+				case w.handshake:
+					if err == nil {
+						t.Fatalf("GET %s served (%d), want a refused handshake", path, status)
+					}
+					continue
+				case err != nil:
+					t.Fatalf("GET %s: %v", path, err)
+				case status != w.admin:
+					t.Fatalf("GET %s: %d %s, want %d", path, status, body, w.admin)
+				}
+				if status == http.StatusForbidden {
+					var e struct {
+						Error struct{ Code, Message string }
+					}
+					if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != "forbidden" || e.Error.Message == "" {
+						t.Fatalf("GET %s: 403 body %s, want the API's error shape with code forbidden", path, body)
+					}
+				}
+			}
+			if w.handshake {
+				return
+			}
+			for _, path := range []string{"/v1/kv/tls:1", "/readyz"} {
+				status, body, err := get(path)
+				if err != nil || status != w.data {
+					t.Fatalf("GET %s: %d %q %v, want %d", path, status, body, err, w.data)
+				}
+			}
+		})
+	}
+
+	// A member change sent to a follower runs on the leader: the follower
+	// forwards it under /admin/v1/ presenting its kvnode certificate.
+	// Removing a server that is not a member changes nothing.
+	leader := c.cpLeader()
+	follower := "n0"
+	if leader == follower {
+		follower = "n1"
+	}
+	r := c.cpDo("DELETE", follower, "/admin/v1/cp/members/nobody", nil, nil, http.StatusOK)
+	if r.header.Get("X-KV-Forwarded") == "" && !c.node(follower).CP().IsLeader() {
+		t.Fatalf("member change on follower %s answered without forwarding", follower)
+	}
+	r = c.cpDo("PUT", follower, "/v1/cp/locks/fwd", []byte("x"), nil, http.StatusOK)
+	if r.header.Get("X-KV-Forwarded") == "" && !c.node(follower).CP().IsLeader() {
+		t.Fatalf("write on follower %s answered without forwarding", follower)
+	}
+	if r := c.cpDo("GET", leader, "/v1/cp/locks/fwd", nil, nil, http.StatusOK); string(r.body) != "x" {
+		t.Fatalf("leader reads %q", r.body)
+	}
+}
+
 // Raft replication goes on while every node's certificate is rewritten:
 // no write fails, and new Raft handshakes present the new certificates.
 func TestRaftSurvivesCertificateRotation(t *testing.T) {
@@ -136,6 +270,7 @@ func TestRaftSurvivesCertificateRotation(t *testing.T) {
 		mu.Unlock()
 		cfg.TLS, cfg.InsecurePlaintext = tc, false
 	}, "locks")
+	c.useTLS(t, p)
 	leader := c.cpLeader()
 
 	var writes, failures atomic.Int64
@@ -187,6 +322,17 @@ func TestRaftSurvivesCertificateRotation(t *testing.T) {
 	if n := failures.Load(); n != 0 {
 		t.Fatalf("%d of %d writes failed across the rotation; first: %v", n, writes.Load(), firstErr.Load())
 	}
+}
+
+// useTLS makes c's requests https, trusting p's CA and presenting an
+// operator certificate (so /admin/v1/ answers too). Call it before the
+// first request.
+func (c *cluster) useTLS(t *testing.T, p *tlstest.PKI) {
+	t.Helper()
+	cert := mustPair(t, p.Files(t, identity.Operator, "test-operator"))
+	c.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: p.ClientTLS([]tls.Certificate{cert}), ForceAttemptHTTP2: true,
+	}}
 }
 
 func mustPair(t *testing.T, c tlsfiles.Config) tls.Certificate {

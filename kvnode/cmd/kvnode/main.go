@@ -51,7 +51,7 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
-	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "internode gRPC and Raft without TLS: any process that reaches them can join the ring (debugging only)")
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "HTTP API, internode gRPC and Raft without TLS: any process that reaches them can join the ring and call /admin/v1/ (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -79,7 +79,7 @@ func main() {
 		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
 	}
 	if *plaintext {
-		log.Warn("kvnode: internode gRPC and Raft are PLAINTEXT: any process that reaches them can join the ring and read its data; use only for debugging")
+		log.Warn("kvnode: the HTTP API, internode gRPC and Raft are PLAINTEXT: any process that reaches them can join the ring, read its data and call /admin/v1/; use only for debugging")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
