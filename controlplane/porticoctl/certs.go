@@ -29,10 +29,11 @@ func certsCommand() *cobra.Command {
 A workload needs three files: its certificate (URI SAN
 spiffe://<trust-domain>/<role>/<name>), its key, and the CA bundle. Every
 component reloads them when they change, so "renew" needs no restart.
-Bring your own PKI (cert-manager, Vault, SPIRE) by writing the same files.`,
+Bring your own PKI (cert-manager, Vault, SPIRE) by writing the same files.
+"k8s-sync" does the same with Kubernetes Secrets, from inside a pod.`,
 	}
 	c.PersistentFlags().StringVar(&dir, "dir", envOr("PORTICO_PKI_DIR", DefaultPKIDir), "directory of the CA (ca.crt, ca.key) (env PORTICO_PKI_DIR)")
-	c.AddCommand(certsInit(&dir), certsIssue(&dir), certsRenew(&dir))
+	c.AddCommand(certsInit(&dir), certsIssue(&dir), certsRenew(&dir), certsK8sSync())
 	return c
 }
 
