@@ -152,7 +152,7 @@ func TestLiveEnvoyStack(t *testing.T) {
 			ListenerPort: uint32(listenerPort), ExtAuthzAddress: authAddr, RateLimitAddress: rlAddr,
 			GatewayIdentity: &compile.GatewayIdentity{CertFile: gwCert.CertFile, KeyFile: gwCert.KeyFile, CAFile: gwCert.CAFile,
 				TrustDomain: identity.DefaultTrustDomain}}})
-	api := newAdminAPI(t, cp.Admin)
+	api := newAdminAPITLS(t, cp.Admin, gwPKI.ClientTLS(nil))
 
 	good, bad := newUpstream(t, http.StatusOK), newUpstream(t, http.StatusServiceUnavailable)
 	ep := func(u *upstream) map[string]any { return map[string]any{"address": "127.0.0.1", "port": u.port()} }

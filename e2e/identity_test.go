@@ -33,7 +33,7 @@ func TestConfigPathOverMutualTLS(t *testing.T) {
 	ea := startExtauthzTLS(t, cp.XDS, "127.0.0.1:0", "e2e-mtls-extauthz", p.Files(t, identity.ExtAuthz, "extauthz-0"))
 	rl := startRateLimitTLS(t, cp.XDS, "127.0.0.1:0", "e2e-mtls-ratelimit", p.Files(t, identity.RateLimit, "ratelimit-0"))
 
-	api := newAdminAPI(t, cp.Admin)
+	api := newAdminAPITLS(t, cp.Admin, p.ClientTLS(nil))
 	key, _ := api.seedKeyed()
 	v := api.create("ratelimit-rules", map[string]any{"name": "per-consumer", "domain": "portico",
 		"descriptors": []any{map[string]any{"key": "consumer"}}, "limit": 3, "window": "1h"}, nil)

@@ -83,13 +83,13 @@ func TestLiveEnvoyRedisProxy(t *testing.T) {
 	for _, p := range ports {
 		seeds = append(seeds, map[string]any{"address": "127.0.0.1", "port": p})
 	}
-	post(t, "http://"+addrs.Admin+"/admin/v1/redis-proxies", "redis-cache", map[string]any{
+	newAdminAPITLS(t, addrs.Admin, gwPKI.ClientTLS(nil)).create("redis-proxies", map[string]any{
 		"name":   "cache",
 		"listen": map[string]any{"address": "127.0.0.1", "port": proxyPort},
 		"cluster": map[string]any{"seeds": seeds, "clusterRefreshRate": "1s", "clusterRefreshTimeout": "500ms",
 			"redirectRefreshInterval": "200ms", "redirectRefreshThreshold": 1},
 		"opTimeout": "2s",
-	})
+	}, nil)
 
 	startEnvoy(t, envoy, addrs.XDS, gwPKI)
 

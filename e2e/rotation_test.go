@@ -40,7 +40,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	cp := startControlPlane(t, dbURL, controlplane.Config{TLS: cpTLS})
 	ea := startExtauthzTLS(t, cp.XDS, "127.0.0.1:0", "e2e-rotate-extauthz", eaTLS)
 
-	api := newAdminAPI(t, cp.Admin)
+	api := newAdminAPITLS(t, cp.Admin, p.ClientTLS(nil))
 	key, v := api.seedKeyed()
 	api.waitAcked("e2e-rotate-extauthz", "portico-extauthz", v, extauthzTypes...)
 

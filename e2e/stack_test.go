@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -126,12 +127,23 @@ func startRateLimitTLS(t testing.TB, xdsAddr, grpcAddr, nodeID string, tc tlsfil
 
 // adminAPI is an operator's client of the control plane's admin API.
 type adminAPI struct {
-	t    testing.TB
-	addr string // host:port
-	seq  atomic.Int64
+	t      testing.TB
+	addr   string // host:port
+	scheme string
+	client *http.Client
+	seq    atomic.Int64
 }
 
-func newAdminAPI(t testing.TB, addr string) *adminAPI { return &adminAPI{t: t, addr: addr} }
+// newAdminAPI calls a plaintext control plane's admin API.
+func newAdminAPI(t testing.TB, addr string) *adminAPI {
+	return &adminAPI{t: t, addr: addr, scheme: "http", client: http.DefaultClient}
+}
+
+// newAdminAPITLS calls the admin API of a control plane that has
+// certificate files (its admin port is TLS then) with client configuration c.
+func newAdminAPITLS(t testing.TB, addr string, c *tls.Config) *adminAPI {
+	return &adminAPI{t: t, addr: addr, scheme: "https", client: &http.Client{Transport: &http.Transport{TLSClientConfig: c}}}
+}
 
 // do sends one request to /admin/v1/<path> and decodes a JSON answer into
 // out (when non-nil). POSTs carry a fresh Idempotency-Key.
@@ -147,7 +159,7 @@ func (a *adminAPI) do(method, path string, body any, hdr map[string]string, out 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+a.addr+"/admin/v1/"+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, a.scheme+"://"+a.addr+"/admin/v1/"+path, rd)
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -159,7 +171,7 @@ func (a *adminAPI) do(method, path string, body any, hdr map[string]string, out 
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := a.client.Do(req)
 	if err != nil {
 		a.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -318,8 +330,8 @@ func (a *adminAPI) metric(series string) float64 {
 	a.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a.addr+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.scheme+"://"+a.addr+"/metrics", nil)
+	resp, err := a.client.Do(req)
 	if err != nil {
 		a.t.Fatal(err)
 	}

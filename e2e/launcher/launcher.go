@@ -26,6 +26,7 @@ import (
 	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/controlplane/seal"
+	"github.com/portico-io/portico/internal/identity"
 )
 
 // Config says where things are. Zero values take the defaults.
@@ -36,7 +37,14 @@ type Config struct {
 	AdminURL string
 	// EnvoyBin is the envoy binary; empty looks up ENVOY_BIN, then PATH.
 	EnvoyBin string
+	// NoEnvoy does not start Envoy even when one is installed.
+	NoEnvoy bool
 	Out      io.Writer
+	// Started, when set, is told each process's pid as it starts (tests
+	// inspect what it listens on).
+	Started func(name string, pid int)
+	// Ready, when set, is called once everything is up and seeded.
+	Ready func()
 }
 
 // Process is one component to start.
@@ -60,7 +68,7 @@ func Processes(root string) []Process {
 		// view of its role.
 		{Name: "controlplane", Args: append(append([]string{bin("controlplane"), "--log-format=text",
 			"--secret-key-file=" + SecretKeyFile(root)}, TLSArgs(root, "controlplane")...), gatewayTLSArgs(root)...),
-			Ready: "http://127.0.0.1:18080/readyz"},
+			Ready: "https://localhost:18080/readyz"},
 		{Name: "extauthz", Args: append([]string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
 			TLSArgs(root, "extauthz")...),
 			Ready: "http://127.0.0.1:18101/readyz"},
@@ -70,7 +78,7 @@ func Processes(root string) []Process {
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
 		// The worker API (:18301) admits worker certificates only.
 		{Name: "scheduler", Args: append([]string{bin("scheduler"), "--log-format=text"}, TLSArgs(root, "scheduler")...),
-			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "http://127.0.0.1:18300/readyz"},
+			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "https://localhost:18300/readyz"},
 	}
 	// Three kvnodes on 18400-18402 (HTTP) and 18500-18502 (internode), each
 	// seeded with the others; the first founds the ring, the rest join it.
@@ -94,7 +102,7 @@ func Processes(root string) []Process {
 			"--cp-keyspaces=locks,cache"},
 			// Internode gRPC and Raft are mutual TLS between kvnode identities.
 			TLSArgs(root, fmt.Sprintf("kvnode-%d", i))...),
-			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18400+i)})
+			Ready: fmt.Sprintf("https://localhost:%d/readyz", 18400+i)})
 	}
 	// The cache cluster: three primaries (7000-7002) and a replica of each
 	// (7003-7005), bus ports 17000+i, HTTP 18700+i, the slot map in the
@@ -110,7 +118,7 @@ func Processes(root string) []Process {
 			TLSArgs(root, fmt.Sprintf("cachenode-%d", i))...),
 			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18700+i)}
 		if i == 0 {
-			p.Prepare = func(ctx context.Context) error { return EnsureCacheTopology(ctx, kvAddrs) }
+			p.Prepare = func(ctx context.Context) error { return EnsureCacheTopology(ctx, root, kvAddrs) }
 		}
 		ps = append(ps, p)
 	}
@@ -128,15 +136,21 @@ var kvAddrs = []string{"127.0.0.1:18400", "127.0.0.1:18401", "127.0.0.1:18402"}
 // EnsureCacheTopology publishes the local cache cluster's first map
 // (cache-0..2 own a third of the slots each, cache-3..5 replicate them)
 // unless one is stored already: kvnode keeps its data in .run across runs,
-// and a map reshaped with cachectl or by a failover stays as it is.
-func EnsureCacheTopology(ctx context.Context, addrs []string) error {
+// and a map reshaped with cachectl or by a failover stays as it is. It
+// talks to the kvnodes over TLS as the operator.
+func EnsureCacheTopology(ctx context.Context, root string, addrs []string) error {
+	op, err := operatorFiles(root)
+	if err != nil {
+		return err
+	}
 	var nodes []cluster.NodeSpec
 	for i := range CacheNodes {
 		nodes = append(nodes, cluster.NodeSpec{ID: fmt.Sprintf("cache-%d", i), Host: "127.0.0.1", Port: 7000 + i, BusPort: 17000 + i})
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err := reshard.Init(ctx, &topology.Client{Addrs: addrs, Cluster: CacheCluster}, nodes, 1)
+	tc := op.ClientConfig(identity.Policy{Roles: []identity.Role{identity.KVNode}})
+	_, err = reshard.Init(ctx, &topology.Client{Addrs: addrs, Cluster: CacheCluster, TLS: tc}, nodes, 1)
 	return err
 }
 
@@ -176,7 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Root = "."
 	}
 	if cfg.AdminURL == "" {
-		cfg.AdminURL = "http://127.0.0.1:18080"
+		cfg.AdminURL = "https://localhost:18080"
 	}
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
@@ -194,6 +208,13 @@ func Run(ctx context.Context, cfg Config) error {
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	defer stopRenew()
 	go renewLoop(renewCtx, cfg.Root, cfg.Out)
+	// The launcher calls the platform's TLS ports as the operator.
+	op, err := operatorFiles(cfg.Root)
+	if err != nil {
+		return err
+	}
+	go func() { _ = op.Run(renewCtx) }()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: op.ClientConfig(identity.Policy{})}}
 	pidFile := filepath.Join(cfg.Root, ".run", "launch.pid")
 	if err := os.WriteFile(pidFile, []byte(fmt.Sprint(os.Getpid())), 0o644); err != nil {
 		return err
@@ -228,6 +249,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if envoy == "" {
 		envoy, _ = exec.LookPath("envoy")
 	}
+	if cfg.NoEnvoy {
+		envoy = ""
+	}
 	for _, p := range procs {
 		if p.Prepare != nil {
 			if err := p.Prepare(ctx); err != nil {
@@ -239,17 +263,20 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		running = append(running, c)
+		if cfg.Started != nil {
+			cfg.Started(p.Name, c.Process.Pid)
+		}
 		wg.Add(1)
 		go func(name string) { defer wg.Done(); _ = c.Wait(); exited <- name }(p.Name)
-		if err := waitReady(ctx, p, exited); err != nil {
+		if err := waitReady(ctx, client, p, exited); err != nil {
 			return fmt.Errorf("%w (log: %s)", err, filepath.Join(logDir, p.Name+".log"))
 		}
 		fmt.Fprintf(cfg.Out, "portico: %-14s ready (log .run/logs/%s.log)\n", p.Name, p.Name)
 	}
-	if err := Seed(ctx, cfg.AdminURL); err != nil {
+	if err := Seed(ctx, client, cfg.AdminURL); err != nil {
 		return fmt.Errorf("seeding the demo configuration: %w", err)
 	}
-	if err := SeedTLS(ctx, cfg.AdminURL, cfg.Root); err != nil {
+	if err := SeedTLS(ctx, client, cfg.AdminURL, cfg.Root); err != nil {
 		return fmt.Errorf("seeding the demo HTTPS listener: %w", err)
 	}
 	bootstrap := filepath.Join(cfg.Root, "envoy", "bootstrap.yaml")
@@ -260,9 +287,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		running = append(running, c)
+		if cfg.Started != nil {
+			cfg.Started(p.Name, c.Process.Pid)
+		}
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = c.Wait(); exited <- "envoy" }()
-		if err := waitReady(ctx, p, exited); err != nil {
+		if err := waitReady(ctx, client, p, exited); err != nil {
 			return err
 		}
 		fmt.Fprintln(cfg.Out, "portico: envoy          ready on :10000 (admin :9901)")
@@ -270,6 +300,9 @@ func Run(ctx context.Context, cfg Config) error {
 		fmt.Fprintf(cfg.Out, "portico: envoy is not installed (no envoy on PATH, ENVOY_BIN unset); start it yourself with:\n  envoy -c %s\n", bootstrap)
 	}
 	fmt.Fprint(cfg.Out, nextSteps)
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
 	select {
 	case <-ctx.Done():
 		return nil
@@ -315,19 +348,23 @@ func start(p Process, logDir string) (*exec.Cmd, error) {
 	return c, nil
 }
 
-func waitReady(ctx context.Context, p Process, exited <-chan string) error {
+// waitReady polls p.Ready with client (which trusts the platform CA, for the
+// readiness endpoints on TLS ports).
+func waitReady(ctx context.Context, client *http.Client, p Process, exited <-chan string) error {
 	if p.Ready == "" {
 		return nil
 	}
-	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.Ready, nil)
-		if resp, err := client.Do(req); err == nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, p.Ready, nil)
+		resp, err := client.Do(req)
+		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				return nil
-			}
+		}
+		cancel()
+		if err == nil && resp.StatusCode/100 == 2 {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -360,14 +397,14 @@ var demo = []struct{ path, body string }{
 	// Envoy's Redis Cluster proxy in front of the cache cluster, for
 	// clients that cannot follow MOVED/ASK themselves.
 	{"/admin/v1/redis-proxies", `{"name":"cache","listen":{"address":"127.0.0.1","port":6380},
-		"cluster":{"seeds":[{"address":"127.0.0.1","port":7000},{"address":"127.0.0.1","port":7001},{"address":"127.0.0.1","port":7002}]}}`},
+		"cluster":{"seeds":[{"address":"127.0.0.1","port":7000},{"address":"127.0.0.1","port":7001},{"address":"127.0.0.1","port":7002}],
+		"platformTLS":true}}`},
 	{"/admin/v1/ratelimit-rules", `{"name":"per-consumer","domain":"portico","descriptors":[{"key":"consumer"}],"limit":5,"window":"1s","burst":5}`},
 }
 
-// Seed creates the demo configuration. It is idempotent: resources that
-// already exist are left as they are.
-func Seed(ctx context.Context, adminURL string) error {
-	client := &http.Client{Timeout: 5 * time.Second}
+// Seed creates the demo configuration with client (the admin API is TLS).
+// It is idempotent: resources that already exist are left as they are.
+func Seed(ctx context.Context, client *http.Client, adminURL string) error {
 	for _, d := range demo {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, adminURL+d.path, strings.NewReader(d.body))
 		req.Header.Set("Content-Type", "application/json")

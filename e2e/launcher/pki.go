@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/pki"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 // PKIDir holds the platform CA of a local run and one certificate and key
@@ -132,4 +134,27 @@ func renewLoop(ctx context.Context, root string, out io.Writer) {
 			}
 		}
 	}
+}
+
+// operatorFiles loads the operator certificate of a local run: the launcher
+// (and the tests driving it) call the platform's TLS ports with it.
+func operatorFiles(root string) (*tlsfiles.Files, error) {
+	dir := PKIDir(root)
+	f, err := tlsfiles.Load(tlsfiles.Config{CertFile: filepath.Join(dir, "operator.crt"), KeyFile: filepath.Join(dir, "operator.key"),
+		CAFile: filepath.Join(dir, pki.CACertFile)})
+	if err != nil {
+		return nil, fmt.Errorf("operator certificate: %w", err)
+	}
+	return f, nil
+}
+
+// OperatorTLS is a client configuration for the TLS ports of the local run
+// at root: it presents the operator certificate and accepts any platform
+// identity (the SPIFFE ID is checked, not the host name).
+func OperatorTLS(root string) (*tls.Config, error) {
+	f, err := operatorFiles(root)
+	if err != nil {
+		return nil, err
+	}
+	return f.ClientConfig(identity.Policy{}), nil
 }

@@ -8,8 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/pki"
+	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/controlplane/seal"
 	"github.com/portico-io/portico/internal/testdeps"
 )
@@ -36,8 +41,9 @@ func TestSecretKeyIsMadeOnce(t *testing.T) {
 	}
 }
 
-// The demo seed, HTTPS listener included, is accepted by a real control
-// plane with the key make run gives it, and can run twice.
+// The demo seed, HTTPS listener and the redis proxy's platform TLS included,
+// is accepted over TLS by a real control plane configured as make run
+// configures it, and can run twice.
 func TestSeedWithDemoHTTPS(t *testing.T) {
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, ".run"), 0o755); err != nil {
@@ -50,13 +56,27 @@ func TestSeedWithDemoHTTPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The control plane as make run starts it: its certificate from
+	// .run/pki, the gateway identity for Envoy's platform calls.
+	if err := EnsurePKI(root, io.Discard, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	dir := PKIDir(root)
+	gw := &compile.GatewayIdentity{CertFile: filepath.Join(dir, "gateway.crt"), KeyFile: filepath.Join(dir, "gateway.key"),
+		CAFile: filepath.Join(dir, pki.CACertFile), TrustDomain: identity.DefaultTrustDomain}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true,
-			DatabaseURL: testdeps.Postgres(t), SecretKey: key, Ready: ready})
+		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0",
+			TLS: tlsfiles.Config{CertFile: filepath.Join(dir, "controlplane.crt"), KeyFile: filepath.Join(dir, "controlplane.key"), CAFile: gw.CAFile},
+			Compile: compile.Options{GatewayIdentity: gw}, DatabaseURL: testdeps.Postgres(t), SecretKey: key, Ready: ready})
 	}()
+	tc, err := OperatorTLS(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 	defer func() { cancel(); <-done }()
 	var addrs controlplane.Addrs
 	select {
@@ -64,16 +84,16 @@ func TestSeedWithDemoHTTPS(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("control plane: %v", err)
 	}
-	admin := "http://" + addrs.Admin
+	admin := "https://" + addrs.Admin
 	for range 2 {
-		if err := Seed(ctx, admin); err != nil {
+		if err := Seed(ctx, client, admin); err != nil {
 			t.Fatal(err)
 		}
-		if err := SeedTLS(ctx, admin, root); err != nil {
+		if err := SeedTLS(ctx, client, admin, root); err != nil {
 			t.Fatal(err)
 		}
 	}
-	resp, err := http.Get(admin + "/admin/v1/secrets/demo-tls")
+	resp, err := client.Get(admin + "/admin/v1/secrets/demo-tls")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,14 +92,13 @@ func ensureDemoTLS(root string) (certPEM, keyPEM []byte, err error) {
 // SeedTLS adds the demo HTTPS listener: the localhost certificate as an
 // inline secret (the control plane seals its key) and a listener on
 // DemoHTTPSPort. Existing resources are left as they are.
-func SeedTLS(ctx context.Context, adminURL, root string) error {
+func SeedTLS(ctx context.Context, client *http.Client, adminURL, root string) error {
 	certPEM, keyPEM, err := ensureDemoTLS(root)
 	if err != nil {
 		return fmt.Errorf("demo certificate: %w", err)
 	}
 	secret, _ := json.Marshal(map[string]string{"name": "demo-tls", "type": "tls", "certificate": string(certPEM), "privateKey": string(keyPEM)})
 	listener, _ := json.Marshal(map[string]any{"name": "https", "port": DemoHTTPSPort, "tls": map[string]any{"certificates": []string{"demo-tls"}}})
-	client := &http.Client{Timeout: 5 * time.Second}
 	for _, d := range []struct {
 		path string
 		body []byte
