@@ -39,7 +39,7 @@ type Config struct {
 	EnvoyBin string
 	// NoEnvoy does not start Envoy even when one is installed.
 	NoEnvoy bool
-	Out      io.Writer
+	Out     io.Writer
 	// Started, when set, is told each process's pid as it starts (tests
 	// inspect what it listens on).
 	Started func(name string, pid int)

@@ -12,11 +12,11 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/controlplane/seal"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/pki"
-	"github.com/portico-io/portico/internal/tlsfiles"
-	"github.com/portico-io/portico/controlplane/seal"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 func TestSecretKeyIsMadeOnce(t *testing.T) {
@@ -69,7 +69,7 @@ func TestSeedWithDemoHTTPS(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0",
-			TLS: tlsfiles.Config{CertFile: filepath.Join(dir, "controlplane.crt"), KeyFile: filepath.Join(dir, "controlplane.key"), CAFile: gw.CAFile},
+			TLS:     tlsfiles.Config{CertFile: filepath.Join(dir, "controlplane.crt"), KeyFile: filepath.Join(dir, "controlplane.key"), CAFile: gw.CAFile},
 			Compile: compile.Options{GatewayIdentity: gw}, DatabaseURL: testdeps.Postgres(t), SecretKey: key, Ready: ready})
 	}()
 	tc, err := OperatorTLS(root)
