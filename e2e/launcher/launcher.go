@@ -312,20 +312,21 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 const nextSteps = `
-Portico is running. Next:
-  curl -s localhost:18080/admin/v1/clusters | jq          # the demo config
-  curl -s localhost:18080/admin/v1/config/versions | jq   # its versions
-  curl -s localhost:18080/admin/v1/nodes | jq             # connected xDS clients, ACK/NACK
-  curl -s -X POST localhost:18080/admin/v1/clusters -H 'Idempotency-Key: k1' \
+Portico is running. Every service port speaks TLS; .run/pki/ca.crt is the CA to trust. Next:
+  curl -s --cacert .run/pki/ca.crt https://localhost:18080/admin/v1/clusters | jq          # the demo config
+  curl -s --cacert .run/pki/ca.crt https://localhost:18080/admin/v1/config/versions | jq   # its versions
+  curl -s --cacert .run/pki/ca.crt https://localhost:18080/admin/v1/nodes | jq             # xDS clients, ACK/NACK
+  curl -s --cacert .run/pki/ca.crt -X POST https://localhost:18080/admin/v1/clusters -H 'Idempotency-Key: k1' \
        -d '{"name":"more","endpoints":[{"address":"127.0.0.1","port":18901}]}'
   curl -s localhost:10000/echo                            # through Envoy, when it runs
   curl -s --cacert .run/demo-tls/ca.crt https://localhost:10443/public   # HTTPS, certificate by SDS
-  curl -s -X POST localhost:18300/v1/jobs -H 'Idempotency-Key: j1' -d @job.json   # scheduler (see scheduler/README.md)
-  curl -s -X PUT localhost:18400/v1/kv/hello?consistency=QUORUM -d world    # kvnode ring (18400-18402)
-  curl -s localhost:18401/v1/kv/hello?consistency=QUORUM
-  curl -s -X PUT localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier (keyspace locks): CAS, create-only
-  curl -si localhost:18401/v1/kv/locks:leader                               # the same key through /v1/kv/, linearizable
-  redis-cli -c -p 7000 SET greeting hi EX 60 && redis-cli -c -p 7001 GET greeting  # cache cluster (7000-7005)
+  curl -s --cacert .run/pki/ca.crt -X POST https://localhost:18300/v1/jobs -H 'Idempotency-Key: j1' -d @job.json   # scheduler (see scheduler/README.md)
+  curl -s --cacert .run/pki/ca.crt -X PUT 'https://localhost:18400/v1/kv/hello?consistency=QUORUM' -d world    # kvnode ring (18400-18402)
+  curl -s --cacert .run/pki/ca.crt 'https://localhost:18401/v1/kv/hello?consistency=QUORUM'
+  curl -s --cacert .run/pki/ca.crt -X PUT https://localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier (keyspace locks): CAS, create-only
+  curl -si --cacert .run/pki/ca.crt https://localhost:18401/v1/kv/locks:leader                               # the same key through /v1/kv/, linearizable
+  redis-cli --tls --cacert .run/pki/ca.crt -c -p 7000 SET greeting hi EX 60   # cache cluster (7000-7005)
+  redis-cli --tls --cacert .run/pki/ca.crt -c -p 7001 GET greeting
   bin/cachectl --cluster portico topology get                               # its slot map (3 primaries, 3 replicas)
   redis-cli -p 6380 GET greeting                                            # the cache through Envoy's redis proxy, when Envoy runs
 Ctrl-C stops everything (or 'make stop' from another shell).
