@@ -96,6 +96,7 @@ func New(opts Options) (*Client, error) {
 				// go-redis appends to Addrs: every client gets its own slice.
 				Addrs:    slices.Clone(opts.Addrs),
 				Username: opts.Username, Password: opts.Password,
+				TLSConfig:                  opts.TLS,
 				PoolSize:                   opts.PoolSize,
 				ReadOnly:                   readOnly,
 				ContextTimeoutEnabled:      true,

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -56,7 +57,13 @@ type Options struct {
 
 	Addrs              []string
 	Username, Password string
-	PoolSize           int
+	// TLS, when set, is the nodes' RESP over TLS (nodes started with
+	// certificate files) for a built client: a workload passes
+	// tlsfiles.Files.ClientConfig with a policy admitting cachenode, which
+	// presents its certificate and checks the nodes' SPIFFE ID; a client
+	// without a certificate, a config whose RootCAs hold the platform CA.
+	TLS      *tls.Config
+	PoolSize int
 	// ClusterStateReloadInterval for a built client (default 1 s): a dead
 	// primary cannot redirect anyone, so the slot map must be re-read.
 	ClusterStateReloadInterval time.Duration

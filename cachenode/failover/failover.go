@@ -143,6 +143,7 @@ package failover
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -180,8 +181,11 @@ type Config struct {
 	// State is this node's current map (installed by topology.Syncer).
 	State  *cluster.State
 	SelfID string
-	// Probe checks a peer's RESP address (default: a Pinger).
+	// Probe checks a peer's RESP address (default: a Pinger with TLS).
 	Probe func(ctx context.Context, addr string) error
+	// TLS is the default probe's configuration for peers whose RESP port
+	// speaks TLS (see Pinger.TLS); nil: plaintext.
+	TLS *tls.Config
 	// ProbeTimeout bounds one probe (default min(Interval, 1 s)).
 	ProbeTimeout time.Duration
 	// Interval is the probe, confirm and decide period (default 500 ms).
@@ -316,7 +320,7 @@ func New(cfg Config) (*Monitor, error) {
 	}
 	var pinger *Pinger
 	if cfg.Probe == nil {
-		pinger = &Pinger{}
+		pinger = &Pinger{TLS: cfg.TLS}
 		cfg.Probe = pinger.Probe
 	}
 	m := &Monitor{cfg: cfg, log: cfg.Logger, base: time.Now(), pinger: pinger,

@@ -3,6 +3,7 @@ package failover
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -16,6 +17,11 @@ import (
 // +PONG, but also -LOADING, -NOAUTH or any other error, because the
 // process answered.
 type Pinger struct {
+	// TLS, when set, is the peers' RESP over TLS (nodes with certificate
+	// files): a node passes tlsfiles.Files.ClientConfig admitting
+	// cachenode. A failed handshake is a failed probe.
+	TLS *tls.Config
+
 	mu    sync.Mutex
 	conns map[string]*pingConn
 }
@@ -49,18 +55,26 @@ func (p *Pinger) Probe(ctx context.Context, addr string) error {
 		deadline = time.Now().Add(time.Second)
 	}
 	reused := pc.c != nil
-	err := pc.once(ctx, addr, deadline)
+	err := pc.once(ctx, addr, deadline, p.TLS)
 	if err != nil && reused && ctx.Err() == nil && time.Now().Before(deadline) {
 		// A kept connection can be one the peer closed when it restarted.
-		err = pc.once(ctx, addr, deadline)
+		err = pc.once(ctx, addr, deadline, p.TLS)
 	}
 	return err
 }
 
-func (pc *pingConn) once(ctx context.Context, addr string, deadline time.Time) error {
+func (pc *pingConn) once(ctx context.Context, addr string, deadline time.Time, tc *tls.Config) error {
 	if pc.c == nil {
-		d := net.Dialer{Deadline: deadline}
-		c, err := d.DialContext(ctx, "tcp", addr)
+		d := &net.Dialer{Deadline: deadline}
+		var c net.Conn
+		var err error
+		if tc != nil {
+			// The handshake is bounded by the deadline too: a frozen peer
+			// accepts (the kernel does) but never answers it.
+			c, err = (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", addr)
+		} else {
+			c, err = d.DialContext(ctx, "tcp", addr)
+		}
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ package reshard
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -581,10 +582,15 @@ func (r *Resharder) RemoveNode(ctx context.Context, id string) (*cluster.Map, er
 type RESP struct {
 	// Username and Password authenticate (AUTH) when the nodes require it.
 	Username, Password string
+	// TLS, when set, is used to reach nodes whose RESP port speaks TLS
+	// (every node started with certificate files): a cache node passes
+	// tlsfiles.Files.ClientConfig with a policy admitting cachenode, a tool
+	// its own workload's, or a config trusting the platform CA.
+	TLS *tls.Config
 }
 
 func (n RESP) client(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: addr, Username: n.Username, Password: n.Password, Protocol: 2,
+	return redis.NewClient(&redis.Options{Addr: addr, Username: n.Username, Password: n.Password, Protocol: 2, TLSConfig: n.TLS,
 		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, MaxRetries: -1, PoolSize: 1})
 }
 
