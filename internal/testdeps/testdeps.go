@@ -1,5 +1,8 @@
 // Package testdeps gives integration tests the real services `make deps`
-// starts: a fresh Postgres database per test and the shared Redis.
+// starts: a fresh Postgres database per test and the shared Redis. For what
+// the shared servers cannot give, it starts private ones from the same
+// installed programs: redis-server processes (RedisServer) and a Postgres
+// that accepts only verified TLS (PostgresTLS).
 //
 // When a service does not answer, the test is skipped with a message saying
 // how to start it, except when the CI environment variable is set: then it
@@ -34,7 +37,12 @@ const dialTimeout = 5 * time.Second
 // unavailable skips t, or fails it when running in CI.
 func unavailable(t testing.TB, what, env string, err error) {
 	t.Helper()
-	msg := fmt.Sprintf("%s unavailable (%v); run `make deps` or set %s", what, err, env)
+	skipOrFail(t, fmt.Sprintf("%s unavailable (%v); run `make deps` or set %s", what, err, env))
+}
+
+// skipOrFail skips t with msg, or fails it when running in CI.
+func skipOrFail(t testing.TB, msg string) {
+	t.Helper()
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg)
 	}
