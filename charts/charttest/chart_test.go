@@ -59,6 +59,7 @@ type expect struct {
 	cache           cacheExpect
 	optional        bool // NetworkPolicies, ServiceMonitors and bundled deps rendered
 	disabled        string
+	tls             tlsExpect
 }
 
 func TestHelmLint(t *testing.T) {
@@ -376,6 +377,11 @@ func checkRender(t *testing.T, objs []object, e expect) {
 		external["redis-auth"] = true
 		external["scheduler-job-secrets"] = true
 	}
+	// Certificate Secrets are written at install time (hook Job,
+	// cert-manager or the user), never rendered; checkTLS follows them.
+	for _, c := range porticoComponents {
+		external[e.tls.secret(c)] = true
+	}
 
 	for _, w := range ws {
 		t.Run(w.Kind+"/"+w.Name, func(t *testing.T) {
@@ -403,6 +409,7 @@ func checkRender(t *testing.T, objs []object, e expect) {
 		checkServiceMonitors(t, objs, ws, e)
 	}
 	checkWiring(t, objs, byComponent, e)
+	checkTLS(t, objs, e)
 }
 
 func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secret, configMaps map[string]*corev1.ConfigMap, external map[string]bool) {
@@ -411,8 +418,10 @@ func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secre
 	if psc == nil {
 		t.Fatal("no pod securityContext")
 	}
-	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
-		t.Error("automountServiceAccountToken must be false: no component talks to the Kubernetes API")
+	// Only the certificate sync pods talk to the Kubernetes API (checkTLSSync
+	// holds their Role to the named Secrets).
+	if talks := w.Component == tlsSyncComponent && pod.ServiceAccountName != ""; talks != isTrue(pod.AutomountServiceAccountToken) {
+		t.Errorf("automountServiceAccountToken = %v: only the certificate sync pods, with their own service account, get a token", isTrue(pod.AutomountServiceAccountToken))
 	}
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Volumes {
@@ -430,7 +439,8 @@ func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secre
 	for _, c := range w.Claims {
 		claims[c.Name] = true
 	}
-	porticoBinary := slices.Contains(porticoComponents, w.Component) && w.Component != "envoy" || w.Kind == "Job"
+	runsToCompletion := w.Kind == "Job" || w.Kind == "CronJob"
+	porticoBinary := slices.Contains(porticoComponents, w.Component) && w.Component != "envoy" || runsToCompletion
 
 	for i, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
 		where := "container " + c.Name
@@ -442,7 +452,7 @@ func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secre
 			if c.ReadinessProbe != nil || c.LivenessProbe != nil || c.StartupProbe != nil {
 				t.Errorf("init %s: the API server refuses probes on init containers", where)
 			}
-		case w.Kind == "Job":
+		case runsToCompletion:
 		case c.ReadinessProbe == nil || c.LivenessProbe == nil:
 			t.Errorf("%s: readiness and liveness probes are required", where)
 		case porticoBinary && (c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz"):
@@ -522,7 +532,8 @@ func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secre
 				}
 			}
 			writable := strings.HasSuffix(ev.Name, "_STATE_DIR") || strings.HasSuffix(ev.Name, "_DATA_DIR") || ev.Name == "PGDATA"
-			readable := strings.HasSuffix(ev.Name, "_CONFIG_DIR") || strings.HasSuffix(ev.Name, "_FILE")
+			// PORTICO_GATEWAY_TLS_* are paths in the Envoy pods (checkEnvoyTLS).
+			readable := strings.HasSuffix(ev.Name, "_CONFIG_DIR") || strings.HasSuffix(ev.Name, "_FILE") && !strings.HasPrefix(ev.Name, "PORTICO_GATEWAY_TLS_")
 			if writable || readable {
 				m, ok := mountFor(mounts, ev.Value)
 				if !ok {
@@ -961,6 +972,7 @@ func checkEnvoy(t *testing.T, objs []object, w workload, c corev1.Container, e e
 	if memLimit := c.Resources.Limits.Memory(); memLimit.IsZero() || lim.MaxHeapBytes >= uint64(memLimit.Value()) {
 		t.Errorf("overload heap limit %d must be below the memory limit %s", lim.MaxHeapBytes, memLimit.String())
 	}
+	checkEnvoyTLS(t, objs, w, c, cm, b, e)
 
 	svc, ok := find[corev1.Service](objs, "Service", fullName("envoy"))
 	if !ok {
@@ -1089,6 +1101,12 @@ func TestNamesStayValidWithTheLongestReleaseName(t *testing.T) {
 		case "Job":
 			// Its pods carry the name as the job-name label.
 			errs = validation.IsDNS1123Label(o.Name)
+		case "CronJob":
+			// Its Jobs are named <name>-<11 characters>.
+			errs = validation.IsDNS1123Subdomain(o.Name)
+			if len(o.Name) > 52 {
+				errs = append(errs, "longer than 52 characters: the API server refuses a CronJob whose Jobs' names would pass 63")
+			}
 		case "StatefulSet":
 			errs = validation.IsDNS1123Label(o.Name)
 			if len(o.Name) > 52 {

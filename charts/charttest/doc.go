@@ -25,7 +25,19 @@
 // Envoy's preStop hook is run with bash against a loopback listener to see
 // the drain request it sends. Names, port names and labels are validated as
 // the API server would with the longest release name; values.schema.json
-// must reject typos. NOTES.txt is rendered and its curl bodies decoded and
+// must reject typos. Workload identity is followed in every render (tls_test.go): each
+// Portico pod mounts its certificate Secret whole (no subPath) with
+// PORTICO_TLS_* pointing into it, no container has PORTICO_INSECURE_PLAINTEXT,
+// HTTP probes say HTTPS exactly on the TLS ports, ServiceMonitors verify
+// those ports with the Secret's CA and a DNS name the certificate carries;
+// by default the pre-install/pre-upgrade Job and the CronJob run
+// `porticoctl certs k8s-sync` as service accounts whose Roles reach only the
+// named Secrets (and the rendered Job is run, with porticoctl, against a
+// stand-in API server enforcing the rendered Role); with cert-manager, the
+// CA chain and one Certificate per workload with its SPIFFE URI; the Envoy
+// bootstrap passes envoy/bootstrap.CheckXDSMutualTLS and its SDS files read
+// the gateway's mounted Secret, the paths the control plane is given.
+// NOTES.txt is rendered and its curl bodies decoded and
 // validated by the admin API's own spec package. The Dockerfile test checks a multi-stage build, CGO_ENABLED=0,
 // -trimpath, a non-root distroless final stage, that every */cmd/* binary
 // is built into the directory the chart runs them from, and that

@@ -36,7 +36,7 @@ func renderNotes(t *testing.T, valueFiles []string) string {
 	return doc.Notes
 }
 
-var curlBody = regexp.MustCompile(`curl -s -X POST localhost:18080(/admin/v1/[a-z-]+) -H 'Idempotency-Key: [^']+' \\\s*-d '([^']*)'`)
+var curlBody = regexp.MustCompile(`curl -s \$TLS -X POST \$ADMIN(/admin/v1/[a-z-]+) -H 'Idempotency-Key: [^']+' \\\s*-d '([^']*)'`)
 
 // TestNotesTellHowToPushTheFirstRouteAndSendTraffic checks that NOTES.txt
 // reaches the admin API through a port-forward and that its curl bodies
@@ -56,10 +56,18 @@ func TestNotesTellHowToPushTheFirstRouteAndSendTraffic(t *testing.T) {
 				"port-forward svc/" + fullName("controlplane") + " 18080:18080",
 				"port-forward svc/" + fullName("envoy") + " 10000:",
 				"/admin/v1/nodes",
+				// The admin API is HTTPS: verified with the release's CA,
+				// for the Service name its certificate carries.
+				"get secret " + fullName("tls-controlplane") + " -o jsonpath='{.data.ca\\.crt}'",
+				"ADMIN=https://" + fullName("controlplane") + "." + namespace + ".svc:18080",
+				`TLS="--cacert portico-ca.crt --resolve ` + fullName("controlplane") + "." + namespace + `.svc:18080:127.0.0.1"`,
 			} {
 				if !strings.Contains(notes, want) {
 					t.Errorf("NOTES lack %q", want)
 				}
+			}
+			if strings.Contains(notes, "localhost:18080/") || strings.Contains(notes, "http://localhost:18080") {
+				t.Error("NOTES call the admin API over plaintext; it speaks TLS")
 			}
 			if warned := strings.Contains(notes, "WARNING: no database"); warned != (name == "default") {
 				t.Errorf("database warning shown = %v for %s values", warned, name)

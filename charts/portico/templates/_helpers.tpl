@@ -201,8 +201,10 @@ spec:
 {{- end }}
 
 {{/*
-ServiceMonitor: (list $ "component" "port-name" "/path"). Selects the
-component's metrics Service by labels.
+ServiceMonitor: (list $ "component" "port-name" "/path" tls). Selects the
+component's metrics Service by labels. With tls the port is HTTPS:
+Prometheus verifies the component's certificate against the CA bundle of
+its Secret (ca.crt) and its Service name (a DNS SAN of the certificate).
 */}}
 {{- define "portico.serviceMonitor" -}}
 {{- $ := index . 0 }}
@@ -228,6 +230,15 @@ spec:
       path: {{ index . 3 }}
       interval: {{ $.Values.serviceMonitor.interval }}
       scrapeTimeout: {{ $.Values.serviceMonitor.scrapeTimeout }}
+      {{- if index . 4 }}
+      scheme: https
+      tlsConfig:
+        ca:
+          secret:
+            name: {{ include "portico.tlsSecretName" (list $ $name) }}
+            key: ca.crt
+        serverName: {{ printf "%s.%s.svc" (include "portico.component" (list $ $name)) $.Release.Namespace }}
+      {{- end }}
 {{- end }}
 
 {{/* Replica count unless an HPA owns it: (list .Values.<component>) */}}
@@ -304,16 +315,4 @@ init publishes only when no map is stored, so it is safe to run again.
 {{- $total = addf $total (mulf (float64 $n) (get $units (trimPrefix $n $part))) }}
 {{- end }}
 {{- $total }}
-{{- end }}
-
-{{/*
-The chart does not issue workload certificates yet (cert-manager or a
-pre-install Job will); until then xDS, kvnode's internode gRPC and Raft, and
-the scheduler's worker API run plaintext inside the namespace. The binaries refuse plaintext unless
-told, so it is said here explicitly; the NetworkPolicy keeps those ports to
-the platform's own pods. make run uses mutual TLS.
-*/}}
-{{- define "portico.plaintextEnv" -}}
-- name: PORTICO_INSECURE_PLAINTEXT
-  value: "true"
 {{- end }}

@@ -23,8 +23,12 @@ per replica, so every limit is multiplied by the number of replicas.
   kubectl -n {{ $ns }} get pods -l app.kubernetes.io/instance={{ .Release.Name }} -w
 {{- if .Values.controlplane.enabled }}
 
-2. Reach the admin API (it is never exposed outside the cluster):
+2. Reach the admin API (it is never exposed outside the cluster). It speaks
+   TLS with a certificate of the release's CA for its Service name:
   kubectl -n {{ $ns }} port-forward svc/{{ $cp }} 18080:18080 &
+  kubectl -n {{ $ns }} get secret {{ include "portico.tlsSecretName" (list . "controlplane") }} -o jsonpath='{.data.ca\.crt}' | base64 -d > portico-ca.crt
+  ADMIN=https://{{ $cp }}.{{ $ns }}.svc:18080
+  TLS="--cacert portico-ca.crt --resolve {{ $cp }}.{{ $ns }}.svc:18080:127.0.0.1"
 
 3. Start a demo upstream (the echo server in the Portico image):
   kubectl -n {{ $ns }} run echo --image={{ include "portico.image" (list . dict) }} --port 18900 \
@@ -33,12 +37,12 @@ per replica, so every limit is multiplied by the number of replicas.
 
 4. Push the first cluster and route (every change is a new config version
    that the gateways ACK over xDS):
-  curl -s -X POST localhost:18080/admin/v1/clusters -H 'Idempotency-Key: c1' \
+  curl -s $TLS -X POST $ADMIN/admin/v1/clusters -H 'Idempotency-Key: c1' \
     -d '{"name":"echo","endpoints":[{"address":"echo.{{ $ns }}.svc.{{ .Values.clusterDomain }}","port":18900}]}'
-  curl -s -X POST localhost:18080/admin/v1/routes -H 'Idempotency-Key: r1' \
+  curl -s $TLS -X POST $ADMIN/admin/v1/routes -H 'Idempotency-Key: r1' \
     -d '{"name":"echo","match":{"pathPrefix":"/echo"},"cluster":"echo","auth":{"mode":"none"}}'
-  curl -s localhost:18080/admin/v1/config/versions
-  curl -s localhost:18080/admin/v1/nodes      # each gateway with its ACKed version
+  curl -s $TLS $ADMIN/admin/v1/config/versions
+  curl -s $TLS $ADMIN/admin/v1/nodes      # each gateway with its ACKed version
 {{- end }}
 {{- if .Values.envoy.enabled }}
 
