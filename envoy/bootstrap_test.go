@@ -121,3 +121,32 @@ func TestCheckXDSMutualTLSRefusesPlaintext(t *testing.T) {
 		t.Fatal("a plaintext xds_cluster passed")
 	}
 }
+
+// Without ALPN h2 the control plane's grpc-go server would refuse the
+// handshake, so the check refuses such a bootstrap.
+func TestCheckXDSMutualTLSRequiresALPN(t *testing.T) {
+	raw, err := os.ReadFile("bootstrap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bootstrap.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range b.GetStaticResources().GetClusters() {
+		if c.GetName() != bootstrap.XDSCluster {
+			continue
+		}
+		var ctx tlsv3.UpstreamTlsContext
+		if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&ctx); err != nil {
+			t.Fatal(err)
+		}
+		ctx.CommonTlsContext.AlpnProtocols = nil
+		if err := c.GetTransportSocket().GetTypedConfig().MarshalFrom(&ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := bootstrap.CheckXDSMutualTLS(b); err == nil || !strings.Contains(err.Error(), "ALPN") {
+		t.Fatalf("an xds_cluster without ALPN h2: %v", err)
+	}
+}

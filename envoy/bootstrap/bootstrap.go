@@ -262,6 +262,9 @@ func CheckXDSMutualTLS(b *bootstrapv3.Bootstrap) (XDSMutualTLS, error) {
 		return out, fmt.Errorf("%s has no UpstreamTlsContext: xDS would be plaintext", XDSCluster)
 	}
 	common := tlsCtx.GetCommonTlsContext()
+	if !slices.Contains(common.GetAlpnProtocols(), "h2") {
+		return out, fmt.Errorf("%s offers ALPN %v: grpc-go servers refuse TLS without h2", XDSCluster, common.GetAlpnProtocols())
+	}
 	certs := common.GetTlsCertificateSdsSecretConfigs()
 	if len(certs) != 1 {
 		return out, fmt.Errorf("%s presents %d SDS certificates, want 1", XDSCluster, len(certs))
