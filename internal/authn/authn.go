@@ -20,6 +20,9 @@
 // authenticator never falls back to the certificate. Cookies and other
 // ambient credentials are never consulted.
 //
+// BootstrapToken creates (once, 0600) or reads the bootstrap admin token
+// file; StaticTokens serves it to components without a token table.
+//
 // What a Principal may do is internal/authz's business; this package only
 // establishes it. An Authenticator is safe for concurrent use.
 package authn
