@@ -129,11 +129,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		backoff = 0
 		if s.clients.Add(1) > int64(s.cfg.MaxClients) {
 			s.clients.Add(-1)
-			// A new socket's send buffer is empty: this write does not
-			// block, the deadline only bounds a pathological peer.
-			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
-			_ = nc.Close()
+			// Off the accept loop: over TLS the write first runs the
+			// handshake, which waits for the client. The deadline bounds
+			// both directions.
+			go func() {
+				_ = nc.SetDeadline(time.Now().Add(time.Second))
+				_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+				_ = nc.Close()
+			}()
 			continue
 		}
 		mu.Lock()
