@@ -53,7 +53,8 @@ func BenchmarkVsRedisServer(b *testing.B) {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
 	cnPort, redisPort := freePort(b), freePort(b)
-	cn := exec.Command(bin, "--resp-addr", "127.0.0.1:"+cnPort, "--http-addr", "127.0.0.1:"+freePort(b), "--log-level", "warn")
+	// Both sides plaintext: redis-server's default port is.
+	cn := exec.Command(bin, "--resp-addr", "127.0.0.1:"+cnPort, "--http-addr", "127.0.0.1:"+freePort(b), "--log-level", "warn", "--insecure-plaintext")
 	cn.Env = append(os.Environ(), "GOMAXPROCS=1")
 	rs := exec.Command("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--protected-mode", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")

@@ -4,6 +4,11 @@
 // sampling and per-namespace metrics. RESP on :7000, HTTP /metrics,
 // /healthz, /readyz on :18700.
 //
+// With certificate files (Config.TLS) RESP speaks TLS only and the node
+// presents its cachenode identity to every peer it calls; without them it
+// runs only when plaintext is asked for explicitly (InsecurePlaintext).
+// Health and metrics stay plaintext.
+//
 // With ClusterConfig it is one node of a Redis-Cluster-style cluster
 // (package cluster): MOVED/CROSSSLOT and the CLUSTER commands, so cluster
 // clients work unchanged. With ClusterKVAddrs the slot map comes from
@@ -37,6 +42,7 @@ import (
 	"github.com/portico-io/portico/cachenode/migrate"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/repl"
+	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/samples"
 	"github.com/portico-io/portico/cachenode/server"
 	"github.com/portico-io/portico/cachenode/topology"
@@ -52,9 +58,16 @@ const (
 	DefaultHTTPAddr = ":18700"
 )
 
-// busPeers admits the identities that may use the bus port: other cache
-// nodes (replication streams, slot imports).
-var busPeers = identity.Policy{Roles: []identity.Role{identity.CacheNode}}
+// cacheNodes admits the identities that may use the bus port (replication
+// streams, slot imports) and that this node accepts as the server when it
+// calls another node's bus or RESP port.
+var cacheNodes = identity.Policy{Roles: []identity.Role{identity.CacheNode}}
+
+// kvNodes is the identity this node accepts as the topology store's server.
+var kvNodes = identity.Policy{Roles: []identity.Role{identity.KVNode}}
+
+const plaintextWarning = "cachenode: PLAINTEXT (--insecure-plaintext): RESP carries AUTH secrets and values in clear, " +
+	"and in cluster mode anyone who reaches the bus can SYNC the whole dataset; use only for debugging and benchmarks"
 
 // Config configures Run. Zero values take defaults.
 type Config struct {
@@ -89,10 +102,16 @@ type Config struct {
 	// ClusterSecret, when set, is required (AUTH) on the bus port and
 	// presented to peers.
 	ClusterSecret string
-	// TLS names this node's certificate files (role cachenode): in cluster
-	// mode the bus port admits only cachenode identities over mutual TLS and
-	// the node presents this one to its peers. Cluster mode without files
-	// needs InsecurePlaintext (debugging and tests only).
+	// TLS names this node's certificate files (role cachenode), reloaded
+	// when they change. The RESP port then speaks TLS only, as
+	// redis-server's tls-port with tls-auth-clients optional: a client
+	// certificate is optional, one presented must be of the trust domain,
+	// and AUTH still decides what a client may do. In cluster mode the bus
+	// port admits only cachenode identities over mutual TLS; the node
+	// presents this certificate to its peers' bus and RESP ports (probes,
+	// handovers), and to kvnode (topology store over https). Without files
+	// the node refuses to start unless InsecurePlaintext is set (debugging,
+	// tests and benchmarks only): then every port is plaintext.
 	TLS               tlsfiles.Config
 	InsecurePlaintext bool
 	// MigrateKeysPerSecond limits how fast this node copies out slots it
@@ -220,9 +239,32 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		clusterState = st
 	}
+	tc := cfg.TLS
+	tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_cachenode", log
+	files, err := tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext, plaintextWarning)
+	if err != nil {
+		return fmt.Errorf("cachenode: RESP and the cluster bus need TLS: %w", err)
+	}
+	var nodeTLS, kvTLS *tls.Config // as a client of other nodes and of kvnode
+	if files != nil {
+		nodeTLS, kvTLS = files.ClientConfig(cacheNodes), files.ClientConfig(kvNodes)
+		// Reloaded from now until Run returns: the topology wait and a
+		// handover after ctx is done use the certificate too.
+		reload, stopReload := context.WithCancel(context.WithoutCancel(ctx))
+		reloaded := make(chan struct{})
+		go func() {
+			defer close(reloaded)
+			_ = files.Run(reload)
+		}()
+		defer func() {
+			stopReload()
+			<-reloaded
+		}()
+	}
 	// HTTP serves from the start: /healthz answers (and /readyz explains)
 	// while the node waits for a slot map, so an orchestrator does not
-	// restart a node that is only waiting.
+	// restart a node that is only waiting. It stays plaintext: health and
+	// metrics only.
 	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("cachenode: listen %s: %w", cfg.HTTPAddr, err)
@@ -253,7 +295,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.ClusterConfig != "" {
 			return errors.New("cachenode: a cluster config file and a topology store are exclusive")
 		}
-		syncer = &topology.Syncer{Client: &topology.Client{Addrs: cfg.ClusterKVAddrs, Cluster: cfg.ClusterName, Keyspace: cfg.ClusterKVKeyspace},
+		syncer = &topology.Syncer{Client: &topology.Client{Addrs: cfg.ClusterKVAddrs, Cluster: cfg.ClusterName, Keyspace: cfg.ClusterKVKeyspace, TLS: kvTLS},
 			SelfID: cfg.NodeID, CheckInterval: cfg.ClusterTopologyCheck, Logger: log, OnApply: cfg.OnTopologyApply}
 		if err := syncer.Client.Validate(); err != nil {
 			return fmt.Errorf("cachenode: %w", err)
@@ -284,6 +326,11 @@ func Run(ctx context.Context, cfg Config) error {
 	port := 0
 	if ta, ok := respLis.Addr().(*net.TCPAddr); ok {
 		port = ta.Port
+	}
+	if files != nil {
+		// The handshake runs in the connection's goroutine (its first
+		// read), never in the accept loop.
+		respLis = tls.NewListener(respLis, files.APIServerConfig())
 	}
 
 	if clusterState != nil {
@@ -326,14 +373,7 @@ func Run(ctx context.Context, cfg Config) error {
 		replPos  func() (int64, bool)
 		loading  atomic.Bool // a full sync is being applied
 	)
-	var busTLS *tlsfiles.Files
 	if clusterState != nil {
-		tc := cfg.TLS
-		tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_cachenode", log
-		if busTLS, err = tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext,
-			"cachenode: the cluster bus is PLAINTEXT: anyone who reaches it can SYNC the whole dataset; use only for debugging"); err != nil {
-			return fmt.Errorf("cachenode: cluster bus: %w", err)
-		}
 		addr := cfg.BusAddr
 		if addr == "" {
 			addr = ":" + strconv.Itoa(clusterState.Load().Myself().BusPort)
@@ -346,10 +386,9 @@ func Run(ctx context.Context, cfg Config) error {
 				busLis.Close()
 			}
 		}()
-		peer := bus.Peer{Secret: cfg.ClusterSecret}
-		if busTLS != nil {
-			busLis = tls.NewListener(busLis, busTLS.ServerConfig(busPeers))
-			peer.TLS = busTLS.ClientConfig(busPeers)
+		peer := bus.Peer{Secret: cfg.ClusterSecret, TLS: nodeTLS}
+		if files != nil {
+			busLis = tls.NewListener(busLis, files.ServerConfig(cacheNodes))
 		}
 		busSrv = &bus.Server{Secret: cfg.ClusterSecret, Logger: log}
 		busSrv.Handle(migrate.ImportCommand, migrate.ImportHandler(clusterState, reg))
@@ -380,7 +419,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var monitor *failover.Monitor
 	if syncer != nil && cfg.Failover {
-		monitor, err = failover.New(failover.Config{Client: syncer.Client, State: clusterState, SelfID: cfg.NodeID,
+		monitor, err = failover.New(failover.Config{Client: syncer.Client, State: clusterState, SelfID: cfg.NodeID, TLS: nodeTLS,
 			Interval: cfg.FailoverInterval, FailAfter: cfg.FailAfter, Lease: cfg.FailoverLease, PromotionHold: cfg.FailoverHold,
 			ReplOffset: func() int64 { o, _ := replPos(); return o }, Logger: log, Registerer: cfg.Registry})
 		if err != nil {
@@ -440,7 +479,7 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-ctx.Done():
 		}
 		if syncer != nil && cfg.HandoverOnShutdown {
-			handover(clusterState, syncer.Client, cfg.NodeID, feed, primary, &handingOver, log)
+			handover(clusterState, syncer.Client, reshard.RESP{TLS: nodeTLS}, cfg.NodeID, feed, primary, &handingOver, log)
 		}
 		stopSvc()
 		return nil
@@ -457,9 +496,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	})
 	g.Go(func() error { return cycler.Run(gctx) })
-	if busTLS != nil {
-		g.Go(func() error { return busTLS.Run(gctx) })
-	}
 	if watcher != nil {
 		g.Go(func() error { return watcher.Run(gctx) })
 	}
@@ -481,7 +517,7 @@ func Run(ctx context.Context, cfg Config) error {
 		g.Go(func() error { return monitor.Run(gctx) })
 	}
 	up.Store(true)
-	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "http", httpLis.Addr().String(),
+	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "tls", files != nil, "http", httpLis.Addr().String(),
 		"maxmemory", strconv.FormatInt(cfg.MaxMemory, 10), "requireAuth", cfg.RequireAuth, "namespaces", len(reg.All()),
 		"cluster", clusterState != nil)
 	if cfg.Ready != nil {

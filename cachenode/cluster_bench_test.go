@@ -66,8 +66,8 @@ func BenchmarkClusterVsRedisCluster(b *testing.B) {
 	for i, p := range cnPorts {
 		cmd := exec.Command(bin, "--resp-addr", "127.0.0.1:"+p, "--http-addr", "127.0.0.1:"+freePort(b),
 			"--node-id", nodeID(i), "--cluster-config", config, "--log-level", "warn",
-			// redis-server's cluster bus is plaintext too; the bus is not on
-			// a request's path.
+			// Both sides plaintext: redis-server's client port and cluster
+			// bus are unless tls-port and tls-cluster are configured.
 			"--insecure-plaintext")
 		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 		cnPids = append(cnPids, start(cmd, fmt.Sprintf("cachenode-%d.log", i)).Process.Pid)

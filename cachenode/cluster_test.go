@@ -421,6 +421,16 @@ func dialRaw(t *testing.T, addr string) *rawConn {
 // do sends args and returns one whole reply, raw.
 func (rc *rawConn) do(t *testing.T, args ...string) string {
 	t.Helper()
+	out, err := rc.try(args...)
+	if err != nil {
+		t.Fatalf("%q: %v (read %q)", args, err, out)
+	}
+	return out
+}
+
+// try sends args and reads one whole reply, raw (what it read so far on
+// an error).
+func (rc *rawConn) try(args ...string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "*%d\r\n", len(args))
 	for _, a := range args {
@@ -428,13 +438,11 @@ func (rc *rawConn) do(t *testing.T, args ...string) string {
 	}
 	rc.c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := rc.c.Write([]byte(b.String())); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	var out strings.Builder
-	if err := readReply(rc.r, &out); err != nil {
-		t.Fatalf("%q: %v (read %q)", args, err, out.String())
-	}
-	return out.String()
+	err := readReply(rc.r, &out)
+	return out.String(), err
 }
 
 func readReply(r *bufio.Reader, out *strings.Builder) error {

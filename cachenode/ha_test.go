@@ -2,6 +2,7 @@ package cachenode_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -25,12 +26,16 @@ import (
 )
 
 // haCluster is six cachenode processes, three primaries (0-2) and a replica
-// of each (3-5, replica of i-3), with the slot map in a kvnode group.
+// of each (3-5, replica of i-3), with the slot map in a kvnode group, all
+// with certificates of one CA as in a real deployment: RESP over TLS, the
+// bus on mutual TLS, probes and handovers over TLS with the nodes'
+// identities, and the kvnodes called over TLS when they serve it.
 type haCluster struct {
 	t     *testing.T
 	kv    *kvtest.Group
 	pub   *topology.Client
 	nodes []*haNode
+	tls   *tls.Config // RESP clients' (respClientTLS)
 }
 
 type haNode struct {
@@ -69,13 +74,13 @@ func tlsArgs(c tlsfiles.Config) []string {
 
 func startHA(t *testing.T, extra ...string) *haCluster {
 	t.Helper()
-	h := &haCluster{t: t, kv: kvtest.Start(t, "cache")}
+	ca := nodeCA(t)
+	h := &haCluster{t: t, kv: kvtest.StartWith(t, kvtest.Options{Keyspaces: []string{"cache"}, PKI: ca}), tls: respClientTLS(t)}
 	name := "ha" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
-	h.pub = &topology.Client{Addrs: h.kv.HTTPAddrs, Cluster: name}
+	h.pub = &topology.Client{Addrs: h.kv.URLs, Cluster: name, TLS: h.kv.TLS}
 	bin := proctest.Build(t, "./cachenode/cmd/cachenode", "cachenode")
 	dir := t.TempDir()
 	spec := cluster.Spec{Epoch: 1}
-	ca := busCA(t)
 	for i := range 6 {
 		n := &haNode{id: nodeID(i), resp: loopbackAddr(t), http: loopbackAddr(t), bus: loopbackAddr(t)}
 		ns := cluster.NodeSpec{ID: n.id, Host: "127.0.0.1", Port: n.port(), BusPort: n.busPort()}
@@ -87,7 +92,7 @@ func startHA(t *testing.T, extra ...string) *haCluster {
 		spec.Nodes = append(spec.Nodes, ns)
 		n.proc = &proctest.Proc{Name: fmt.Sprintf("cachenode-%d", i), Bin: bin, Log: filepath.Join(dir, fmt.Sprintf("node-%d.log", i)),
 			Args: append([]string{"--node-id=" + n.id, "--resp-addr=" + n.resp, "--http-addr=" + n.http, "--bus-addr=" + n.bus,
-				"--cluster-kv-addrs=" + strings.Join(h.kv.HTTPAddrs, ","), "--cluster-name=" + name,
+				"--cluster-kv-addrs=" + strings.Join(h.kv.URLs, ","), "--cluster-name=" + name,
 				"--cluster-topology-check=200ms", "--log-format=text", "--log-level=info"}, append(tlsArgs(ca.Files(t, identity.CacheNode, nodeID(i))), extra...)...)}
 		h.nodes = append(h.nodes, n)
 	}
@@ -118,7 +123,7 @@ func startHA(t *testing.T, extra ...string) *haCluster {
 // waitUp waits until n answers PING.
 func (h *haCluster) waitUp(n *haNode) {
 	h.t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: n.resp, Protocol: 2, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: n.resp, Protocol: 2, MaxRetries: -1, TLSConfig: h.tls})
 	defer c.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for c.Ping(context.Background()).Err() != nil {
@@ -141,7 +146,7 @@ func (h *haCluster) addrs() []string {
 }
 
 func (h *haCluster) direct(i int) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: h.nodes[i].resp, Protocol: 2, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: h.nodes[i].resp, Protocol: 2, MaxRetries: -1, TLSConfig: h.tls})
 	h.t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -230,11 +235,11 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	h := startHA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs()[:3:3], Protocol: 3, MaxRedirects: 8})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs()[:3:3], Protocol: 3, MaxRedirects: 8, TLSConfig: h.tls})
 	defer cc.Close()
 	sample := h.seed(ctx, cc, 1500)
 	// A READONLY cluster client reads everything, replicas included.
-	ro := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs()[3:6:6], Protocol: 3, ReadOnly: true, RouteRandomly: true})
+	ro := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs()[3:6:6], Protocol: 3, ReadOnly: true, RouteRandomly: true, TLSConfig: h.tls})
 	defer ro.Close()
 	for k, v := range sample {
 		if g, err := ro.Get(ctx, k).Result(); err != nil || g != v {
@@ -270,11 +275,12 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	if len(moved) == 0 {
 		t.Fatal("no sample key in slots 0-63")
 	}
-	rs := &reshard.Resharder{Client: h.pub, Nodes: reshard.RESP{}, Batch: 64, StepTimeout: 30 * time.Second}
+	rs := &reshard.Resharder{Client: h.pub, Nodes: reshard.RESP{TLS: h.tls}, Batch: 64, StepTimeout: 30 * time.Second}
 	if err := rs.Move(ctx, seq(0, 63), nodeID(1)); err != nil {
 		t.Fatal(err)
 	}
 	h.waitReplicated(ctx, 1, 4, moved)
+	// cc's slot map is stale: it follows MOVED to node 1, over TLS.
 	for k, v := range moved {
 		if g, err := cc.Get(ctx, k).Result(); err != nil || g != v {
 			t.Fatalf("GET %s after the move = %q, %v", k, g, err)
@@ -452,7 +458,7 @@ func TestClusterFailover(t *testing.T) {
 	// A dead primary cannot redirect: go-redis learns of the promotion at its
 	// next slot-map reload (default every 60 s), so a client that should
 	// ride through failovers reloads every second.
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs(), Protocol: 3, MaxRedirects: 8,
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: h.addrs(), Protocol: 3, MaxRedirects: 8, TLSConfig: h.tls,
 		DialTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
 		ClusterStateReloadInterval: time.Second})
 	defer cc.Close()

@@ -3,12 +3,14 @@ package cachenode_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +21,6 @@ import (
 	"github.com/portico-io/portico/cachenode/expire"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlstest"
-	"sync"
 )
 
 // clock is an injectable wall clock, advanced by tests instead of sleeping.
@@ -43,6 +44,9 @@ type node struct {
 	cycles  chan expire.Stats
 	reloads chan error
 	nsFile  string
+	// tls is set for a node started withTLS: what n.client uses.
+	tls   *tls.Config
+	tlsOn bool
 }
 
 type nodeOpt func(*cachenode.Config, *node)
@@ -62,18 +66,41 @@ func withConfig(f func(*cachenode.Config)) nodeOpt {
 	return func(c *cachenode.Config, _ *node) { f(c) }
 }
 
-var busCAs sync.Map // *testing.T → *tlstest.PKI
+// withTLS gives the node a cachenode certificate of the test's CA (named
+// after its NodeID): RESP speaks TLS only, and in cluster mode the bus is
+// mutual TLS between cachenode certificates, as in a real deployment.
+// n.client then calls it with respClientTLS.
+func withTLS() nodeOpt {
+	return func(_ *cachenode.Config, n *node) { n.tlsOn = true }
+}
 
-// busCA is the CA of one test's cluster nodes: their bus is mutual TLS
-// between cachenode certificates it issues, as in a real deployment.
-func busCA(t *testing.T) *tlstest.PKI {
-	if p, ok := busCAs.Load(t); ok {
+var (
+	nodeCAs     sync.Map // *testing.T → *tlstest.PKI
+	respClients sync.Map // *testing.T → *tls.Config
+)
+
+// nodeCA is the CA of one test's nodes.
+func nodeCA(t *testing.T) *tlstest.PKI {
+	if p, ok := nodeCAs.Load(t); ok {
 		return p.(*tlstest.PKI)
 	}
 	p := tlstest.New(t)
-	busCAs.Store(t, p)
-	t.Cleanup(func() { busCAs.Delete(t) })
+	nodeCAs.Store(t, p)
+	t.Cleanup(func() { nodeCAs.Delete(t) })
 	return p
+}
+
+// respClientTLS is a RESP client's configuration for the test's TLS nodes:
+// it presents an operator certificate of nodeCA and checks that the node
+// is a cachenode.
+func respClientTLS(t *testing.T) *tls.Config {
+	if c, ok := respClients.Load(t); ok {
+		return c.(*tls.Config)
+	}
+	c := nodeCA(t).Load(t, identity.Operator, "test-client").ClientConfig(identity.Policy{Roles: []identity.Role{identity.CacheNode}})
+	respClients.Store(t, c)
+	t.Cleanup(func() { respClients.Delete(t) })
+	return c
 }
 
 // startNode runs a node on loopback ports with an injected clock until the
@@ -102,9 +129,13 @@ func startNode(t *testing.T, opts ...nodeOpt) *node {
 	for _, o := range opts {
 		o(&cfg, n)
 	}
-	if (len(cfg.ClusterKVAddrs) > 0 || cfg.ClusterConfig != "") && !cfg.TLS.IsSet() && !cfg.InsecurePlaintext {
-		cfg.TLS = busCA(t).Files(t, identity.CacheNode, cfg.NodeID)
+	if n.tlsOn {
+		cfg.TLS = nodeCA(t).Files(t, identity.CacheNode, cfg.NodeID)
+		n.tls = respClientTLS(t)
 	}
+	// A node without certificate files starts only when plaintext is asked
+	// for: the tests that are not about TLS ask for it here.
+	cfg.InsecurePlaintext = !cfg.TLS.IsSet()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cachenode.Run(ctx, cfg) }()
@@ -128,7 +159,7 @@ func startNode(t *testing.T, opts ...nodeOpt) *node {
 
 func (n *node) client(t *testing.T, mod ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: n.addrs.RESP, Protocol: 3, DisableIdentity: false, MaxRetries: -1, PoolSize: 8}
+	o := &redis.Options{Addr: n.addrs.RESP, Protocol: 3, DisableIdentity: false, MaxRetries: -1, PoolSize: 8, TLSConfig: n.tls}
 	for _, m := range mod {
 		m(o)
 	}
@@ -223,7 +254,7 @@ func TestRunRejectsBadNamespacesFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("namespaces:\n  a: {policy: sometimes}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := cachenode.Run(context.Background(), cachenode.Config{RESPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", NamespacesFile: path})
+	err := cachenode.Run(context.Background(), cachenode.Config{RESPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", NamespacesFile: path, InsecurePlaintext: true})
 	if err == nil || !strings.Contains(err.Error(), "policy") {
 		t.Fatalf("Run = %v, want the policy error", err)
 	}

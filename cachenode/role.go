@@ -64,7 +64,7 @@ func followRole(ctx context.Context, st *cluster.State, feed *repl.Feed, p *repl
 // from before the publication until both the promoted replica and this
 // node serve the new map, so no client is bounced between a node on the
 // new map and one on the old.
-func handover(st *cluster.State, c *topology.Client, id string, feed *repl.Feed, p *repl.Primary, hold *atomic.Bool, log *slog.Logger) {
+func handover(st *cluster.State, c *topology.Client, nodes reshard.Nodes, id string, feed *repl.Feed, p *repl.Primary, hold *atomic.Bool, log *slog.Logger) {
 	me := st.Load().Myself()
 	if me.IsReplica() || len(me.Ranges) == 0 || len(me.Replicas) == 0 {
 		return
@@ -89,7 +89,6 @@ func handover(st *cluster.State, c *topology.Client, id string, feed *repl.Feed,
 		log.Warn("no handover on shutdown; the replica will be promoted by failover", "err", err)
 		return
 	}
-	nodes := reshard.RESP{}
 	for ctx.Err() == nil {
 		e, err := nodes.Epoch(ctx, done.Addr)
 		if err == nil && e >= done.Epoch && st.Load().Epoch >= done.Epoch {

@@ -19,7 +19,6 @@ import (
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
-	"github.com/portico-io/portico/internal/identity"
 )
 
 // topoSpec is a map of the three nodes on ports with ranges[i] for node i.
@@ -275,7 +274,7 @@ func TestClusterTopologyWaitsForMap(t *testing.T) {
 		rctx, rcancel := context.WithCancel(c)
 		go func() {
 			done <- cachenode.Run(rctx, cachenode.Config{NodeID: id, RESPAddr: "127.0.0.1:" + port, HTTPAddr: "127.0.0.1:" + httpPort,
-				ClusterKVAddrs: g.HTTPAddrs, ClusterName: "wait", Ready: ready, TLS: busCA(t).Files(t, identity.CacheNode, id)})
+				ClusterKVAddrs: g.HTTPAddrs, ClusterName: "wait", Ready: ready, InsecurePlaintext: true})
 		}()
 		return ready, done, rcancel
 	}

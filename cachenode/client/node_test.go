@@ -50,6 +50,8 @@ func tryStartNode(tb testing.TB, cfg cachenode.Config) (*testNode, error) {
 	if cfg.Shards == 0 {
 		cfg.Shards = 16
 	}
+	// Nodes refuse to start without TLS files or an explicit plaintext.
+	cfg.InsecurePlaintext = !cfg.TLS.IsSet()
 	n := &testNode{tb: tb, cfg: cfg}
 	if err := n.tryStart(); err != nil {
 		return nil, err
@@ -170,7 +172,7 @@ func tryCluster(tb testing.TB, replicas bool) (nodes []*testNode, addrs []string
 	}
 	for i, p := range ports {
 		n, err := tryStartNode(tb, cachenode.Config{RESPAddr: fmt.Sprintf("127.0.0.1:%d", p), NodeID: id(i),
-			ClusterConfig: path, ReloadInterval: time.Second, InsecurePlaintext: true})
+			ClusterConfig: path, ReloadInterval: time.Second})
 		if err != nil {
 			for _, n := range nodes {
 				n.stop()

@@ -33,7 +33,7 @@ func startNode(t *testing.T) (*redis.Client, *redis.Client) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- cachenode.Run(ctx, cachenode.Config{RESPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", NamespacesFile: ns, Ready: ready})
+		done <- cachenode.Run(ctx, cachenode.Config{RESPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", NamespacesFile: ns, Ready: ready, InsecurePlaintext: true})
 	}()
 	var a cachenode.Addrs
 	select {

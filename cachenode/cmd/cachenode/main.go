@@ -1,5 +1,10 @@
 // Command cachenode runs one Portico cache node: RESP on :7000, metrics and
 // health on HTTP :18700.
+//
+// It needs its certificate files (--tls-cert-file, --tls-key-file,
+// --tls-ca-file, role cachenode): RESP then speaks TLS only (client
+// certificates optional; AUTH as before) and the cluster bus mutual TLS.
+// Without them it refuses to start unless --insecure-plaintext is given.
 package main
 
 import (
@@ -23,7 +28,7 @@ import (
 func main() {
 	fs := flag.NewFlagSet("cachenode", flag.ExitOnError)
 	nodeID := envflag.String(fs, "node-id", "PORTICO_NODE_ID", "", "node id (default cachenode-<host>-<pid>)")
-	respAddr := envflag.String(fs, "resp-addr", "PORTICO_CACHE_RESP_ADDR", cachenode.DefaultRESPAddr, "RESP listen address")
+	respAddr := envflag.String(fs, "resp-addr", "PORTICO_CACHE_RESP_ADDR", cachenode.DefaultRESPAddr, "RESP listen address (TLS only with the --tls-* files; client certificates optional)")
 	httpAddr := envflag.String(fs, "http-addr", "PORTICO_CACHE_HTTP_ADDR", cachenode.DefaultHTTPAddr, "HTTP /metrics, /healthz, /readyz listen address")
 	nsFile := envflag.String(fs, "namespaces-file", "PORTICO_CACHE_NAMESPACES_FILE", "", "YAML namespaces file, hot-reloaded (empty = only the default namespace)")
 	clusterConfig := envflag.String(fs, "cluster-config", "PORTICO_CACHE_CLUSTER_CONFIG", "", "cluster mode: YAML/JSON static slot map (nodes, slot ranges, epoch), hot-reloaded")
@@ -44,7 +49,7 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
-	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "cluster bus without TLS: anyone who reaches it can SYNC the whole dataset (debugging only)")
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "run without the --tls-* files: RESP (AUTH secrets, values) in clear and, in cluster mode, a cluster bus anyone who reaches it can SYNC the whole dataset from (debugging and benchmarks only)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)

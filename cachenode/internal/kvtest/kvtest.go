@@ -2,10 +2,19 @@
 // real kvnode processes (built from this module with go build) on loopback
 // ports, every node bootstrapping the same three Raft voters and declaring
 // the given CP keyspaces, as make run starts them.
+//
+// Start runs them in plaintext (--insecure-plaintext): the cache's tests
+// that are not about TLS. StartWith a PKI gives every node a kvnode
+// certificate of that CA, as make run does, so cache nodes of the same CA
+// call them over TLS; URLs says which scheme the nodes serve (kvnode's HTTP
+// API takes TLS with certificate files once kvnode implements it, plain
+// HTTP before), so the same test runs against either.
 package kvtest
 
 import (
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,14 +34,34 @@ func Binary(t testing.TB) string {
 	return proctest.Build(t, "./kvnode/cmd/kvnode", "kvnode")
 }
 
+// Options configure StartWith.
+type Options struct {
+	// Keyspaces are the CP keyspaces the nodes declare (at least one).
+	Keyspaces []string
+	// PKI, when set, gives each node a kvnode certificate of this CA:
+	// internode gRPC and Raft on mutual TLS, and the HTTP API on TLS when
+	// kvnode serves it. Without, the nodes run --insecure-plaintext.
+	PKI *tlstest.PKI
+}
+
 // Group is a running 3-node kvnode group.
 type Group struct {
 	t         testing.TB
 	bin       string
-	HTTPAddrs []string // by node index
+	HTTPAddrs []string // host:port, by node index
+	// URLs are the HTTP API's base URLs by node index, with the scheme
+	// the nodes serve: https:// or http://. Pass them (not HTTPAddrs) to
+	// clients that must work against both.
+	URLs []string
+	// TLS is a client configuration for a group started with a PKI: an
+	// operator certificate of it, the server's kvnode identity checked.
+	TLS       *tls.Config
+	opts      Options
 	ids       []string
-	keyspaces []string
 	procs     []*proctest.Proc // output appended to a log file across restarts
+	hc        *http.Client     // kvtest's own calls (2 s timeout)
+	scheme    string           // "http" or "https"; "" until known
+	schemeErr error
 }
 
 func freeAddr(t testing.TB) string {
@@ -51,14 +80,28 @@ func freeAddr(t testing.TB) string {
 // replaced by one on new ports (three attempts).
 func Start(t testing.TB, keyspaces ...string) *Group {
 	t.Helper()
-	if len(keyspaces) == 0 {
+	return StartWith(t, Options{Keyspaces: keyspaces})
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, opts Options) *Group {
+	t.Helper()
+	if len(opts.Keyspaces) == 0 {
 		t.Fatal("kvtest.Start: no CP keyspace")
 	}
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
-		g := &Group{t: t, bin: Binary(t), keyspaces: keyspaces}
+		g := &Group{t: t, bin: Binary(t), opts: opts, scheme: "http", hc: &http.Client{Timeout: 2 * time.Second}}
+		if opts.PKI != nil {
+			g.TLS = opts.PKI.Load(t, identity.Operator, "kvtest-operator").ClientConfig(identity.Policy{Roles: []identity.Role{identity.KVNode}})
+			g.scheme = ""
+			g.hc.Transport = &http.Transport{TLSClientConfig: g.TLS}
+		}
 		g.launch()
 		if _, err = g.waitLeader(30 * time.Second); err == nil {
+			for _, a := range g.HTTPAddrs {
+				g.URLs = append(g.URLs, g.scheme+"://"+a)
+			}
 			t.Cleanup(g.killAll)
 			return g
 		}
@@ -80,22 +123,22 @@ func (g *Group) launch() {
 		raft = append(raft, freeAddr(t))
 		peers = append(peers, g.ids[i]+"="+raft[i])
 	}
-	// Internode gRPC and Raft run mutual TLS, each node with a kvnode
-	// certificate of this group's own CA, as make run's do.
-	ca := tlstest.New(t)
 	for i := range 3 {
-		tc := ca.Files(t, identity.KVNode, g.ids[i])
+		security := []string{"--insecure-plaintext"}
+		if g.opts.PKI != nil {
+			tc := g.opts.PKI.Files(t, identity.KVNode, g.ids[i])
+			security = []string{"--tls-cert-file=" + tc.CertFile, "--tls-key-file=" + tc.KeyFile, "--tls-ca-file=" + tc.CAFile}
+		}
 		var seeds []string
 		for j := range 3 {
 			if j != i {
 				seeds = append(seeds, grpc[j])
 			}
 		}
-		g.procs = append(g.procs, &proctest.Proc{Name: g.ids[i], Bin: g.bin, Log: filepath.Join(dir, g.ids[i]+".log"), Args: []string{"--log-format=text", "--log-level=warn", "--node-id=" + g.ids[i],
+		g.procs = append(g.procs, &proctest.Proc{Name: g.ids[i], Bin: g.bin, Log: filepath.Join(dir, g.ids[i]+".log"), Args: append([]string{"--log-format=text", "--log-level=warn", "--node-id=" + g.ids[i],
 			"--http-addr=" + g.HTTPAddrs[i], "--grpc-addr=" + grpc[i], "--data-dir=" + filepath.Join(dir, g.ids[i]),
 			"--seeds=" + strings.Join(seeds, ","), "--startup-wait=1s", "--raft-addr=" + raft[i],
-			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(g.keyspaces, ","),
-			"--tls-cert-file=" + tc.CertFile, "--tls-key-file=" + tc.KeyFile, "--tls-ca-file=" + tc.CAFile}})
+			"--raft-bootstrap", "--raft-peers=" + strings.Join(peers, ","), "--cp-keyspaces=" + strings.Join(g.opts.Keyspaces, ",")}, security...)})
 		g.start(i)
 	}
 }
@@ -134,12 +177,14 @@ func (g *Group) died() error {
 // Leader is the index of the node a running node reports as Raft leader,
 // or -1.
 func (g *Group) Leader() int {
-	hc := &http.Client{Timeout: time.Second}
+	if !g.detectScheme() {
+		return -1
+	}
 	for i, a := range g.HTTPAddrs {
 		if !g.alive(i) {
 			continue
 		}
-		resp, err := hc.Get("http://" + a + "/admin/v1/cp/members")
+		resp, err := g.hc.Get(g.scheme + "://" + a + "/admin/v1/cp/members")
 		if err != nil {
 			continue
 		}
@@ -180,8 +225,33 @@ func (g *Group) WaitLeader(d time.Duration) int {
 	return l
 }
 
+// detectScheme finds, in a group with a PKI, whether the nodes serve their
+// API over TLS: false while no node answers.
+func (g *Group) detectScheme() bool {
+	if g.scheme != "" {
+		return true
+	}
+	for i, a := range g.HTTPAddrs {
+		if !g.alive(i) {
+			continue
+		}
+		resp, err := g.hc.Get("https://" + a + "/healthz")
+		switch {
+		case err == nil:
+			resp.Body.Close()
+			g.scheme = "https"
+			return true
+		case errors.Is(err, http.ErrSchemeMismatch):
+			g.scheme = "http"
+			return true
+		default:
+			g.schemeErr = err
+		}
+	}
+	return false
+}
+
 func (g *Group) waitLeader(d time.Duration) (int, error) {
-	hc := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(d)
 	for {
 		if err := g.died(); err != nil {
@@ -193,7 +263,7 @@ func (g *Group) waitLeader(d time.Duration) (int, error) {
 				if !g.alive(i) {
 					continue
 				}
-				resp, err := hc.Get("http://" + a + "/v1/cp/" + g.keyspaces[0] + "/kvtest-probe")
+				resp, err := g.hc.Get(g.scheme + "://" + a + "/v1/cp/" + g.opts.Keyspaces[0] + "/kvtest-probe")
 				if err != nil {
 					ok = false
 					break
@@ -211,6 +281,9 @@ func (g *Group) waitLeader(d time.Duration) (int, error) {
 			var tails strings.Builder
 			for i, p := range g.procs {
 				fmt.Fprintf(&tails, "\n%s: %s", g.ids[i], p.Tail(800))
+			}
+			if g.scheme == "" {
+				fmt.Fprintf(&tails, "\n(no node answered https or http: %v)", g.schemeErr)
 			}
 			return -1, fmt.Errorf("no kvnode Raft leader serving after %s; logs:%s", d, tails.String())
 		}
