@@ -15,6 +15,12 @@
 // reshard) and wait for the nodes concerned to follow each step; an
 // interrupted reshard or rebalance resumes when run again.
 //
+// With the workload flags --tls-cert-file, --tls-key-file and --tls-ca-file
+// (an operator certificate; make run writes .run/pki/operator.crt) cachectl
+// calls kvnode over https and the cache nodes' RESP ports over TLS,
+// presenting that certificate and checking the servers' identities;
+// --insecure-plaintext calls both in plaintext (nodes started with it).
+//
 // get prints the stored map as YAML, with its revision in a comment. set
 // validates the file as a slot map, takes the stored epoch + 1 when the
 // file has none (or checks that the file's raises it), and publishes with
@@ -24,6 +30,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,6 +49,8 @@ import (
 	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/internal/envflag"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 func main() {
@@ -72,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 30*time.Second, "overall deadline (reshard and rebalance: per step)")
 	user := envflag.String(fs, "node-user", "PORTICO_CACHE_NODE_USER", "", "AUTH username (namespace) for the nodes, when they require auth")
 	pass := envflag.String(fs, "node-password", "PORTICO_CACHE_NODE_PASSWORD", "", "AUTH secret for the nodes")
+	tlsFlags := tlsfiles.RegisterFlags(fs)
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "call kvnode and the cache nodes without TLS, AUTH secrets in clear (for nodes started with --insecure-plaintext)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -83,7 +94,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	files, err := tlsfiles.LoadOrPlaintext(tlsFlags.Config(), *plaintext, "")
+	if err != nil {
+		fmt.Fprintln(stderr, "cachectl:", err)
+		return 2
+	}
+	nodes := nodeConn{user: *user, pass: *pass}
 	c := &topology.Client{Cluster: *name, Keyspace: *keyspace}
+	if files != nil {
+		c.TLS = files.ClientConfig(identity.Policy{Roles: []identity.Role{identity.KVNode}})
+		nodes.tls = files.ClientConfig(identity.Policy{Roles: []identity.Role{identity.CacheNode}})
+	}
 	for _, a := range strings.Split(*addrs, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.Addrs = append(c.Addrs, a)
@@ -93,17 +114,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "cachectl:", err)
 		return 2
 	}
-	rs := &reshard.Resharder{Client: c, Nodes: reshard.RESP{Username: *user, Password: *pass}, StepTimeout: *timeout, Log: stdout}
-	var err error
+	rs := &reshard.Resharder{Client: c, Nodes: reshard.RESP{Username: nodes.user, Password: nodes.pass, TLS: nodes.tls}, StepTimeout: *timeout, Log: stdout}
 	switch rest[0] {
 	case "reshard":
 		err = reshardCmd(ctx, rs, rest[1:], stderr)
 	case "rebalance":
 		err = rebalanceCmd(ctx, rs, rest[1:], stdout, stderr)
 	case "samples":
-		err = samplesCmd(ctx, c, *user, *pass, rest[1:], stdout, stderr)
+		err = samplesCmd(ctx, c, nodes, rest[1:], stdout, stderr)
 	case "warm":
-		err = warmCmd(ctx, c, *user, *pass, rest[1:], stdout, stderr)
+		err = warmCmd(ctx, c, nodes, rest[1:], stdout, stderr)
 	default:
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
@@ -131,6 +151,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 var errUsage = errors.New("usage")
+
+// nodeConn is how cachectl reaches the cache nodes' RESP ports.
+type nodeConn struct {
+	user, pass string
+	tls        *tls.Config // nil: plaintext
+}
 
 func get(ctx context.Context, c *topology.Client, args []string, stdout io.Writer) error {
 	if len(args) > 0 {

@@ -18,6 +18,8 @@ import (
 	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/topology"
+	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -36,7 +38,7 @@ func TestTopologyGetSet(t *testing.T) {
 	cachectl := func(want int, args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
-		full := append([]string{"--kv-addrs", strings.Join(g.HTTPAddrs, ","), "--cluster", "prod"}, args...)
+		full := append([]string{"--kv-addrs", strings.Join(g.HTTPAddrs, ","), "--cluster", "prod", "--insecure-plaintext"}, args...)
 		if code := run(ctx, full, &out, &errb); code != want {
 			t.Fatalf("cachectl %s = %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errb.String())
 		}
@@ -96,7 +98,7 @@ func TestTopologyInit(t *testing.T) {
 	cachectl := func(want int, args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
-		full := append([]string{"--kv-addrs", strings.Join(g.HTTPAddrs, ","), "--cluster", "init"}, args...)
+		full := append([]string{"--kv-addrs", strings.Join(g.HTTPAddrs, ","), "--cluster", "init", "--insecure-plaintext"}, args...)
 		if code := run(ctx, full, &out, &errb); code != want {
 			t.Fatalf("cachectl %s = %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out.String(), errb.String())
 		}
@@ -126,9 +128,15 @@ func TestTopologyInit(t *testing.T) {
 
 // TestSamplesAndWarm: a one-node cluster serves traffic; cachectl samples
 // saves its key samples; the node's data is dropped (a cold start);
-// cachectl warm reloads the sampled keys from an HTTP origin.
+// cachectl warm reloads the sampled keys from an HTTP origin. Everyone has
+// a certificate of one CA, as in make run: the node serves RESP over TLS
+// only and cachectl calls it (and kvnode, when kvnode serves TLS) with an
+// operator certificate.
 func TestSamplesAndWarm(t *testing.T) {
-	g := kvtest.Start(t, "cache")
+	ca := tlstest.New(t)
+	g := kvtest.StartWith(t, kvtest.Options{Keyspaces: []string{"cache"}, PKI: ca})
+	operator := ca.Files(t, identity.Operator, "operator")
+	appTLS := ca.ClientTLS(nil) // an application without a certificate
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -138,7 +146,7 @@ func TestSamplesAndWarm(t *testing.T) {
 	}
 	port := freePort(t)
 	p, _ := strconv.Atoi(port)
-	if _, err := (&topology.Client{Addrs: g.HTTPAddrs, Cluster: "warm"}).Publish(ctx, cluster.Spec{Epoch: 1,
+	if _, err := (&topology.Client{Addrs: g.URLs, Cluster: "warm", TLS: g.TLS}).Publish(ctx, cluster.Spec{Epoch: 1,
 		Nodes: []cluster.NodeSpec{{ID: "n0", Host: "127.0.0.1", Port: p, BusPort: mustPort(t), Slots: []string{"0-16383"}}}}, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +155,7 @@ func TestSamplesAndWarm(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- cachenode.Run(nctx, cachenode.Config{NodeID: "n0", RESPAddr: "127.0.0.1:" + port, HTTPAddr: "127.0.0.1:0",
-			NamespacesFile: nsFile, ClusterKVAddrs: g.HTTPAddrs, ClusterName: "warm", Ready: ready, InsecurePlaintext: true})
+			NamespacesFile: nsFile, ClusterKVAddrs: g.URLs, ClusterName: "warm", Ready: ready, TLS: ca.Files(t, identity.CacheNode, "n0")})
 	}()
 	defer func() { stop(); <-done }()
 	select {
@@ -155,7 +163,7 @@ func TestSamplesAndWarm(t *testing.T) {
 	case err := <-done:
 		t.Fatal(err)
 	}
-	app := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, Username: "app", Password: "s"})
+	app := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port, Username: "app", Password: "s", TLSConfig: appTLS})
 	defer app.Close()
 	for i := range 20 {
 		for range 20 - i {
@@ -163,8 +171,16 @@ func TestSamplesAndWarm(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
-	base := []string{"--kv-addrs", strings.Join(g.HTTPAddrs, ","), "--cluster", "warm", "--node-user", "app", "--node-password", "s"}
 	file := filepath.Join(dir, "samples.ndjson")
+	// Plaintext calls get nowhere: the node speaks TLS only.
+	plain := []string{"--kv-addrs", strings.Join(g.URLs, ","), "--cluster", "warm", "--node-user", "app", "--node-password", "s", "--insecure-plaintext"}
+	if code := run(ctx, append(plain, "samples", "--out", file), &out, &errb); code != 1 {
+		t.Fatalf("samples in plaintext from a TLS node: %d %s %s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	base := []string{"--kv-addrs", strings.Join(g.URLs, ","), "--cluster", "warm", "--node-user", "app", "--node-password", "s",
+		"--tls-cert-file", operator.CertFile, "--tls-key-file", operator.KeyFile, "--tls-ca-file", operator.CAFile}
 	if code := run(ctx, append(base, "samples", "--out", file), &out, &errb); code != 0 || !strings.Contains(out.String(), "210 samples from 1 nodes") {
 		t.Fatalf("samples: %d %s %s", code, out.String(), errb.String())
 	}

@@ -41,7 +41,7 @@ func nodeAddrs(ctx context.Context, c *topology.Client) ([]string, error) {
 
 // samplesCmd appends every node's recent key samples to a file (or
 // stdout), one JSON object per line: what warm replays after a cold start.
-func samplesCmd(ctx context.Context, c *topology.Client, user, pass string, args []string, stdout, stderr io.Writer) error {
+func samplesCmd(ctx context.Context, c *topology.Client, nc nodeConn, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("samples", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	count := fs.Int("count", 100000, "samples to read from each node (its newest)")
@@ -55,7 +55,7 @@ func samplesCmd(ctx context.Context, c *topology.Client, user, pass string, args
 	}
 	var nodes []*redis.Client
 	for _, a := range addrs {
-		n := redis.NewClient(&redis.Options{Addr: a, Username: user, Password: pass, Protocol: 2, MaxRetries: -1})
+		n := redis.NewClient(&redis.Options{Addr: a, Username: nc.user, Password: nc.pass, TLSConfig: nc.tls, Protocol: 2, MaxRetries: -1})
 		defer n.Close()
 		nodes = append(nodes, n)
 	}
@@ -109,7 +109,7 @@ func readSamples(path string) ([]samples.Sample, error) {
 
 // warmCmd replays the most sampled keys of a namespace against the origin
 // into the cluster (package warm), printing progress every second.
-func warmCmd(ctx context.Context, c *topology.Client, user, pass string, args []string, stdout, stderr io.Writer) error {
+func warmCmd(ctx context.Context, c *topology.Client, nc nodeConn, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("warm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("samples", "", "samples file written by cachectl samples")
@@ -135,7 +135,7 @@ func warmCmd(ctx context.Context, c *topology.Client, user, pass string, args []
 	if err != nil {
 		return err
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: user, Password: pass, Protocol: 2})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: nc.user, Password: nc.pass, TLSConfig: nc.tls, Protocol: 2})
 	defer cc.Close()
 	loader := warm.HTTPLoader{URL: *origin}
 	cfg := warm.Config{Keys: keys, Cache: warm.RedisCache{Client: cc, TTL: *ttl},
