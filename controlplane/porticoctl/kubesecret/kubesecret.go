@@ -41,6 +41,9 @@ const (
 // are required, ca.crt may ride along.
 const TypeTLS = "kubernetes.io/tls"
 
+// TypeOpaque is the type of a Secret of arbitrary keys.
+const TypeOpaque = "Opaque"
+
 // Secret is the part of a core/v1 Secret porticoctl reads and writes.
 type Secret struct {
 	APIVersion string            `json:"apiVersion,omitempty"`
