@@ -75,7 +75,10 @@ func TestEveryMakeRunPortSpeaksTLS(t *testing.T) {
 		t.Skipf("make run's ratelimitsvc uses the Redis of make deps (127.0.0.1:56379); this machine's is %s", addr)
 	}
 	root := t.TempDir()
+	start := time.Now()
 	buildBinaries(t, root)
+	t.Logf("built the binaries in %v", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
 
 	var mu sync.Mutex
 	pids := map[string]int{}
@@ -101,6 +104,7 @@ func TestEveryMakeRunPortSpeaksTLS(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		t.Fatal("make run not ready after 3 minutes")
 	}
+	t.Logf("make run was up in %v", time.Since(start).Round(time.Millisecond))
 
 	caPEM, err := os.ReadFile(filepath.Join(PKIDir(root), pki.CACertFile))
 	if err != nil {
