@@ -46,7 +46,9 @@ type Idempotency struct {
 
 // Meta describes who makes a change and why.
 type Meta struct {
-	Author, Reason string
+	// Author is who made the change: the authenticated principal. Note is
+	// what the client said about itself (X-Portico-Author), kept beside it.
+	Author, Reason, Note string
 	// Idempotency, when set, makes the write replay-safe: a second write with
 	// the same key and request returns the recorded response and writes
 	// nothing; the same key with another request is ErrIdempotencyMismatch.
@@ -406,10 +408,10 @@ func (s *Store) write(ctx context.Context, meta Meta, respond Responder,
 		b.Queue(`INSERT INTO controlplane.resources (kind, name, version_from, body)
 			SELECT kind, name, $1, body FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS c(kind, name, body)`,
 			v, kinds, names, bodies)
-		b.Queue(`INSERT INTO controlplane.audit (version, author, action, kind, name, diff)
-			SELECT $1, $2, action, kind, name, diff
+		b.Queue(`INSERT INTO controlplane.audit (version, author, note, action, kind, name, diff)
+			SELECT $1, $2, $7, action, kind, name, diff
 			FROM unnest($3::text[], $4::text[], $5::text[], $6::jsonb[]) WITH ORDINALITY AS c(action, kind, name, diff, i)
-			ORDER BY i`, v, meta.Author, actions, kinds, names, diffs)
+			ORDER BY i`, v, meta.Author, actions, kinds, names, diffs, meta.Note)
 	}
 	b.Queue(`INSERT INTO controlplane.outbox (version) VALUES ($1)`, v)
 	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(v, 10))

@@ -49,6 +49,7 @@ type AuditEntry struct {
 	Version int64           `json:"version"`
 	At      time.Time       `json:"at"`
 	Author  string          `json:"author"`
+	Note    string          `json:"note,omitempty"`
 	Action  string          `json:"action"`
 	Kind    spec.Kind       `json:"kind"`
 	Name    string          `json:"name"`
@@ -233,14 +234,14 @@ func (s *Store) Version(ctx context.Context, n int64) (VersionInfo, error) {
 // newest). next is the cursor for the following page, 0 on the last.
 func (s *Store) Audit(ctx context.Context, before int64, limit int) (items []AuditEntry, next int64, err error) {
 	limit = pageSize(limit)
-	rows, err := s.pool.Query(ctx, `SELECT id, version, at, author, action, kind, name, diff
+	rows, err := s.pool.Query(ctx, `SELECT id, version, at, author, note, action, kind, name, diff
 		FROM controlplane.audit WHERE $1 = 0 OR id < $1 ORDER BY id DESC LIMIT $2`, before, limit+1)
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: audit: %w", err)
 	}
 	items, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
 		var a AuditEntry
-		err := row.Scan(&a.ID, &a.Version, &a.At, &a.Author, &a.Action, &a.Kind, &a.Name, &a.Diff)
+		err := row.Scan(&a.ID, &a.Version, &a.At, &a.Author, &a.Note, &a.Action, &a.Kind, &a.Name, &a.Diff)
 		return a, err
 	})
 	if err != nil {

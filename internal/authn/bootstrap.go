@@ -52,8 +52,10 @@ func readTokenFile(path string) (IssuedToken, error) {
 	if err != nil {
 		return IssuedToken{}, err
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return IssuedToken{}, fmt.Errorf("%w: %s is accessible to others (mode %v, want 0600)", ErrConfig, path, fi.Mode().Perm())
+	// Group read is allowed: Kubernetes mounts a Secret group-readable by
+	// the pod's fsGroup. Anything for others, or group write, is refused.
+	if fi.Mode().Perm()&0o027 != 0 {
+		return IssuedToken{}, fmt.Errorf("%w: %s is accessible to others (mode %v, want 0600 or 0640)", ErrConfig, path, fi.Mode().Perm())
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
