@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"time"
@@ -31,6 +32,7 @@ import (
 	"github.com/portico-io/portico/controlplane/spec"
 	"github.com/portico-io/portico/controlplane/store"
 	"github.com/portico-io/portico/controlplane/xds"
+	"github.com/portico-io/portico/internal/authn"
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
@@ -73,7 +75,18 @@ type Config struct {
 	// InsecurePlaintext serves xDS without TLS, choosing views from what
 	// clients claim about themselves; for debugging only (logged loudly).
 	InsecurePlaintext bool
-	Logger            *slog.Logger
+	// AdminTokenFile is where the bootstrap admin token lives: made (0600)
+	// and printed once on the first start, stored as a hash, accepted
+	// from then on. Empty: no bootstrap token (operators use certificates
+	// or API tokens made by another admin).
+	AdminTokenFile string
+	// AdminHosts are the names clients reach the admin API by (Host
+	// header); default admin.DefaultAllowedHosts.
+	AdminHosts []string
+	// Stdout receives the bootstrap token when it is made (default
+	// os.Stdout); it is never logged.
+	Stdout io.Writer
+	Logger *slog.Logger
 	// Registry receives every metric; a new one is made when nil.
 	Registry *prometheus.Registry
 
@@ -164,7 +177,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer fv.Close()
 
-	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: fv, Rollouts: ctl, Registry: cfg.Registry, Logger: log, Sealer: sealer})
+	if err := bootstrapAdminToken(ctx, st, cfg.AdminTokenFile, cfg.Stdout, log); err != nil {
+		return err
+	}
+	auth, err := authn.New(authn.Config{Tokens: st, Logger: log})
+	if err != nil {
+		return fmt.Errorf("controlplane: %w", err)
+	}
+	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: fv, Rollouts: ctl, Registry: cfg.Registry, Logger: log, Sealer: sealer,
+		Auth: auth, AllowedHosts: cfg.AdminHosts})
 	if err != nil {
 		return fmt.Errorf("controlplane: admin: %w", err)
 	}

@@ -10,8 +10,11 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,8 +37,13 @@ import (
 // instance is one control plane run by the test, against dbURL.
 type instance struct {
 	addrs controlplane.Addrs
+	token string // the bootstrap admin token
 	stop  func()
 }
+
+// adminTokens maps a running instance's admin address to its bootstrap
+// admin token; call sends it to that address.
+var adminTokens sync.Map
 
 func start(t testing.TB, dbURL, adminAddr, xdsAddr string) *instance {
 	t.Helper()
@@ -49,10 +57,20 @@ func startWith(t testing.TB, cfg controlplane.Config) *instance {
 	done := make(chan error, 1)
 	cfg.Ready, cfg.Logger = ready, testLogger()
 	cfg.InsecurePlaintext = cfg.TLS.CertFile == ""
+	if cfg.AdminTokenFile == "" {
+		cfg.AdminTokenFile = filepath.Join(t.TempDir(), "admin-token")
+	}
+	cfg.Stdout = io.Discard
 	go func() { done <- controlplane.Run(ctx, cfg) }()
 	var in instance
 	select {
 	case in.addrs = <-ready:
+		tok, err := os.ReadFile(cfg.AdminTokenFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.token = strings.TrimSpace(string(tok))
+		adminTokens.Store(in.addrs.Admin, in.token)
 	case err := <-done:
 		cancel()
 		t.Fatalf("control plane exited: %v", err)
@@ -92,6 +110,9 @@ func call(t testing.TB, method, url string, body any, hdr map[string]string, out
 	}
 	req, _ := http.NewRequest(method, url, rd)
 	req.Header.Set("Content-Type", "application/json")
+	if tok, ok := adminTokens.Load(req.URL.Host); ok {
+		req.Header.Set("Authorization", "Bearer "+tok.(string))
+	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}

@@ -111,6 +111,7 @@ func TestPostgresOutageKeepsServing(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, "http://"+cp.addrs.Admin+"/admin/v1/clusters",
 		strings.NewReader(`{"name":"more","endpoints":[{"address":"127.0.0.1","port":1}]}`))
 	req.Header.Set("Idempotency-Key", "during-outage")
+	req.Header.Set("Authorization", "Bearer "+cp.token)
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err = client.Do(req)
 	if err != nil {

@@ -9,10 +9,15 @@
 // missing, 412 when stale); every accepted change is one new config version,
 // reported in the X-Portico-Config-Version header; invalid input changes
 // nothing and gets {"error": {"code", "message", "field"}}.
+//
+// Every route is registered with the permission it needs (internal/authz);
+// callers authenticate with a bearer token (API token or operator JWT) or a
+// client certificate, and the audit author is who they proved to be.
 package admin
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -22,6 +27,7 @@ import (
 	"github.com/portico-io/portico/controlplane/nodes"
 	"github.com/portico-io/portico/controlplane/spec"
 	"github.com/portico-io/portico/controlplane/store"
+	"github.com/portico-io/portico/internal/authz"
 )
 
 // Prefix is where the API is mounted.
@@ -63,7 +69,15 @@ type Config struct {
 	// Sealer encrypts secrets' private keys at rest; nil refuses inline
 	// private keys (secrets referencing files still work).
 	Sealer Sealer
+	// Auth authenticates callers; required.
+	Auth authz.Authenticator
+	// AllowedHosts are the names clients reach the API by (the Host
+	// header); default DefaultAllowedHosts.
+	AllowedHosts []string
 }
+
+// DefaultAllowedHosts are the loopback names.
+var DefaultAllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // Handler serves the admin API. It is safe for concurrent use.
 type Handler struct {
@@ -74,7 +88,10 @@ type Handler struct {
 	log      *slog.Logger
 	maxBody  int64
 	metrics  *metrics
-	mux      *http.ServeMux
+	router   *authz.Router
+	// patterns mirrors the router's patterns, to answer 405 with Allow.
+	patterns *http.ServeMux
+	handler  http.Handler
 	timeNow  func() time.Time
 }
 
@@ -107,12 +124,39 @@ func New(cfg Config) (*Handler, error) {
 		log:      cfg.Logger,
 		maxBody:  cfg.MaxBodyBytes,
 		metrics:  m,
-		mux:      http.NewServeMux(),
+		patterns: http.NewServeMux(),
 		timeNow:  time.Now,
 	}
+	if cfg.Auth == nil {
+		return nil, errors.New("admin: Auth is required")
+	}
+	hosts := cfg.AllowedHosts
+	if len(hosts) == 0 {
+		hosts = DefaultAllowedHosts
+	}
+	am, err := authz.NewMetrics(cfg.Registry, "controlplane_admin")
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	h.router, err = authz.New(authz.Config{Authenticator: cfg.Auth, AllowedHosts: hosts, WriteError: writeAuthError,
+		Metrics: am, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
 	h.routes()
+	if h.handler, err = h.router.Handler(); err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
 	return h, nil
 }
+
+// writeAuthError renders the router's refusals in the API's error envelope.
+func writeAuthError(w http.ResponseWriter, _ *http.Request, status int, err error) {
+	writeJSON(w, status, map[string]*Error{"error": {Status: status, Code: authz.Result(err), Message: err.Error()}})
+}
+
+// Routes lists every route with the permission it requires.
+func (h *Handler) Routes() []authz.Route { return h.router.Routes() }
 
 // managedKinds are served as /admin/v1/<kind>. API keys are not: they are
 // created and revoked under their consumer, and never listed with hashes.
@@ -124,45 +168,61 @@ var managedKinds = []spec.Kind{spec.KindCluster, spec.KindRoute, spec.KindJWTPro
 func (h *Handler) routes() {
 	for _, k := range managedKinds {
 		base := Prefix + "/" + string(k)
-		h.Handle("GET "+base, h.list(k))
-		h.Handle("POST "+base, h.create(k))
-		h.Handle("GET "+base+"/{name}", h.get(k))
-		h.Handle("PUT "+base+"/{name}", h.replace(k))
-		h.Handle("PATCH "+base+"/{name}", h.patch(k))
-		h.Handle("DELETE "+base+"/{name}", h.remove(k))
+		read, write := kindPermissions(k)
+		h.Handle("GET "+base, read, h.list(k))
+		h.Handle("POST "+base, write, h.create(k))
+		h.Handle("GET "+base+"/{name}", read, h.get(k))
+		h.Handle("PUT "+base+"/{name}", write, h.replace(k))
+		h.Handle("PATCH "+base+"/{name}", write, h.patch(k))
+		h.Handle("DELETE "+base+"/{name}", write, h.remove(k))
 	}
 
 	keys := Prefix + "/consumers/{name}/keys"
-	h.Handle("GET "+keys, h.listKeys)
-	h.Handle("POST "+keys, h.createKey)
-	h.Handle("GET "+keys+"/{id}", h.getKey)
-	h.Handle("DELETE "+keys+"/{id}", h.revokeKey)
+	h.Handle("GET "+keys, authz.SecurityRead, h.listKeys)
+	h.Handle("POST "+keys, authz.SecurityWrite, h.createKey)
+	h.Handle("GET "+keys+"/{id}", authz.SecurityRead, h.getKey)
+	h.Handle("DELETE "+keys+"/{id}", authz.SecurityWrite, h.revokeKey)
 
-	h.Handle("GET "+Prefix+"/config/versions", h.listVersions)
-	h.Handle("GET "+Prefix+"/config/versions/{n}", h.getVersion)
-	h.Handle("POST "+Prefix+"/config/rollback", h.rollback)
-	h.Handle("GET "+Prefix+"/audit", h.listAudit)
-	h.Handle("GET "+Prefix+"/nodes", h.listNodes)
+	h.tokenRoutes()
+
+	h.Handle("GET "+Prefix+"/config/versions", authz.ConfigRead, h.listVersions)
+	h.Handle("GET "+Prefix+"/config/versions/{n}", authz.ConfigRead, h.getVersion)
+	h.Handle("POST "+Prefix+"/config/rollback", authz.RolloutWrite, h.rollback)
+	h.Handle("GET "+Prefix+"/audit", authz.SecurityRead, h.listAudit)
+	h.Handle("GET "+Prefix+"/nodes", authz.ConfigRead, h.listNodes)
 	h.rolloutRoutes()
 
-	// Anything else under the prefix gets a JSON 404 or 405.
-	h.mux.Handle(Prefix+"/", h.instrument("unmatched", h.unmatched))
+	// Anything else under the prefix gets a JSON 404 or 405 (after
+	// authentication: an anonymous caller learns nothing about the routes).
+	h.router.Handle(Prefix+"/", authz.ConfigRead, h.instrument("unmatched", h.unmatched))
+}
+
+// kindPermissions are the permissions to read and to change a kind: the
+// credentials and trust material (secrets, JWT providers, revocations) are
+// the security-admin's, the rest is config.
+func kindPermissions(k spec.Kind) (read, write authz.Permission) {
+	switch k {
+	case spec.KindSecret, spec.KindJWTProvider, spec.KindRevocation:
+		return authz.SecurityRead, authz.SecurityWrite
+	}
+	return authz.ConfigRead, authz.ConfigWrite
 }
 
 // HandlerFunc is an endpoint: it writes a success response or returns an
 // error, which the handler turns into the JSON error envelope.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// Handle registers fn for a ServeMux pattern ("METHOD /admin/v1/..."), with
-// metrics labelled by the pattern, request logging and error mapping. Later
-// endpoints (rollouts) are added with it.
-func (h *Handler) Handle(pattern string, fn HandlerFunc) {
-	h.mux.Handle(pattern, h.instrument(pattern, fn))
+// Handle registers fn for a ServeMux pattern ("METHOD /admin/v1/...")
+// behind permission perm, with metrics labelled by the pattern, request
+// logging and error mapping.
+func (h *Handler) Handle(pattern string, perm authz.Permission, fn HandlerFunc) {
+	h.router.Handle(pattern, perm, h.instrument(pattern, fn))
+	h.patterns.Handle(pattern, http.NotFoundHandler())
 }
 
 // ServeHTTP serves the API; mount it at "/admin/v1/" (or at "/").
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.mux.ServeHTTP(w, r)
+	h.handler.ServeHTTP(w, r)
 }
 
 // unmatched answers 405 when another method has an endpoint at this path,
@@ -172,7 +232,7 @@ func (h *Handler) unmatched(w http.ResponseWriter, r *http.Request) error {
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
-		if _, pattern := h.mux.Handler(probe); pattern != "" && pattern != Prefix+"/" {
+		if _, pattern := h.patterns.Handler(probe); pattern != "" {
 			allowed = append(allowed, m)
 		}
 	}

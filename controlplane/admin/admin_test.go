@@ -20,6 +20,9 @@ import (
 	"github.com/portico-io/portico/controlplane/nodes"
 	"github.com/portico-io/portico/controlplane/spec"
 	"github.com/portico-io/portico/controlplane/store"
+	"github.com/portico-io/portico/internal/authn"
+	"github.com/portico-io/portico/internal/authz"
+	"github.com/portico-io/portico/internal/authz/authztest"
 	"github.com/portico-io/portico/internal/testdeps"
 )
 
@@ -30,6 +33,40 @@ type env struct {
 	url   string
 	reg   *prometheus.Registry
 	nodes *nodes.Tracker
+	// tokens are API tokens of each role, stored in the real store; do
+	// sends the admin's unless the request names its own Authorization.
+	tokens map[authz.Role]string
+}
+
+// newHandler builds the handler as the control plane does, authenticating
+// with the store's API tokens, for requests to httptest's default host.
+func newHandler(t testing.TB, cfg Config) *Handler {
+	t.Helper()
+	auth, err := authn.New(authn.Config{Tokens: cfg.Store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Auth, cfg.AllowedHosts = auth, []string{"example.com", authztest.Host}
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// roleTokens creates one API token per role in st.
+func roleTokens(t testing.TB, st *store.Store) map[authz.Role]string {
+	t.Helper()
+	out := map[authz.Role]string{}
+	for _, role := range authz.Roles() {
+		issued := authn.NewToken()
+		if _, err := st.CreateToken(context.Background(), store.Token{ID: issued.ID, Name: "test-" + string(role),
+			Roles: []string{string(role)}, CreatedBy: "test"}, issued.Hash); err != nil {
+			t.Fatal(err)
+		}
+		out[role] = issued.Plaintext
+	}
+	return out
 }
 
 func newEnv(t testing.TB) *env {
@@ -44,11 +81,8 @@ func newEnv(t testing.TB) *env {
 	t.Cleanup(st.Close)
 	reg := prometheus.NewRegistry()
 	tr := nodes.NewTracker()
-	h, err := New(Config{Store: st, Nodes: tr, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, h: h, store: st, url: url, reg: reg, nodes: tr}
+	h := newHandler(t, Config{Store: st, Nodes: tr, Registry: reg})
+	return &env{t: t, h: h, store: st, url: url, reg: reg, nodes: tr, tokens: roleTokens(t, st)}
 }
 
 var keySeq atomic.Int64
@@ -75,8 +109,14 @@ func (e *env) do(method, path, body string, h http.Header) *httptest.ResponseRec
 		r = httptest.NewRequest(method, path, strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
 	}
+	if e.tokens != nil {
+		r.Header.Set("Authorization", "Bearer "+e.tokens[authz.Admin])
+	}
 	for k, v := range h {
 		r.Header[k] = v
+	}
+	if r.Header.Get("Authorization") == "none" {
+		r.Header.Del("Authorization")
 	}
 	w := httptest.NewRecorder()
 	e.h.ServeHTTP(w, r)
@@ -412,8 +452,11 @@ func TestRollbackVersionsAndAudit(t *testing.T) {
 	if len(items) != 3 || vs["nextCursor"] != "2" {
 		t.Fatalf("versions: %v", vs)
 	}
+	// The author is the authenticated token, whatever X-Portico-Author said.
+	id, _ := authn.ParseTokenID(e.tokens[authz.Admin])
+	admin := "token:" + id + " (test-admin)"
 	v4, v3 := items[0].(map[string]any), items[1].(map[string]any)
-	if v4["version"] != 4.0 || v4["rollbackOf"] != 2.0 || v4["author"] != "oncall" || v3["reason"] != "move echo" || v3["author"] != "bob" {
+	if v4["version"] != 4.0 || v4["rollbackOf"] != 2.0 || v4["author"] != admin || v3["reason"] != "move echo" || v3["author"] != admin {
 		t.Fatalf("version items: %v", items)
 	}
 	if _, ok := v4["createdAt"].(string); !ok {
@@ -439,7 +482,7 @@ func TestRollbackVersionsAndAudit(t *testing.T) {
 	}
 	top := rows[0].(map[string]any)
 	diff := top["diff"].(map[string]any)
-	if top["action"] != "rollback" || top["author"] != "oncall" || top["kind"] != "clusters" || diff["before"] == nil || diff["after"] == nil {
+	if top["action"] != "rollback" || top["author"] != admin || top["note"] != "oncall" || top["kind"] != "clusters" || diff["before"] == nil || diff["after"] == nil {
 		t.Fatalf("audit top: %v", top)
 	}
 	all := e.expect(e.do("GET", Prefix+"/audit", "", nil), 200)
@@ -491,7 +534,10 @@ func TestNodesUnmatchedAndMetrics(t *testing.T) {
 	// Through a real server, as cmd mounts it.
 	srv := httptest.NewServer(e.h)
 	defer srv.Close()
-	resp, err := http.Get(srv.URL + Prefix + "/clusters/echo")
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+Prefix+"/clusters/echo", nil)
+	req.Host = "example.com"
+	req.Header.Set("Authorization", "Bearer "+e.tokens[authz.Viewer])
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,11 +545,15 @@ func TestNodesUnmatchedAndMetrics(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("ETag") != `"1"` {
 		t.Fatalf("served: %d %v", resp.StatusCode, resp.Header)
 	}
-	if _, err := New(Config{Store: e.store, Registry: e.reg}); err == nil {
+	auth, _ := authn.New(authn.Config{Tokens: e.store})
+	if _, err := New(Config{Store: e.store, Registry: e.reg, Auth: auth}); err == nil {
 		t.Fatal("registering twice in one registry should fail")
 	}
 	if _, err := New(Config{}); err == nil {
 		t.Fatal("a missing store should fail")
+	}
+	if _, err := New(Config{Store: e.store}); err == nil {
+		t.Fatal("a handler without authentication should fail")
 	}
 }
 

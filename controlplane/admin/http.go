@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/portico-io/portico/controlplane/store"
+	"github.com/portico-io/portico/internal/authn"
 )
 
 // Header value bounds; longer values are rejected rather than truncated.
@@ -78,11 +79,11 @@ func jsonObject(body []byte) error {
 // meta reads author and reason, and the idempotency key when required (or
 // offered).
 func meta(r *http.Request, body []byte, requireKey bool) (store.Meta, error) {
-	m := store.Meta{Author: r.Header.Get(HeaderAuthor), Reason: r.Header.Get(HeaderReason)}
-	if m.Author == "" {
-		m.Author = store.DefaultAuthor
-	}
-	if len(m.Author) > maxAuthorLen {
+	// The author is who the caller proved to be; what it says about itself
+	// is only a note beside that.
+	p, _ := authn.FromContext(r.Context())
+	m := store.Meta{Author: author(p), Note: r.Header.Get(HeaderAuthor), Reason: r.Header.Get(HeaderReason)}
+	if len(m.Note) > maxAuthorLen {
 		return m, badParam(HeaderAuthor, "must be at most 256 bytes")
 	}
 	if len(m.Reason) > maxReasonLen {

@@ -109,11 +109,7 @@ func TestRedisProxyInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	h, err := New(Config{Store: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, h: h, store: st}
+	e := &env{t: t, h: newHandler(t, Config{Store: st}), store: st, tokens: roleTokens(t, st)}
 	e.create("listeners", `{"name":"alt","port":8081}`)
 	e.create("clusters", `{"name":"redis_taken","endpoints":[{"address":"127.0.0.1","port":1}]}`)
 	e.create("redis-proxies", cacheProxy)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/portico-io/portico/controlplane/rollout"
+	"github.com/portico-io/portico/internal/authz"
 )
 
 // Rollouts starts and follows wave rollouts; *rollout.Controller implements it.
@@ -25,10 +26,10 @@ func (h *Handler) rolloutRoutes() {
 		return
 	}
 	base := Prefix + "/config/rollouts"
-	h.Handle("POST "+base, h.startRollout)
-	h.Handle("GET "+base, h.listRollouts)
-	h.Handle("GET "+base+"/{id}", h.getRollout)
-	h.Handle("POST "+base+"/{id}/abort", h.abortRollout)
+	h.Handle("POST "+base, authz.RolloutWrite, h.startRollout)
+	h.Handle("GET "+base, authz.ConfigRead, h.listRollouts)
+	h.Handle("GET "+base+"/{id}", authz.ConfigRead, h.getRollout)
+	h.Handle("POST "+base+"/{id}/abort", authz.RolloutWrite, h.abortRollout)
 }
 
 func rolloutError(err error) error {

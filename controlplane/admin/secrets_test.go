@@ -29,10 +29,7 @@ func newSealedEnv(t *testing.T) (*env, *seal.Sealer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.h, err = New(Config{Store: e.store, Nodes: e.nodes, Registry: prometheus.NewRegistry(), Sealer: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.h = newHandler(t, Config{Store: e.store, Nodes: e.nodes, Registry: prometheus.NewRegistry(), Sealer: s})
 	return e, s
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/portico-io/portico/controlplane"
@@ -39,6 +40,8 @@ func main() {
 	gwKey := envflag.String(fs, "gateway-tls-key-file", "PORTICO_GATEWAY_TLS_KEY_FILE", "", "its key, a path on the gateway hosts")
 	gwCA := envflag.String(fs, "gateway-tls-ca-file", "PORTICO_GATEWAY_TLS_CA_FILE", "", "the platform CA bundle, a path on the gateway hosts")
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve xDS without TLS, trusting what clients claim to be (debugging only)")
+	tokenFile := envflag.String(fs, "admin-token-file", "PORTICO_ADMIN_TOKEN_FILE", "", "bootstrap admin token file: made (0600) and printed once on the first start, accepted from then on")
+	adminHosts := envflag.String(fs, "admin-hosts", "PORTICO_ADMIN_HOSTS", "localhost,127.0.0.1,::1", "comma-separated host names clients reach the admin API by (others get 421)")
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -53,6 +56,12 @@ func main() {
 	cfg.Compile.TracingCollector, cfg.Compile.TracingSamplePercent = *tracing, float64(*sample)
 
 	cfg.TLS, cfg.InsecurePlaintext = tlsFlags.Config(), *plaintext
+	cfg.AdminTokenFile = *tokenFile
+	for _, h := range strings.Split(*adminHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			cfg.AdminHosts = append(cfg.AdminHosts, h)
+		}
+	}
 	if *gwCert != "" || *gwKey != "" || *gwCA != "" {
 		cfg.Compile.GatewayIdentity = &compile.GatewayIdentity{CertFile: *gwCert, KeyFile: *gwKey, CAFile: *gwCA, TrustDomain: *tlsFlags.TrustDomain}
 	}
