@@ -51,6 +51,7 @@ func post(t *testing.T, url, key string, body any) {
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
 	req.Header.Set("Idempotency-Key", key)
+	authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -85,14 +86,17 @@ func TestLiveEnvoy(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
+	cpCfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL,
+		Ready: ready, Compile: compileOptions(listenerPort)}
+	withAdminToken(t, &cpCfg)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL,
-			Ready: ready, Compile: compileOptions(listenerPort)})
+		done <- controlplane.Run(ctx, cpCfg)
 	}()
 	defer func() { cancel(); <-done }()
 	var addrs controlplane.Addrs
 	select {
 	case addrs = <-ready:
+		registerAdminToken(t, cpCfg, addrs)
 	case err := <-done:
 		t.Fatalf("control plane: %v", err)
 	}

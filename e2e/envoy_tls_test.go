@@ -69,14 +69,17 @@ func TestLiveEnvoyHTTPSAndUpstreamMTLS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan controlplane.Addrs, 1)
 	done := make(chan error, 1)
+	cpCfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL,
+		Ready: ready, Compile: compileOptions(listenerPort), SecretKey: key}
+	withAdminToken(t, &cpCfg)
 	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL,
-			Ready: ready, Compile: compileOptions(listenerPort), SecretKey: key})
+		done <- controlplane.Run(ctx, cpCfg)
 	}()
 	defer func() { cancel(); <-done }()
 	var addrs controlplane.Addrs
 	select {
 	case addrs = <-ready:
+		registerAdminToken(t, cpCfg, addrs)
 	case err := <-done:
 		t.Fatalf("control plane: %v", err)
 	}

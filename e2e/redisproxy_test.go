@@ -68,14 +68,17 @@ func TestLiveEnvoyRedisProxy(t *testing.T) {
 	cpDone := make(chan error, 1)
 	gwPKI := tlstest.New(t)
 	cpTLS := gwPKI.Files(t, identity.ControlPlane, "controlplane")
+	cpCfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", TLS: cpTLS, DatabaseURL: dbURL,
+		Ready: cpReady, Compile: compileOptions(listenerPort)}
+	withAdminToken(t, &cpCfg)
 	go func() {
-		cpDone <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", TLS: cpTLS, DatabaseURL: dbURL,
-			Ready: cpReady, Compile: compileOptions(listenerPort)})
+		cpDone <- controlplane.Run(ctx, cpCfg)
 	}()
 	defer func() { cancel(); <-cpDone }()
 	var addrs controlplane.Addrs
 	select {
 	case addrs = <-cpReady:
+		registerAdminToken(t, cpCfg, addrs)
 	case err := <-cpDone:
 		t.Fatalf("control plane: %v", err)
 	}

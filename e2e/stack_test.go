@@ -10,7 +10,10 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,10 +81,39 @@ func startControlPlane(t testing.TB, dbURL string, cfg controlplane.Config) cont
 	t.Helper()
 	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = "127.0.0.1:0", "127.0.0.1:0", dbURL, testLogger()
 	cfg.InsecurePlaintext = cfg.TLS.CertFile == ""
-	return runInProcess(t, "controlplane", func(ctx context.Context, ready chan<- controlplane.Addrs) error {
+	withAdminToken(t, &cfg)
+	addrs := runInProcess(t, "controlplane", func(ctx context.Context, ready chan<- controlplane.Addrs) error {
 		cfg.Ready = ready
 		return controlplane.Run(ctx, cfg)
 	})
+	registerAdminToken(t, cfg, addrs)
+	return addrs
+}
+
+// adminTokens maps a running control plane's admin address to its
+// bootstrap admin token; the admin clients of these tests send it.
+var adminTokens sync.Map
+
+// withAdminToken gives cfg a bootstrap admin token file of the test's own.
+func withAdminToken(t testing.TB, cfg *controlplane.Config) {
+	cfg.AdminTokenFile, cfg.Stdout = filepath.Join(t.TempDir(), "admin-token"), io.Discard
+}
+
+// registerAdminToken records the token of the control plane at addrs.
+func registerAdminToken(t testing.TB, cfg controlplane.Config, addrs controlplane.Addrs) {
+	t.Helper()
+	tok, err := os.ReadFile(cfg.AdminTokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminTokens.Store(addrs.Admin, strings.TrimSpace(string(tok)))
+}
+
+// authorize adds the bearer token of the control plane req is sent to.
+func authorize(req *http.Request) {
+	if tok, ok := adminTokens.Load(req.URL.Host); ok {
+		req.Header.Set("Authorization", "Bearer "+tok.(string))
+	}
 }
 
 // startExtauthz runs extauthz as xDS node nodeID of the plaintext control
@@ -168,6 +200,7 @@ func (a *adminAPI) do(method, path string, body any, hdr map[string]string, out 
 	if method == http.MethodPost {
 		req.Header.Set("Idempotency-Key", fmt.Sprintf("e2e-%s-%d", a.t.Name(), a.seq.Add(1)))
 	}
+	authorize(req)
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}

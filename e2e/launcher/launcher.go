@@ -67,7 +67,8 @@ func Processes(root string) []Process {
 		// certificate from .run/pki, and the control plane serves each the
 		// view of its role.
 		{Name: "controlplane", Args: append(append([]string{bin("controlplane"), "--log-format=text",
-			"--secret-key-file=" + SecretKeyFile(root)}, TLSArgs(root, "controlplane")...), gatewayTLSArgs(root)...),
+			"--secret-key-file=" + SecretKeyFile(root), "--admin-token-file=" + AdminTokenFile(root)},
+			TLSArgs(root, "controlplane")...), gatewayTLSArgs(root)...),
 			Ready: "https://localhost:18080/readyz"},
 		{Name: "extauthz", Args: append([]string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
 			TLSArgs(root, "extauthz")...),
@@ -205,6 +206,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := EnsurePKI(cfg.Root, cfg.Out, time.Now()); err != nil {
 		return fmt.Errorf("platform certificates: %w", err)
 	}
+	if err := ensureAdminToken(cfg.Root, cfg.Out); err != nil {
+		return err
+	}
 	renewCtx, stopRenew := context.WithCancel(ctx)
 	defer stopRenew()
 	go renewLoop(renewCtx, cfg.Root, cfg.Out)
@@ -313,10 +317,10 @@ func Run(ctx context.Context, cfg Config) error {
 
 const nextSteps = `
 Portico is running. Every service port speaks TLS; .run/pki/ca.crt is the CA to trust. Next:
-  curl -s --cacert .run/pki/ca.crt https://localhost:18080/admin/v1/clusters | jq          # the demo config
-  curl -s --cacert .run/pki/ca.crt https://localhost:18080/admin/v1/config/versions | jq   # its versions
-  curl -s --cacert .run/pki/ca.crt https://localhost:18080/admin/v1/nodes | jq             # xDS clients, ACK/NACK
-  curl -s --cacert .run/pki/ca.crt -X POST https://localhost:18080/admin/v1/clusters -H 'Idempotency-Key: k1' \
+  curl -s -K .run/admin.curlrc https://localhost:18080/admin/v1/clusters | jq          # the demo config
+  curl -s -K .run/admin.curlrc https://localhost:18080/admin/v1/config/versions | jq   # its versions
+  curl -s -K .run/admin.curlrc https://localhost:18080/admin/v1/nodes | jq             # xDS clients, ACK/NACK
+  curl -s -K .run/admin.curlrc -X POST https://localhost:18080/admin/v1/clusters -H 'Idempotency-Key: k1' \
        -d '{"name":"more","endpoints":[{"address":"127.0.0.1","port":18901}]}'
   curl -s localhost:10000/echo                            # through Envoy, when it runs
   curl -s --cacert .run/demo-tls/ca.crt https://localhost:10443/public   # HTTPS, certificate by SDS
