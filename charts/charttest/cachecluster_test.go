@@ -63,11 +63,12 @@ func jobs(objs []object) []workload {
 	return out
 }
 
-// cacheInitJobs are the Jobs but the certificate sync's.
+// cacheInitJobs are the Jobs but the certificate sync's and the admin
+// token's.
 func cacheInitJobs(objs []object) []object {
 	var out []object
 	for _, o := range ofKind(objs, "Job") {
-		if o.Obj.(*batchv1.Job).Spec.Template.Labels[componentLabel] != tlsSyncComponent {
+		if c := o.Obj.(*batchv1.Job).Spec.Template.Labels[componentLabel]; c != tlsSyncComponent && c != adminTokenComponent {
 			out = append(out, o)
 		}
 	}

@@ -60,6 +60,7 @@ type expect struct {
 	optional        bool // NetworkPolicies, ServiceMonitors and bundled deps rendered
 	disabled        string
 	tls             tlsExpect
+	adminToken      adminTokenExpect
 }
 
 func TestHelmLint(t *testing.T) {
@@ -382,6 +383,8 @@ func checkRender(t *testing.T, objs []object, e expect) {
 	for _, c := range porticoComponents {
 		external[e.tls.secret(c)] = true
 	}
+	// So is the admin token's (created once by porticoctl, or the user's).
+	external[e.adminToken.secret(e.tls)] = true
 
 	for _, w := range ws {
 		t.Run(w.Kind+"/"+w.Name, func(t *testing.T) {
@@ -410,6 +413,7 @@ func checkRender(t *testing.T, objs []object, e expect) {
 	}
 	checkWiring(t, objs, byComponent, e)
 	checkTLS(t, objs, e)
+	checkAdminToken(t, objs, e)
 }
 
 func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secret, configMaps map[string]*corev1.ConfigMap, external map[string]bool) {
@@ -420,7 +424,7 @@ func checkPodTemplate(t *testing.T, w workload, secrets map[string]*corev1.Secre
 	}
 	// Only the certificate sync pods talk to the Kubernetes API (checkTLSSync
 	// holds their Role to the named Secrets).
-	if talks := w.Component == tlsSyncComponent && pod.ServiceAccountName != ""; talks != isTrue(pod.AutomountServiceAccountToken) {
+	if talks := (w.Component == tlsSyncComponent || w.Component == adminTokenComponent) && pod.ServiceAccountName != ""; talks != isTrue(pod.AutomountServiceAccountToken) {
 		t.Errorf("automountServiceAccountToken = %v: only the certificate sync pods, with their own service account, get a token", isTrue(pod.AutomountServiceAccountToken))
 	}
 	volumes := map[string]corev1.Volume{}

@@ -1,7 +1,6 @@
 package charttest
 
 import (
-	"bytes"
 	"os"
 	"path"
 	"path/filepath"
@@ -21,8 +20,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/portico-io/portico/controlplane/porticoctl"
-	"github.com/portico-io/portico/controlplane/porticoctl/kubesecret/kubesecrettest"
 	"github.com/portico-io/portico/envoy/bootstrap"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -321,6 +318,10 @@ func checkTLSSync(t *testing.T, objs []object, e expect) []certSpec {
 	}
 
 	specs, flags := syncSpecs(t, jc.Args)
+	// The admin token rides along (checkAdminToken follows it).
+	if tok := e.adminToken.created(e); flags["admin-token-secret"] != tok {
+		t.Errorf("k8s-sync --admin-token-secret=%q, want %q", flags["admin-token-secret"], tok)
+	}
 	if flags["namespace"] != namespace || flags["secret-prefix"] != x.secret("") || flags["trust-domain"] != x.td() {
 		t.Errorf("k8s-sync flags %v", flags)
 	}
@@ -345,7 +346,7 @@ func checkTLSSync(t *testing.T, objs []object, e expect) []certSpec {
 		pod  corev1.PodSpec
 		hook bool
 	}{{"Job " + job.Name, jobPod, true}, {"CronJob " + cron.Name, cronPod, false}} {
-		checkSyncRBAC(t, objs, c.what, c.pod.ServiceAccountName, c.hook, secrets, job)
+		checkSyncRBAC(t, objs, c.what, c.pod.ServiceAccountName, c.hook, secrets, e.adminToken.created(e), job)
 		if !isTrue(c.pod.AutomountServiceAccountToken) {
 			t.Errorf("%s: its pod needs its service account token", c.what)
 		}
@@ -382,9 +383,10 @@ func syncSpecs(t *testing.T, args []string) ([]certSpec, map[string]string) {
 }
 
 // checkSyncRBAC: the service account is bound to a Role that can get and
-// update exactly the named Secrets, and create Secrets (Kubernetes cannot
+// update exactly the named Secrets, get (only) the admin token Secret
+// tokenSecret when it is not "", and create Secrets (Kubernetes cannot
 // limit create by name) — nothing else.
-func checkSyncRBAC(t *testing.T, objs []object, what, sa string, hook bool, secrets []string, job *batchv1.Job) {
+func checkSyncRBAC(t *testing.T, objs []object, what, sa string, hook bool, secrets []string, tokenSecret string, job *batchv1.Job) {
 	t.Helper()
 	if sa == "" {
 		t.Errorf("%s runs as the namespace's default service account", what)
@@ -417,7 +419,7 @@ func checkSyncRBAC(t *testing.T, objs []object, what, sa string, hook bool, secr
 		t.Errorf("RoleBinding %s: Role %s is not rendered", bindings[0].Name, bindings[0].RoleRef.Name)
 		return
 	}
-	named, create := 0, 0
+	named, getOnly, create := 0, 0, 0
 	for _, r := range role.Rules {
 		if !slices.Equal(r.APIGroups, []string{""}) || !slices.Equal(r.Resources, []string{"secrets"}) || len(r.NonResourceURLs) != 0 {
 			t.Errorf("Role %s: rule %+v reaches beyond core Secrets", role.Name, r)
@@ -434,6 +436,11 @@ func checkSyncRBAC(t *testing.T, objs []object, what, sa string, hook bool, secr
 			if len(r.ResourceNames) != 0 {
 				t.Errorf("Role %s: create with resourceNames never matches (the name is in the body)", role.Name)
 			}
+		case slices.Equal(r.Verbs, []string{"get"}) && len(r.ResourceNames) > 0:
+			getOnly++
+			if tokenSecret == "" || !slices.Equal(r.ResourceNames, []string{tokenSecret}) {
+				t.Errorf("Role %s: get on %v, want only the admin token Secret %q", role.Name, r.ResourceNames, tokenSecret)
+			}
 		case len(r.ResourceNames) > 0:
 			named++
 			if !sameSet(r.ResourceNames, secrets) {
@@ -448,8 +455,12 @@ func checkSyncRBAC(t *testing.T, objs []object, what, sa string, hook bool, secr
 			t.Errorf("Role %s: rule %+v is not limited to named Secrets", role.Name, r)
 		}
 	}
-	if named != 1 || create != 1 {
-		t.Errorf("Role %s: %d named and %d create rules, want one of each", role.Name, named, create)
+	wantNamed, wantGet := min(len(secrets), 1), 0
+	if tokenSecret != "" {
+		wantGet = 1
+	}
+	if named != wantNamed || getOnly != wantGet || create != 1 {
+		t.Errorf("Role %s: %d named, %d get-only and %d create rules, want %d, %d and 1", role.Name, named, getOnly, create, wantNamed, wantGet)
 	}
 	// The hook's RBAC must exist before the hook Job, as hooks of lower
 	// weight; the CronJob's is a release resource.
@@ -710,44 +721,13 @@ func TestTLSRefusesBadSettings(t *testing.T) {
 // Secret endpoints that checks our requests; not Kubernetes) enforcing
 // the rendered Role: it must create every Secret the pods mount, with the
 // keys they read and certificates the binaries accept for the right
-// identities, and a second run must change nothing. It cannot run in
+// identities, and the admin token Secret the control plane mounts; a
+// second run must change nothing. It cannot run in
 // parallel: it sets KUBERNETES_SERVICE_HOST/PORT as Kubernetes does in a pod.
 func TestTLSSyncJobAgainstItsRole(t *testing.T) {
 	objs := mustDecode(t, render(t, chartDir(t), []string{allEnabledValues(t)}))
-	var job *batchv1.Job
-	for _, o := range ofKind(objs, "Job") {
-		if j := o.Obj.(*batchv1.Job); j.Spec.Template.Labels[componentLabel] == tlsSyncComponent {
-			job = j
-		}
-	}
-	if job == nil {
-		t.Fatal("no certificate sync Job")
-	}
-	pod := job.Spec.Template.Spec
-	var role *rbacv1.Role
-	for _, o := range ofKind(objs, "RoleBinding") {
-		rb := o.Obj.(*rbacv1.RoleBinding)
-		if rb.Subjects[0].Name == pod.ServiceAccountName {
-			role, _ = find[rbacv1.Role](objs, "Role", rb.RoleRef.Name)
-		}
-	}
-	if role == nil {
-		t.Fatal("the Job's service account has no Role")
-	}
-
-	srv := kubesecrettest.New(t, namespace, "sa-token")
-	srv.Allowed = func(verb, name string) bool { return roleAllows(role, verb, name) }
-	host, port := srv.HostPort()
-	t.Setenv("KUBERNETES_SERVICE_HOST", host)
-	t.Setenv("KUBERNETES_SERVICE_PORT", port)
-	args := append(slices.Clone(pod.Containers[0].Args), "--service-account-dir="+srv.ServiceAccountDir(t))
-	var out bytes.Buffer
-	root := porticoctl.Root(&out)
-	root.SetErr(&out)
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		t.Fatalf("porticoctl %s: %v\n%s", strings.Join(args, " "), err, out.String())
-	}
+	srv, run := syncJobRun(t, objs, tlsSyncComponent)
+	run()
 
 	for _, w := range workloads(objs) {
 		if !slices.Contains(porticoComponents, w.Component) {
@@ -778,17 +758,18 @@ func TestTLSSyncJobAgainstItsRole(t *testing.T) {
 		t.Error("no CA Secret")
 	}
 
+	// The control plane's admin token, created once.
+	token := checkTokenSecretWorks(t, objs, srv, fullName("tls-admin-token"))
+
 	srv.Requests()
-	out.Reset()
-	root = porticoctl.Root(&out)
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		t.Fatalf("second run: %v\n%s", err, out.String())
-	}
+	run()
 	for _, r := range srv.Requests() {
 		if r.Method != "GET" {
 			t.Errorf("a second run with nothing due wrote: %s %s", r.Method, r.Path)
 		}
+	}
+	if s, _ := srv.Secret(fullName("tls-admin-token")); string(s.Data["token"]) != token {
+		t.Error("the second run replaced the admin token")
 	}
 }
 
