@@ -83,6 +83,9 @@ type Config struct {
 	// AdminHosts are the names clients reach the admin API by (Host
 	// header); default admin.DefaultAllowedHosts.
 	AdminHosts []string
+	// OperatorJWT, when set, accepts bearer JWTs from the operators' IdP
+	// on the admin API, their claims mapped to roles.
+	OperatorJWT *authn.JWTConfig
 	// Stdout receives the bootstrap token when it is made (default
 	// os.Stdout); it is never logged.
 	Stdout io.Writer
@@ -180,7 +183,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := bootstrapAdminToken(ctx, st, cfg.AdminTokenFile, cfg.Stdout, log); err != nil {
 		return err
 	}
-	auth, err := authn.New(authn.Config{Tokens: st, Logger: log})
+	auth, err := authn.New(authn.Config{Tokens: st, JWT: cfg.OperatorJWT, Logger: log})
 	if err != nil {
 		return fmt.Errorf("controlplane: %w", err)
 	}
