@@ -37,6 +37,12 @@
 // CA chain and one Certificate per workload with its SPIFFE URI; the Envoy
 // bootstrap passes envoy/bootstrap.CheckXDSMutualTLS and its SDS files read
 // the gateway's mounted Secret, the paths the control plane is given.
+// The control plane's bootstrap admin token (admintoken_test.go) is
+// mounted whole, read-only, with a mode authn.BootstrapToken accepts and
+// the non-root process can read, as PORTICO_ADMIN_TOKEN_FILE, beside
+// PORTICO_ADMIN_HOSTS naming the Service; the Secret is created by the
+// certificate Job (or a token-only hook Job with cert-manager, run against
+// its Role too) and never rendered, or brought by the user.
 // NOTES.txt is rendered and its curl bodies decoded and
 // validated by the admin API's own spec package. The Dockerfile test checks a multi-stage build, CGO_ENABLED=0,
 // -trimpath, a non-root distroless final stage, that every */cmd/* binary

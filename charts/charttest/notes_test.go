@@ -36,7 +36,7 @@ func renderNotes(t *testing.T, valueFiles []string) string {
 	return doc.Notes
 }
 
-var curlBody = regexp.MustCompile(`curl -s \$TLS -X POST \$ADMIN(/admin/v1/[a-z-]+) -H 'Idempotency-Key: [^']+' \\\s*-d '([^']*)'`)
+var curlBody = regexp.MustCompile(`curl -s \$TLS -H "Authorization: Bearer \$TOKEN" -X POST \$ADMIN(/admin/v1/[a-z-]+) -H 'Idempotency-Key: [^']+' \\\s*-d '([^']*)'`)
 
 // TestNotesTellHowToPushTheFirstRouteAndSendTraffic checks that NOTES.txt
 // reaches the admin API through a port-forward and that its curl bodies
@@ -61,6 +61,11 @@ func TestNotesTellHowToPushTheFirstRouteAndSendTraffic(t *testing.T) {
 				"get secret " + fullName("tls-controlplane") + " -o jsonpath='{.data.ca\\.crt}'",
 				"ADMIN=https://" + fullName("controlplane") + "." + namespace + ".svc:18080",
 				`TLS="--cacert portico-ca.crt --resolve ` + fullName("controlplane") + "." + namespace + `.svc:18080:127.0.0.1"`,
+				// Every call needs a credential: the bootstrap admin token
+				// the control plane mounts, and how to move off it.
+				"TOKEN=$(kubectl -n " + namespace + " get secret " + fullName("tls-admin-token") + ` -o jsonpath='{.data.token}' | base64 -d)`,
+				"POST $ADMIN/admin/v1/tokens",
+				"DELETE $ADMIN/admin/v1/tokens/",
 			} {
 				if !strings.Contains(notes, want) {
 					t.Errorf("NOTES lack %q", want)
@@ -68,6 +73,11 @@ func TestNotesTellHowToPushTheFirstRouteAndSendTraffic(t *testing.T) {
 			}
 			if strings.Contains(notes, "localhost:18080/") || strings.Contains(notes, "http://localhost:18080") {
 				t.Error("NOTES call the admin API over plaintext; it speaks TLS")
+			}
+			for _, line := range strings.Split(notes, "\n") {
+				if strings.Contains(line, "curl") && strings.Contains(line, "$ADMIN") && !strings.Contains(line, `-H "Authorization: Bearer $TOKEN"`) {
+					t.Errorf("NOTES call the admin API without the token (it answers 401): %s", line)
+				}
 			}
 			if warned := strings.Contains(notes, "WARNING: no database"); warned != (name == "default") {
 				t.Errorf("database warning shown = %v for %s values", warned, name)

@@ -24,11 +24,23 @@ per replica, so every limit is multiplied by the number of replicas.
 {{- if .Values.controlplane.enabled }}
 
 2. Reach the admin API (it is never exposed outside the cluster). It speaks
-   TLS with a certificate of the release's CA for its Service name:
+   TLS with a certificate of the release's CA for its Service name, and every
+   call needs a credential:
   kubectl -n {{ $ns }} port-forward svc/{{ $cp }} 18080:18080 &
   kubectl -n {{ $ns }} get secret {{ include "portico.tlsSecretName" (list . "controlplane") }} -o jsonpath='{.data.ca\.crt}' | base64 -d > portico-ca.crt
   ADMIN=https://{{ $cp }}.{{ $ns }}.svc:18080
   TLS="--cacert portico-ca.crt --resolve {{ $cp }}.{{ $ns }}.svc:18080:127.0.0.1"
+{{- if include "portico.adminTokenMounted" . }}
+  TOKEN=$(kubectl -n {{ $ns }} get secret {{ include "portico.adminTokenSecretName" . }} -o jsonpath='{.data.{{ (include "portico.adminTokenFile" .) | base | replace "." "\\." }}}' | base64 -d)
+   That is the bootstrap admin token. Give people and automation their own
+   API tokens (POST $ADMIN/admin/v1/tokens), then revoke this one
+   (DELETE $ADMIN/admin/v1/tokens/<the 16 hex characters after ptk_>): see
+   "Admin API access" in the chart's README.
+{{- else }}
+   No bootstrap admin token (controlplane.adminToken): use an operator
+   client certificate (add --cert/--key to TLS) or an API token you were
+   given, as TOKEN.
+{{- end }}
 
 3. Start a demo upstream (the echo server in the Portico image):
   kubectl -n {{ $ns }} run echo --image={{ include "portico.image" (list . dict) }} --port 18900 \
@@ -37,12 +49,12 @@ per replica, so every limit is multiplied by the number of replicas.
 
 4. Push the first cluster and route (every change is a new config version
    that the gateways ACK over xDS):
-  curl -s $TLS -X POST $ADMIN/admin/v1/clusters -H 'Idempotency-Key: c1' \
+  curl -s $TLS -H "Authorization: Bearer $TOKEN" -X POST $ADMIN/admin/v1/clusters -H 'Idempotency-Key: c1' \
     -d '{"name":"echo","endpoints":[{"address":"echo.{{ $ns }}.svc.{{ .Values.clusterDomain }}","port":18900}]}'
-  curl -s $TLS -X POST $ADMIN/admin/v1/routes -H 'Idempotency-Key: r1' \
+  curl -s $TLS -H "Authorization: Bearer $TOKEN" -X POST $ADMIN/admin/v1/routes -H 'Idempotency-Key: r1' \
     -d '{"name":"echo","match":{"pathPrefix":"/echo"},"cluster":"echo","auth":{"mode":"none"}}'
-  curl -s $TLS $ADMIN/admin/v1/config/versions
-  curl -s $TLS $ADMIN/admin/v1/nodes      # each gateway with its ACKed version
+  curl -s $TLS -H "Authorization: Bearer $TOKEN" $ADMIN/admin/v1/config/versions
+  curl -s $TLS -H "Authorization: Bearer $TOKEN" $ADMIN/admin/v1/nodes      # each gateway with its ACKed version
 {{- end }}
 {{- if .Values.envoy.enabled }}
 
