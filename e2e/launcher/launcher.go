@@ -331,7 +331,8 @@ Portico is running. Every service port speaks TLS; .run/pki/ca.crt is the CA to 
   curl -si --cacert .run/pki/ca.crt https://localhost:18401/v1/kv/locks:leader                               # the same key through /v1/kv/, linearizable
   redis-cli --tls --cacert .run/pki/ca.crt -c -p 7000 SET greeting hi EX 60   # cache cluster (7000-7005)
   redis-cli --tls --cacert .run/pki/ca.crt -c -p 7001 GET greeting
-  bin/cachectl --cluster portico topology get                               # its slot map (3 primaries, 3 replicas)
+  PORTICO_TLS_CERT_FILE=.run/pki/operator.crt PORTICO_TLS_KEY_FILE=.run/pki/operator.key PORTICO_TLS_CA_FILE=.run/pki/ca.crt \
+    bin/cachectl --cluster portico topology get                             # its slot map (3 primaries, 3 replicas)
   redis-cli -p 6380 GET greeting                                            # the cache through Envoy's redis proxy, when Envoy runs
 Ctrl-C stops everything (or 'make stop' from another shell).
 `
