@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -96,7 +97,10 @@ func meta(r *http.Request, body []byte, requireKey bool) (store.Meta, error) {
 	case len(key) > maxIdempotencyKeyLen:
 		return m, badParam(HeaderIdempotencyKey, "must be at most 255 bytes")
 	case key != "":
-		m.Idempotency = &store.Idempotency{Key: key, Method: r.Method, Path: r.URL.Path, RequestHash: requestHash(body)}
+		// Keys are scoped to the caller: another principal reusing a key
+		// neither replays nor blocks this one's request.
+		who := p.String()
+		m.Idempotency = &store.Idempotency{Key: fmt.Sprintf("%d:%s/%s", len(who), who, key), Method: r.Method, Path: r.URL.Path, RequestHash: requestHash(body)}
 	}
 	return m, nil
 }
