@@ -10,10 +10,8 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +27,7 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/controlplane/cptest"
 	"github.com/portico-io/portico/controlplane/store"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/xdstest"
@@ -52,44 +51,10 @@ func start(t testing.TB, dbURL, adminAddr, xdsAddr string) *instance {
 
 func startWith(t testing.TB, cfg controlplane.Config) *instance {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan controlplane.Addrs, 1)
-	done := make(chan error, 1)
-	cfg.Ready, cfg.Logger = ready, testLogger()
-	cfg.InsecurePlaintext = cfg.TLS.CertFile == ""
-	if cfg.AdminTokenFile == "" {
-		cfg.AdminTokenFile = filepath.Join(t.TempDir(), "admin-token")
-	}
-	cfg.Stdout = io.Discard
-	go func() { done <- controlplane.Run(ctx, cfg) }()
-	var in instance
-	select {
-	case in.addrs = <-ready:
-		tok, err := os.ReadFile(cfg.AdminTokenFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		in.token = strings.TrimSpace(string(tok))
-		adminTokens.Store(in.addrs.Admin, in.token)
-	case err := <-done:
-		cancel()
-		t.Fatalf("control plane exited: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("control plane not ready after 30s")
-	}
-	var stopped atomic.Bool
-	in.stop = func() {
-		if stopped.Swap(true) {
-			return
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("control plane: %v", err)
-		}
-	}
-	t.Cleanup(in.stop)
-	return &in
+	cfg.Logger = testLogger()
+	cp := cptest.Start(t, cfg)
+	adminTokens.Store(cp.Addrs.Admin, cp.Token)
+	return &instance{addrs: cp.Addrs, token: cp.Token, stop: cp.Stop}
 }
 
 // testLogger logs to stderr at debug level when PORTICO_TEST_LOG is set.

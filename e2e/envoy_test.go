@@ -84,22 +84,8 @@ func TestLiveEnvoy(t *testing.T) {
 	upPort := up.Listener.Addr().(*net.TCPAddr).Port
 
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan controlplane.Addrs, 1)
-	done := make(chan error, 1)
-	cpCfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL,
-		Ready: ready, Compile: compileOptions(listenerPort)}
-	withAdminToken(t, &cpCfg)
-	go func() {
-		done <- controlplane.Run(ctx, cpCfg)
-	}()
-	defer func() { cancel(); <-done }()
-	var addrs controlplane.Addrs
-	select {
-	case addrs = <-ready:
-		registerAdminToken(t, cpCfg, addrs)
-	case err := <-done:
-		t.Fatalf("control plane: %v", err)
-	}
+	defer cancel()
+	addrs := startControlPlane(t, dbURL, controlplane.Config{Compile: compileOptions(listenerPort)})
 	base := "http://" + addrs.Admin + "/admin/v1"
 	post(t, base+"/clusters", "c", map[string]any{"name": "echo", "endpoints": []any{map[string]any{"address": "127.0.0.1", "port": upPort}}})
 	post(t, base+"/routes", "r", map[string]any{"name": "echo", "match": map[string]any{"pathPrefix": "/echo"}, "cluster": "echo", "auth": map[string]any{"mode": "none"}})

@@ -67,22 +67,8 @@ func TestLiveEnvoyHTTPSAndUpstreamMTLS(t *testing.T) {
 	}
 	key, _ := seal.ParseKey(k)
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan controlplane.Addrs, 1)
-	done := make(chan error, 1)
-	cpCfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL,
-		Ready: ready, Compile: compileOptions(listenerPort), SecretKey: key}
-	withAdminToken(t, &cpCfg)
-	go func() {
-		done <- controlplane.Run(ctx, cpCfg)
-	}()
-	defer func() { cancel(); <-done }()
-	var addrs controlplane.Addrs
-	select {
-	case addrs = <-ready:
-		registerAdminToken(t, cpCfg, addrs)
-	case err := <-done:
-		t.Fatalf("control plane: %v", err)
-	}
+	defer cancel()
+	addrs := startControlPlane(t, dbURL, controlplane.Config{Compile: compileOptions(listenerPort), SecretKey: key})
 	base := "http://" + addrs.Admin + "/admin/v1"
 	post(t, base+"/secrets", "s1", map[string]any{"name": "gw", "type": "tls", "certificate": gwCert.CertPEM, "privateKey": gwCert.KeyPEM})
 	post(t, base+"/secrets", "s2", map[string]any{"name": "clients", "type": "ca", "ca": clientCA.CertPEM})

@@ -64,24 +64,8 @@ func TestLiveEnvoyRedisProxy(t *testing.T) {
 
 	// The control plane, with the proxy in front of the cluster.
 	listenerPort, proxyPort := freePort(t), freePort(t)
-	cpReady := make(chan controlplane.Addrs, 1)
-	cpDone := make(chan error, 1)
 	gwPKI := tlstest.New(t)
-	cpTLS := gwPKI.Files(t, identity.ControlPlane, "controlplane")
-	cpCfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", TLS: cpTLS, DatabaseURL: dbURL,
-		Ready: cpReady, Compile: compileOptions(listenerPort)}
-	withAdminToken(t, &cpCfg)
-	go func() {
-		cpDone <- controlplane.Run(ctx, cpCfg)
-	}()
-	defer func() { cancel(); <-cpDone }()
-	var addrs controlplane.Addrs
-	select {
-	case addrs = <-cpReady:
-		registerAdminToken(t, cpCfg, addrs)
-	case err := <-cpDone:
-		t.Fatalf("control plane: %v", err)
-	}
+	addrs := startControlPlane(t, dbURL, controlplane.Config{TLS: gwPKI.Files(t, identity.ControlPlane, "controlplane"), Compile: compileOptions(listenerPort)})
 	seeds := []any{}
 	for _, p := range ports {
 		seeds = append(seeds, map[string]any{"address": "127.0.0.1", "port": p})

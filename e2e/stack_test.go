@@ -10,9 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +25,7 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/controlplane/cptest"
 	"github.com/portico-io/portico/extauthz"
 	"github.com/portico-io/portico/extauthz/authz"
 	"github.com/portico-io/portico/internal/testdeps"
@@ -76,38 +75,19 @@ func runInProcess[A any](t testing.TB, name string, run func(ctx context.Context
 }
 
 // startControlPlane runs a control-plane replica on the database at dbURL
-// (from testdeps.Postgres; several replicas may share one).
+// (from testdeps.Postgres; several replicas may share one). The admin
+// clients below present its bootstrap admin token.
 func startControlPlane(t testing.TB, dbURL string, cfg controlplane.Config) controlplane.Addrs {
 	t.Helper()
-	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = "127.0.0.1:0", "127.0.0.1:0", dbURL, testLogger()
-	cfg.InsecurePlaintext = cfg.TLS.CertFile == ""
-	withAdminToken(t, &cfg)
-	addrs := runInProcess(t, "controlplane", func(ctx context.Context, ready chan<- controlplane.Addrs) error {
-		cfg.Ready = ready
-		return controlplane.Run(ctx, cfg)
-	})
-	registerAdminToken(t, cfg, addrs)
-	return addrs
+	cfg.DatabaseURL, cfg.Logger = dbURL, testLogger()
+	cp := cptest.Start(t, cfg)
+	adminTokens.Store(cp.Addrs.Admin, cp.Token)
+	return cp.Addrs
 }
 
 // adminTokens maps a running control plane's admin address to its
-// bootstrap admin token; the admin clients of these tests send it.
+// bootstrap admin token.
 var adminTokens sync.Map
-
-// withAdminToken gives cfg a bootstrap admin token file of the test's own.
-func withAdminToken(t testing.TB, cfg *controlplane.Config) {
-	cfg.AdminTokenFile, cfg.Stdout = filepath.Join(t.TempDir(), "admin-token"), io.Discard
-}
-
-// registerAdminToken records the token of the control plane at addrs.
-func registerAdminToken(t testing.TB, cfg controlplane.Config, addrs controlplane.Addrs) {
-	t.Helper()
-	tok, err := os.ReadFile(cfg.AdminTokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminTokens.Store(addrs.Admin, strings.TrimSpace(string(tok)))
-}
 
 // authorize adds the bearer token of the control plane req is sent to.
 func authorize(req *http.Request) {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/controlplane/cptest"
 	"github.com/portico-io/portico/extauthz"
 	"github.com/portico-io/portico/extauthz/authz"
 	"github.com/portico-io/portico/extauthz/policy"
@@ -53,38 +54,17 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// run starts a process-like component in a goroutine; stop cancels it and
-// waits for Run to return.
+// runControlPlane runs the real control plane on dbURL; its bootstrap
+// admin token authorizes the admin calls below.
 func runControlPlane(t *testing.T, dbURL string) (controlplane.Addrs, func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan controlplane.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- controlplane.Run(ctx, controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: dbURL, Ready: ready, Logger: testLogger()})
-	}()
-	var addrs controlplane.Addrs
-	select {
-	case addrs = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("control plane exited: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("control plane not ready after 30s")
-	}
-	var stopped atomic.Bool
-	stop := func() {
-		if !stopped.Swap(true) {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("control plane: %v", err)
-			}
-		}
-	}
-	t.Cleanup(stop)
-	return addrs, stop
+	cp := cptest.Start(t, controlplane.Config{DatabaseURL: dbURL, Logger: testLogger()})
+	adminToken = cp.Token
+	return cp.Addrs, cp.Stop
 }
+
+// adminToken is the running control plane's admin token.
+var adminToken string
 
 type extauthzProc struct {
 	addrs  extauthz.Addrs
@@ -144,6 +124,7 @@ func admin(t *testing.T, method, url string, body any, hdr map[string]string, ou
 	if method == http.MethodPost {
 		req.Header.Set("Idempotency-Key", fmt.Sprintf("extauthz-test-%d", idem.Add(1)))
 	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}

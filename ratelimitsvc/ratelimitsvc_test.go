@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/controlplane/cptest"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/ratelimitsvc"
 	"github.com/portico-io/portico/ratelimitsvc/source"
@@ -209,37 +211,17 @@ func TestFileRulesHotReload(t *testing.T) {
 	}
 }
 
-// startControlPlane runs a real control plane on a fresh database.
+// startControlPlane runs a real control plane on a fresh database; its
+// bootstrap admin token authorizes postRule.
 func startControlPlane(t *testing.T) (controlplane.Addrs, func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan controlplane.Addrs, 1)
-	done := make(chan error, 1)
-	cfg := controlplane.Config{AdminAddr: "127.0.0.1:0", XDSAddr: "127.0.0.1:0", InsecurePlaintext: true, DatabaseURL: testdeps.Postgres(t), Ready: ready}
-	go func() { done <- controlplane.Run(ctx, cfg) }()
-	var addrs controlplane.Addrs
-	select {
-	case addrs = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("control plane exited: %v", err)
-	case <-time.After(30 * time.Second):
-		cancel()
-		t.Fatal("control plane not ready after 30s")
-	}
-	var stopped atomic.Bool
-	stop := func() {
-		if stopped.Swap(true) {
-			return
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("control plane: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return addrs, stop
+	cp := cptest.Start(t, controlplane.Config{DatabaseURL: testdeps.Postgres(t)})
+	adminTokens.Store(cp.Addrs.Admin, cp.Token)
+	return cp.Addrs, cp.Stop
 }
+
+// adminTokens maps a control plane's admin address to its admin token.
+var adminTokens sync.Map
 
 var idem atomic.Int64
 
@@ -256,6 +238,9 @@ func postRuleStatus(t *testing.T, admin string, rule map[string]any) int {
 	req, _ := http.NewRequest(http.MethodPost, "http://"+admin+"/admin/v1/ratelimit-rules", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", fmt.Sprintf("rls-test-%d-%d", time.Now().UnixNano(), idem.Add(1)))
+	if tok, ok := adminTokens.Load(admin); ok {
+		req.Header.Set("Authorization", "Bearer "+tok.(string))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
