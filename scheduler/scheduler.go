@@ -23,6 +23,8 @@ import (
 
 	schedulerv1 "github.com/portico-io/portico/proto/portico/scheduler/v1"
 
+	"github.com/portico-io/portico/internal/authn"
+	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/grpcserver"
 	"github.com/portico-io/portico/internal/health"
 	"github.com/portico-io/portico/internal/httpserver"
@@ -95,6 +97,16 @@ type Config struct {
 	// Serving either API without files needs InsecurePlaintext.
 	TLS               tlsfiles.Config
 	InsecurePlaintext bool
+	// AdminTokenFile is the bootstrap admin token (the control plane's
+	// file in make run): made 0600 when missing, accepted as role admin.
+	// Empty: callers need an operator certificate or an IdP JWT.
+	AdminTokenFile string
+	// OperatorJWT accepts the IdP's JWTs; its TenantClaim binds a JWT to
+	// a tenant.
+	OperatorJWT *authn.JWTConfig
+	// AdminHosts are the names clients reach the REST API by (default
+	// loopback).
+	AdminHosts []string
 	// SecretsDir holds one file per secret name (a mounted Kubernetes
 	// Secret) for target.http.secretRef; read at call time. Empty: no
 	// secrets (jobs with a secretRef are accepted but their runs fail).
@@ -179,7 +191,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var handler http.Handler
 	if cfg.Roles.API {
-		a, err := api.New(api.Config{Store: st, Guard: guard, TargetKinds: targets.Kinds(), Secrets: secrets, Logger: log})
+		auth, err := newAuthenticator(cfg.AdminTokenFile, cfg.OperatorJWT, log)
+		if err != nil {
+			return err
+		}
+		am, err := authz.NewMetrics(reg, "scheduler")
+		if err != nil {
+			return err
+		}
+		a, err := api.New(api.Config{Store: st, Guard: guard, TargetKinds: targets.Kinds(), Secrets: secrets, Logger: log,
+			Auth: auth, AllowedHosts: cfg.AdminHosts, Metrics: am})
 		if err != nil {
 			return err
 		}

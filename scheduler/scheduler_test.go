@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/scheduler"
 	"github.com/portico-io/portico/scheduler/api"
+	"github.com/portico-io/portico/scheduler/api/apitest"
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/notify"
 	"github.com/portico-io/portico/scheduler/reaper"
@@ -40,6 +43,22 @@ type env struct {
 	// client calls api (default http.DefaultClient); a TLS one for a
 	// scheduler serving its REST API over TLS.
 	client *http.Client
+	// token, when set, is the credential of every request (a scheduler
+	// run by the test; newEnv's API adds its own).
+	token string
+}
+
+// adminToken gives a scheduler.Run of the test a bootstrap admin token
+// file and returns its path and a reader of the token.
+func adminToken(t testing.TB) (file string, read func() string) {
+	file = filepath.Join(t.TempDir(), "admin-token")
+	return file, func() string {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
 }
 
 func newEnv(t *testing.T) *env {
@@ -55,11 +74,12 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.New(api.Config{Store: st, Guard: guard})
+	auth, tokens := apitest.New(t)
+	a, err := api.New(api.Config{Store: st, Guard: guard, Auth: auth})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(a)
+	srv := httptest.NewServer(apitest.AsDefault(a, tokens.Admin))
 	t.Cleanup(srv.Close)
 	db, err := pgxpool.New(ctx, url)
 	if err != nil {
@@ -74,6 +94,9 @@ func (e *env) do(t *testing.T, method, path, body string, hdr map[string]string)
 	req, err := http.NewRequest(method, e.api.URL+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if e.token != "" {
+		req.Header.Set("Authorization", "Bearer "+e.token)
 	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
@@ -451,11 +474,12 @@ func TestRunServesAllRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokenFile, token := adminToken(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: lis, Roles: scheduler.AllRoles, InsecurePlaintext: true,
-			TargetAllowlist: "127.0.0.0/8", Tick: 50 * time.Millisecond, WorkerPoll: 20 * time.Millisecond})
+			TargetAllowlist: "127.0.0.0/8", Tick: 50 * time.Millisecond, WorkerPoll: 20 * time.Millisecond, AdminTokenFile: tokenFile})
 	}()
 	defer func() {
 		cancel()
@@ -473,7 +497,7 @@ func TestRunServesAllRoles(t *testing.T) {
 		return resp.StatusCode == 200
 	})
 	tg := newTarget(t, func(int) int { return 200 })
-	e := &env{api: &httptest.Server{URL: base}}
+	e := &env{api: &httptest.Server{URL: base}, token: token()}
 	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":1}`))
 	eventually(t, 10*time.Second, "SUCCEEDED", func() bool {
 		rs := e.runs(t, id)

@@ -71,10 +71,12 @@ func TestSecretRefEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokenFile, token := adminToken(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: dbURL, Listener: lis, Roles: scheduler.AllRoles, InsecurePlaintext: true,
+			AdminTokenFile:  tokenFile,
 			TargetAllowlist: "127.0.0.0/8", SecretsDir: dir, Tick: 50 * time.Millisecond, WorkerPoll: 20 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	}()
@@ -93,7 +95,7 @@ func TestSecretRefEndToEnd(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	e := &env{api: &httptest.Server{URL: base}}
+	e := &env{api: &httptest.Server{URL: base}, token: token()}
 
 	auth := make(chan string, 64)
 	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -184,9 +186,14 @@ func TestSecretRefEndToEnd(t *testing.T) {
 	// The value is nowhere but in the directory.
 	var api strings.Builder
 	for _, path := range []string{"/v1/jobs/" + id, "/v1/jobs/" + echo, "/v1/jobs/" + id + "/runs", "/v1/jobs/" + echo + "/runs", "/v1/dlq?tenant=acme", "/v1/jobs?tenant=acme"} {
-		resp, err := http.Get(base + path)
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
 		}
 		var b bytes.Buffer
 		_, _ = b.ReadFrom(resp.Body)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/scheduler/api"
+	"github.com/portico-io/portico/scheduler/api/apitest"
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/store"
 	"github.com/portico-io/portico/scheduler/target"
@@ -88,12 +89,13 @@ func TestPluggableQueueTarget(t *testing.T) {
 	reg := target.Registry{jobspec.TargetQueue: q}
 	ht, _ := httptarget.New(httptarget.Config{Guard: e.guard})
 	reg[jobspec.TargetHTTP] = ht
-	a, err := api.New(api.Config{Store: e.st, Guard: e.guard, TargetKinds: reg.Kinds()})
+	auth, tokens := apitest.New(t)
+	a, err := api.New(api.Config{Store: e.st, Guard: e.guard, TargetKinds: reg.Kinds(), Auth: auth})
 	if err != nil {
 		t.Fatal(err)
 	}
 	plain := e.api
-	e.api = httptest.NewServer(a)
+	e.api = httptest.NewServer(apitest.AsDefault(a, tokens.Admin))
 	t.Cleanup(e.api.Close)
 	spec := func(queue string) string {
 		return `{"tenant":"acme","schedule":{"type":"ONE_OFF","at":"2020-01-01T00:00:00Z"},
@@ -108,7 +110,7 @@ func TestPluggableQueueTarget(t *testing.T) {
 	if errBody, _ := out["error"].(map[string]any); code != http.StatusUnprocessableEntity || errBody["field"] != "target.type" {
 		t.Fatalf("QUEUE on a scheduler without it: %d %v", code, out)
 	}
-	e.api = httptest.NewServer(a)
+	e.api = httptest.NewServer(apitest.AsDefault(a, tokens.Admin))
 	t.Cleanup(e.api.Close)
 	id := e.createJob(t, spec(`{"topic":"settlement.commands"}`))
 	e.start(t, roles{targets: reg})

@@ -54,8 +54,9 @@ func TestGRPCRemoteWorker(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ca := tlstest.New(t)
+	tokenFile, token := adminToken(t)
 	go func() {
-		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: lis, WorkerGRPCListener: glis,
+		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: url, Listener: lis, WorkerGRPCListener: glis, AdminTokenFile: tokenFile,
 			Roles: scheduler.Roles{API: true, Runner: true, Reaper: true}, TargetAllowlist: "127.0.0.0/8",
 			Tick: 50 * time.Millisecond, ReapInterval: 50 * time.Millisecond, TLS: ca.Files(t, identity.Scheduler, "scheduler")})
 	}()
@@ -89,6 +90,7 @@ func TestGRPCRemoteWorker(t *testing.T) {
 		}
 		return err == nil && resp.StatusCode == 200
 	})
+	e.token = token()
 	id := e.createJob(t, oneOff("http://127.0.0.1:9/hook", `{"maxAttempts":3,"initialBackoffMs":1,"maxBackoffMs":1}`))
 	second := time.Second
 	lease := func(what string) *schedulerv1.LeasedRun {

@@ -78,7 +78,8 @@ func Processes(root string) []Process {
 			Env: []string{"PORTICO_REDIS_ADDR=127.0.0.1:56379", "PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz"},
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
 		// The worker API (:18301) admits worker certificates only.
-		{Name: "scheduler", Args: append([]string{bin("scheduler"), "--log-format=text"}, TLSArgs(root, "scheduler")...),
+		{Name: "scheduler", Args: append([]string{bin("scheduler"), "--log-format=text", "--admin-token-file=" + AdminTokenFile(root)},
+			TLSArgs(root, "scheduler")...),
 			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "https://localhost:18300/readyz"},
 	}
 	// Three kvnodes on 18400-18402 (HTTP) and 18500-18502 (internode), each
@@ -324,7 +325,7 @@ Portico is running. Every service port speaks TLS; .run/pki/ca.crt is the CA to 
        -d '{"name":"more","endpoints":[{"address":"127.0.0.1","port":18901}]}'
   curl -s localhost:10000/echo                            # through Envoy, when it runs
   curl -s --cacert .run/demo-tls/ca.crt https://localhost:10443/public   # HTTPS, certificate by SDS
-  curl -s --cacert .run/pki/ca.crt -X POST https://localhost:18300/v1/jobs -H 'Idempotency-Key: j1' -d @job.json   # scheduler (see scheduler/README.md)
+  curl -s -K .run/admin.curlrc -X POST https://localhost:18300/v1/jobs -H 'Idempotency-Key: j1' -d @job.json   # scheduler (see scheduler/README.md)
   curl -s --cacert .run/pki/ca.crt -X PUT 'https://localhost:18400/v1/kv/hello?consistency=QUORUM' -d world    # kvnode ring (18400-18402)
   curl -s --cacert .run/pki/ca.crt 'https://localhost:18401/v1/kv/hello?consistency=QUORUM'
   curl -s --cacert .run/pki/ca.crt -X PUT https://localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier (keyspace locks): CAS, create-only

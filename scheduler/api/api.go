@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/secret"
 	"github.com/portico-io/portico/scheduler/store"
@@ -64,42 +65,70 @@ type Config struct {
 	// an existing file at create/PATCH (422 otherwise). Unconfigured, the
 	// reference is accepted and resolved by whichever worker runs it.
 	Secrets *secret.Dir
+	// Auth authenticates callers (required); every route needs a
+	// permission (jobs.read, jobs.write) and the tenant comes from the
+	// credential (see access.go).
+	Auth authz.Authenticator
+	// AllowedHosts are the names clients reach the API by (default
+	// loopback); other Host headers get 421.
+	AllowedHosts []string
+	// Metrics counts authentication decisions; nil counts nothing.
+	Metrics *authz.Metrics
 	Logger  *slog.Logger
 }
 
 // API serves /v1; safe for concurrent use.
 type API struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg     Config
+	router  *authz.Router
+	handler http.Handler
 }
 
 // New validates cfg and builds the routes.
 func New(cfg Config) (*API, error) {
-	if cfg.Store == nil || cfg.Guard == nil {
-		return nil, errors.New("api: Store and Guard are required")
+	if cfg.Store == nil || cfg.Guard == nil || cfg.Auth == nil {
+		return nil, errors.New("api: Store, Guard and Auth are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &API{cfg: cfg, mux: http.NewServeMux()}
-	a.handle("POST /v1/jobs", a.create)
-	a.handle("GET /v1/jobs", a.list)
-	a.handle("GET /v1/jobs/{id}", a.get)
-	a.handle("PATCH /v1/jobs/{id}", a.patch)
-	a.handle("DELETE /v1/jobs/{id}", a.delete)
-	a.handle("POST /v1/jobs/{id}", a.action) // {id}:pause | :resume | :trigger
-	a.handle("GET /v1/jobs/{id}/runs", a.runs)
-	a.handle("GET /v1/dlq", a.dlq)
-	a.handle("GET /v1/runs/{id}", a.getRun)
-	a.handle("POST /v1/runs/{id}", a.runAction) // {id}:cancel
+	hosts := cfg.AllowedHosts
+	if len(hosts) == 0 {
+		hosts = DefaultAllowedHosts
+	}
+	router, err := authz.New(authz.Config{Authenticator: cfg.Auth, AllowedHosts: hosts, WriteError: writeAuthError,
+		Metrics: cfg.Metrics, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	a := &API{cfg: cfg, router: router}
+	a.handle("POST /v1/jobs", authz.JobsWrite, a.create)
+	a.handle("GET /v1/jobs", authz.JobsRead, a.list)
+	a.handle("GET /v1/jobs/{id}", authz.JobsRead, a.get)
+	a.handle("PATCH /v1/jobs/{id}", authz.JobsWrite, a.patch)
+	a.handle("DELETE /v1/jobs/{id}", authz.JobsWrite, a.delete)
+	a.handle("POST /v1/jobs/{id}", authz.JobsWrite, a.action) // {id}:pause | :resume | :trigger
+	a.handle("GET /v1/jobs/{id}/runs", authz.JobsRead, a.runs)
+	a.handle("GET /v1/dlq", authz.JobsRead, a.dlq)
+	a.handle("GET /v1/runs/{id}", authz.JobsRead, a.getRun)
+	a.handle("POST /v1/runs/{id}", authz.JobsWrite, a.runAction) // {id}:cancel
+	if a.handler, err = router.Handler(); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
 	return a, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.mux.ServeHTTP(w, r) }
+// DefaultAllowedHosts are the loopback names.
+var DefaultAllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
 
-func (a *API) handle(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
-	a.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+// Routes lists every route with the permission it requires.
+func (a *API) Routes() []authz.Route { return a.router.Routes() }
+
+// ServeHTTP implements http.Handler.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.handler.ServeHTTP(w, r) }
+
+func (a *API) handle(pattern string, perm authz.Permission, h func(w http.ResponseWriter, r *http.Request) error) {
+	a.router.HandleFunc(pattern, perm, func(w http.ResponseWriter, r *http.Request) {
 		if err := h(w, r); err != nil {
 			a.writeError(w, r, err)
 		}
@@ -186,6 +215,11 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// A missing tenant is the spec's 422 (tenant: required), as without
+	// authentication.
+	if spec.Tenant, err = actingTenant(r, spec.Tenant); err != nil && !errors.Is(err, errTenantRequired) {
+		return err
+	}
 	if err := a.validate(spec); err != nil {
 		return err
 	}
@@ -194,7 +228,10 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	sum := sha256.Sum256(canonical)
-	job, created, err := a.cfg.Store.CreateJob(r.Context(), spec, key, hex.EncodeToString(sum[:]))
+	// Keys are the tenant's: another tenant reusing one neither replays
+	// this answer nor learns it was used.
+	scoped := fmt.Sprintf("%d:%s/%s", len(spec.Tenant), spec.Tenant, key)
+	job, created, err := a.cfg.Store.CreateJob(r.Context(), spec, scoped, hex.EncodeToString(sum[:]))
 	if err != nil {
 		return err
 	}
@@ -227,7 +264,7 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	j, err := a.cfg.Store.GetJob(r.Context(), id)
+	j, err := a.job(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -263,9 +300,9 @@ type listJSON[T any] struct {
 }
 
 func (a *API) list(w http.ResponseWriter, r *http.Request) error {
-	tenant := r.URL.Query().Get("tenant")
-	if tenant == "" {
-		return badParam("tenant", "required")
+	tenant, err := actingTenant(r, r.URL.Query().Get("tenant"))
+	if err != nil {
+		return err
 	}
 	after, limit, err := page(r)
 	if err != nil {
@@ -315,7 +352,7 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) error {
 	if err := json.Unmarshal(raw, &patch); err != nil || patch == nil {
 		return &jobspec.FieldError{Message: "body must be a JSON object (a JSON merge patch of the job spec)"}
 	}
-	cur, err := a.cfg.Store.GetJob(r.Context(), id)
+	cur, err := a.job(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -399,6 +436,9 @@ func (a *API) delete(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if _, err := a.job(r.Context(), id); err != nil {
+		return err
+	}
 	if err := a.cfg.Store.DeleteJob(r.Context(), id, version); err != nil {
 		return err
 	}
@@ -411,6 +451,9 @@ func (a *API) action(w http.ResponseWriter, r *http.Request) error {
 	id, err := strconv.ParseInt(idStr, 10, 64)
 	if !ok || err != nil || id <= 0 {
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such action: use /v1/jobs/{id}:pause, :resume or :trigger"}
+	}
+	if _, err := a.job(r.Context(), id); err != nil {
+		return err
 	}
 	switch verb {
 	case "pause", "resume":
@@ -434,10 +477,7 @@ func (a *API) getRun(w http.ResponseWriter, r *http.Request) error {
 	if err != nil || id <= 0 {
 		return errNoRun
 	}
-	run, err := a.cfg.Store.GetRun(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return errNoRun
-	}
+	run, err := a.run(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -453,6 +493,9 @@ func (a *API) runAction(w http.ResponseWriter, r *http.Request) error {
 	id, err := strconv.ParseInt(idStr, 10, 64)
 	if !ok || err != nil || id <= 0 || verb != "cancel" {
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such action: use /v1/runs/{id}:cancel"}
+	}
+	if _, err := a.run(r.Context(), id); err != nil {
+		return err
 	}
 	run, err := a.cfg.Store.CancelRun(r.Context(), id)
 	switch {
@@ -475,7 +518,7 @@ func (a *API) runs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if _, err := a.cfg.Store.GetJob(r.Context(), id); err != nil {
+	if _, err := a.job(r.Context(), id); err != nil {
 		return err
 	}
 	runs, err := a.cfg.Store.ListRuns(r.Context(), id, after, limit)
@@ -501,7 +544,11 @@ func (a *API) dlq(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	runs, err := a.cfg.Store.ListDead(r.Context(), r.URL.Query().Get("tenant"), after, limit)
+	tenant, err := actingTenant(r, r.URL.Query().Get("tenant"))
+	if err != nil {
+		return err
+	}
+	runs, err := a.cfg.Store.ListDead(r.Context(), tenant, after, limit)
 	if err != nil {
 		return err
 	}

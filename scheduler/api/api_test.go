@@ -17,14 +17,17 @@ import (
 
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/scheduler/api"
+	"github.com/portico-io/portico/scheduler/api/apitest"
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/secret"
 	"github.com/portico-io/portico/scheduler/store"
 )
 
 type fixture struct {
-	h  http.Handler
-	db *pgxpool.Pool
+	h      http.Handler // sends the admin token unless a request has its own
+	api    *api.API
+	db     *pgxpool.Pool
+	tokens *apitest.Tokens
 }
 
 func newFixture(t *testing.T, allowlist string) *fixture {
@@ -39,7 +42,8 @@ func newFixture(t *testing.T, allowlist string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.New(api.Config{Store: st, Guard: g})
+	auth, tokens := apitest.New(t, "acme", "globex")
+	a, err := api.New(api.Config{Store: st, Guard: g, Auth: auth, AllowedHosts: apitest.Hosts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +52,7 @@ func newFixture(t *testing.T, allowlist string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	return &fixture{h: a, db: db}
+	return &fixture{h: apitest.AsDefault(a, tokens.Admin), api: a, db: db, tokens: tokens}
 }
 
 func call(t testing.TB, h http.Handler, method, path, body string, hdr ...string) (*httptest.ResponseRecorder, map[string]any) {
@@ -235,10 +239,12 @@ func FuzzCreateJob(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	a, err := api.New(api.Config{Store: fakeStore{}, Guard: g, Secrets: secret.NewDir(secrets)})
+	auth, tokens := apitest.New(f)
+	api, err := api.New(api.Config{Store: fakeStore{}, Guard: g, Secrets: secret.NewDir(secrets), Auth: auth, AllowedHosts: apitest.Hosts})
 	if err != nil {
 		f.Fatal(err)
 	}
+	a := apitest.AsDefault(api, tokens.Admin)
 	f.Fuzz(func(t *testing.T, body string) {
 		rec, out := call(t, a, "POST", "/v1/jobs", body, "Idempotency-Key", "k")
 		switch {

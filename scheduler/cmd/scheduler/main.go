@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/portico-io/portico/internal/authn"
+	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -42,6 +44,7 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
+	authFlags := authn.RegisterFlags(fs)
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve the REST and worker APIs without TLS (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
@@ -61,6 +64,11 @@ func main() {
 		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
 		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), TenantMaxRunning: int(*tenantCap),
 		TenantRate: rate, TenantBurst: int(*tenantBurst), Unsharded: *unsharded, ShardTTL: *shardTTL, Logger: log,
+	}
+	cfg.AdminTokenFile, cfg.AdminHosts = *authFlags.TokenFile, authFlags.HostList()
+	if cfg.OperatorJWT, err = authFlags.JWT(func(r string) error { return authz.CheckRoles([]string{r}) }); err != nil {
+		log.Error("scheduler: operator JWTs", "err", err)
+		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
