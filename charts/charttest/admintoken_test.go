@@ -101,13 +101,26 @@ func checkAdminToken(t *testing.T, objs []object, e expect) {
 		checkAdminTokenJob(t, objs, created)
 	}
 
-	cp, ok := find[appsv1.Deployment](objs, "Deployment", fullName("controlplane"))
+	// The control plane registers the token; the scheduler accepts it too.
+	for _, component := range []string{"controlplane", "scheduler"} {
+		checkPodAdminToken(t, objs, e, component)
+	}
+}
+
+// checkPodAdminToken: component's pod mounts the token Secret whole,
+// read-only, with a mode the process reads and authn accepts, points
+// PORTICO_ADMIN_TOKEN_FILE at it, and bounds its Host names.
+func checkPodAdminToken(t *testing.T, objs []object, e expect, component string) {
+	t.Helper()
+	a := e.adminToken
+	secret := a.secret(e.tls)
+	cp, ok := find[appsv1.Deployment](objs, "Deployment", fullName(component))
 	if !ok {
 		return
 	}
 	pod := cp.Spec.Template.Spec
 	c := pod.Containers[0]
-	checkAdminHosts(t, c)
+	checkAdminHosts(t, c, component)
 
 	var vol *corev1.Volume
 	for i, v := range pod.Volumes {
@@ -118,12 +131,12 @@ func checkAdminToken(t *testing.T, objs []object, e expect) {
 	fileEnv, hasEnv := env(c, "PORTICO_ADMIN_TOKEN_FILE")
 	if !a.mounted(e) {
 		if vol != nil || hasEnv {
-			t.Errorf("no admin token configured, yet the control plane mounts %v and has PORTICO_ADMIN_TOKEN_FILE=%q", vol, fileEnv.Value)
+			t.Errorf("no admin token configured, yet %s mounts %v and has PORTICO_ADMIN_TOKEN_FILE=%q", component, vol, fileEnv.Value)
 		}
 		return
 	}
 	if vol == nil {
-		t.Fatalf("the control plane does not mount the admin token Secret %s", secret)
+		t.Fatalf("%s does not mount the admin token Secret %s", component, secret)
 	}
 	if len(vol.Secret.Items) != 0 {
 		t.Errorf("admin token volume picks items %v; mount the whole Secret", vol.Secret.Items)
@@ -174,10 +187,10 @@ func checkTokenFileMode(t *testing.T, vol *corev1.Volume, psc *corev1.PodSecurit
 
 // checkAdminHosts: the admin API answers 421 to a Host it was not told
 // of: every name of its Service, and loopback for port-forwards.
-func checkAdminHosts(t *testing.T, c corev1.Container) {
+func checkAdminHosts(t *testing.T, c corev1.Container, component string) {
 	t.Helper()
 	got := strings.Split(envValue(t, c, "PORTICO_ADMIN_HOSTS"), ",")
-	svc := fullName("controlplane")
+	svc := fullName(component)
 	want := []string{svc, svc + "." + namespace, svc + "." + namespace + ".svc", fqdn(svc), "localhost", "127.0.0.1"}
 	for _, h := range want {
 		if !slices.Contains(got, h) {

@@ -45,6 +45,38 @@ PORTICO_ADMIN_HOSTS: the admin API answers 421 to any other Host header.
 The names of its Service in the cluster, and loopback for port-forwards.
 */}}
 {{- define "portico.adminHosts" -}}
-{{- $svc := include "portico.component" (list . "controlplane") }}
-{{- concat (include "portico.serviceDNSNames" (list . $svc) | fromJsonArray) (list "localhost" "127.0.0.1" "::1") | join "," }}
+{{- include "portico.apiHosts" (list . "controlplane") }}
+{{- end }}
+
+{{/* PORTICO_ADMIN_HOSTS of component's API: (list $ "<component>"). */}}
+{{- define "portico.apiHosts" -}}
+{{- $ := index . 0 }}
+{{- $svc := include "portico.component" (list $ (index . 1)) }}
+{{- concat (include "portico.serviceDNSNames" (list $ $svc) | fromJsonArray) (list "localhost" "127.0.0.1" "::1") | join "," }}
+{{- end }}
+
+{{/*
+The env and volume of an API that accepts the bootstrap admin token besides
+the control plane (the scheduler): the same Secret, mounted the same way.
+*/}}
+{{- define "portico.adminTokenEnv" -}}
+{{- if include "portico.adminTokenMounted" . }}
+- name: PORTICO_ADMIN_TOKEN_FILE
+  value: {{ include "portico.adminTokenFile" . }}
+{{- end }}
+{{- end }}
+
+{{- define "portico.adminTokenVolumeMount" -}}
+{{- if include "portico.adminTokenMounted" . }}
+- {name: admin-token, mountPath: {{ include "portico.adminTokenDir" . }}, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{- define "portico.adminTokenVolume" -}}
+{{- if include "portico.adminTokenMounted" . }}
+- name: admin-token
+  secret:
+    secretName: {{ include "portico.adminTokenSecretName" . }}
+    defaultMode: 0440
+{{- end }}
 {{- end }}
