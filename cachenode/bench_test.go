@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // BenchmarkVsRedisServer runs redis-benchmark against cachenode and a
@@ -221,15 +223,7 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func freePort(b testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
+func freePort(b testing.TB) string { return strconv.Itoa(testdeps.FreePort(b)) }
 
 // waitPing waits until addr answers PING (the process has started).
 func waitPing(b testing.TB, addr string) {

@@ -51,12 +51,11 @@ func busPort(respPort string) int {
 	if p, ok := busPorts.Load(respPort); ok {
 		return p.(int)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	free, err := testdeps.PickPort()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	p, _ := busPorts.LoadOrStore(respPort, l.Addr().(*net.TCPAddr).Port)
+	p, _ := busPorts.LoadOrStore(respPort, free)
 	return p.(int)
 }
 

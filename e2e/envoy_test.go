@@ -36,15 +36,7 @@ func envoyBinary(t *testing.T) string {
 	return p
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t *testing.T) int { return testdeps.FreePort(t) }
 
 func post(t *testing.T, url, key string, body any) {
 	t.Helper()

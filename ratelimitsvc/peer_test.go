@@ -10,7 +10,6 @@ package ratelimitsvc_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,14 +73,7 @@ func peerBin(t testing.TB) string {
 	return ""
 }
 
-func freePort(t testing.TB) int {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().(*net.TCPAddr).Port
-}
+func freePort(t testing.TB) int { return testdeps.FreePort(t) }
 
 // startPeer runs service_cmd on loopback with yaml as its only config file
 // and returns a client; it is stopped when the test ends.

@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-io/portico/cachenode"
+
+	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // testNode is an in-process cachenode that a test can stop and start
@@ -114,14 +116,7 @@ func plainClient(tb testing.TB, addr string) *redis.Client {
 	return c
 }
 
-func freePort(tb testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(tb testing.TB) int { return testdeps.FreePort(tb) }
 
 // startCluster runs three primaries with a static slot map
 // (0-5460/5461-10922/10923-16383) and explicit bus ports, and with

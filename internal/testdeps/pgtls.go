@@ -83,7 +83,7 @@ func PostgresTLS(t testing.TB, caCertPEM, serverCertPEM, serverKeyPEM []byte) st
 	)
 	logFile := filepath.Join(dir, "server.log")
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := PickPort()
 		if err != nil {
 			t.Fatal(err)
 		}

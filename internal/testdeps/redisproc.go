@@ -57,7 +57,7 @@ func redisProc(t testing.TB, pre, args []string) *RedisProc {
 	if err != nil {
 		unavailable(t, "redis-server binary", "PATH", err)
 	}
-	port, err := freePort()
+	port, err := PickPort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +116,4 @@ func (p *RedisProc) CLI(args ...string) (string, error) {
 		return string(out), fmt.Errorf("redis-cli %v: %w: %s", args, err, out)
 	}
 	return string(out), nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,8 @@ import (
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/portico-io/portico/internal/testdeps"
 )
 
 func TestTopologyGetSet(t *testing.T) {
@@ -235,12 +236,4 @@ func mustPort(t *testing.T) int {
 	return p
 }
 
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, p, _ := net.SplitHostPort(l.Addr().String())
-	return p
-}
+func freePort(t *testing.T) string { return strconv.Itoa(testdeps.FreePort(t)) }

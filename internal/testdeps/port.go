@@ -1,0 +1,42 @@
+package testdeps
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"testing"
+)
+
+// Ports handed out by FreePort lie below Linux's default ephemeral range
+// (32768-60999): a port from that range, free when picked, can become an
+// outgoing connection's local port before the process under test binds
+// it. Picking at random keeps parallel test binaries apart.
+const (
+	portLow  = 20000
+	portHigh = 32000
+)
+
+// FreePort returns a loopback TCP port that was free a moment ago, for a
+// process or server the test starts with a fixed address.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	p, err := PickPort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// PickPort is FreePort for callers without a testing.TB.
+func PickPort() (int, error) {
+	for range 200 {
+		p := portLow + rand.IntN(portHigh-portLow)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err == nil {
+			l.Close()
+			return p, nil
+		}
+	}
+	return 0, errors.New("testdeps: no free port in 20000-32000")
+}
