@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/kvnode/storage"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
 )
@@ -80,7 +81,7 @@ func runMix(op func(r *rand.Rand, read bool, key string, val []byte) error) benc
 // measures something.
 func BenchmarkQuorumVsPebble(b *testing.B) {
 	c := newCluster(b, 3, func(cfg *Config) { cfg.NoSync = false })
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients}, Timeout: 10 * time.Second}
+	client := roleClient(authz.Admin, &http.Transport{MaxIdleConnsPerHost: benchClients}, 10*time.Second)
 	ids := c.ids()
 	val := bytes.Repeat([]byte("x"), benchValue)
 	for i := range benchKeys {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/authz"
+	"github.com/portico-io/portico/internal/authz/authztest"
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/ring"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
@@ -44,7 +46,7 @@ func newCluster(t testing.TB, size int, tweak func(*Config)) *cluster {
 	t.Helper()
 	c := &cluster{
 		t: t, ctx: t.Context(), clock: &fakeClock{}, nodes: map[string]*Node{}, cfgs: map[string]Config{},
-		events: make(chan struct{}, 1), client: &http.Client{Timeout: 60 * time.Second}, tweak: tweak,
+		events: make(chan struct{}, 1), client: adminClient(60 * time.Second), tweak: tweak,
 	}
 	t.Cleanup(func() {
 		c.mu.Lock()
@@ -102,8 +104,36 @@ func (c *cluster) baseConfig(id string) Config {
 		Replication: 3, GossipInterval: 20 * time.Millisecond, HintInterval: 20 * time.Millisecond,
 		PhiThreshold: 20, WriteTimeout: 3 * time.Second, ReadTimeout: 3 * time.Second, StartupWait: 5 * time.Second,
 		RepairInterval: time.Hour, RepairDepth: 5, NoSync: true, Now: c.clock.Now,
-		OnHintPass: c.signal, InsecurePlaintext: true,
+		OnHintPass: c.signal, InsecurePlaintext: true, Auth: AuthConfig{Tokens: testTokens},
 	}
+}
+
+// testTokens hold one API token per authz role; every test node accepts
+// them (auth is on in the tests as in production).
+var testTokens = authztest.NewTokens()
+
+// bearer adds "Authorization: Bearer <tok>" to requests that carry none.
+type bearer struct {
+	base http.RoundTripper
+	tok  string
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.tok)
+	}
+	return b.base.RoundTrip(r)
+}
+
+// adminClient calls the nodes' plaintext APIs with the admin token.
+func adminClient(timeout time.Duration) *http.Client {
+	return roleClient(authz.Admin, http.DefaultTransport.(*http.Transport).Clone(), timeout)
+}
+
+// roleClient calls with role's test token over base.
+func roleClient(role authz.Role, base http.RoundTripper, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: bearer{base: base, tok: testTokens.Token(role)}}
 }
 
 func (c *cluster) register(id string, cfg Config) {

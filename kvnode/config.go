@@ -109,6 +109,10 @@ type Config struct {
 	// only), and every port is plaintext.
 	TLS               tlsfiles.Config
 	InsecurePlaintext bool
+	// Auth is who may call the HTTP API: every route needs a credential
+	// (an API token, an IdP JWT or a client certificate) holding its
+	// permission, unless Auth.InsecureNoAuth, which nothing else implies.
+	Auth AuthConfig
 
 	Logger *slog.Logger
 	// Registry receives the node's metrics (default: a new registry).

@@ -188,7 +188,24 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		cpEngine = n.cp
 	}
-	handler := api.Handler(n.apiConfig(cpEngine))
+	advertisedHTTP := n.cfg.CP.HTTPAddr
+	if advertisedHTTP == "" {
+		advertisedHTTP = advertise("", n.httpLis.Addr())
+	}
+	apiCfg, err := n.apiConfig(cpEngine, advertisedHTTP)
+	var handler *api.API
+	if err == nil {
+		handler, err = api.New(apiCfg)
+	}
+	if err != nil {
+		n.cancel()
+		if n.cp != nil {
+			_ = n.cp.Close()
+		}
+		_ = n.grpcLis.Close()
+		_ = n.httpLis.Close()
+		return err
+	}
 	n.goLoop(func() {
 		if err := gs.Serve(ctx, n.grpcLis, 2*time.Second); err != nil {
 			n.cfg.Logger.Error("kvnode: internode server", "err", err)

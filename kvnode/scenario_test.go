@@ -175,7 +175,7 @@ func (a *ackLog) waitAcks(t *testing.T, n int) {
 func (c *cluster) writer(w int, log *ackLog, stop <-chan struct{}, nodes func() []string, wg *sync.WaitGroup) {
 	defer wg.Done()
 	r := rand.New(rand.NewPCG(uint64(w), 7))
-	client := &http.Client{Timeout: 1500 * time.Millisecond}
+	client := adminClient(1500 * time.Millisecond)
 	for i := 0; ; i++ {
 		select {
 		case <-stop:

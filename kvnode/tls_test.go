@@ -1,6 +1,7 @@
 package kvnode
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -20,6 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/portico-io/portico/internal/authn"
+	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/tlstest"
@@ -132,19 +135,22 @@ func TestRaftRequiresKVNodeIdentity(t *testing.T) {
 	}
 }
 
-// The HTTP API on TLS nodes: the port speaks only TLS; any TLS client,
-// with or without a certificate, is served the data API, while /admin/v1/
-// needs a kvnode or operator certificate (403 otherwise; a certificate of
-// another CA or an expired one fails the handshake). Followers forward
-// writes and member changes to the leader over TLS with their kvnode
-// certificate, which the leader's /admin/v1/ requires.
+// The HTTP API on TLS nodes: the port speaks only TLS, and every route
+// needs a credential (a certificate another CA or an expired one fails
+// the handshake): without one, 401; an operator or kvnode certificate is
+// an admin; a cachenode certificate is an editor confined to keyspace
+// cache (its topology under /v1/cp/cache/ works, any other keyspace and
+// /admin/v1/ are 403). Followers forward writes and member changes to the
+// leader over TLS, with the caller's bearer token or, for a caller that
+// presented a certificate, their own kvnode certificate.
 func TestHTTPAPIRequiresTLS(t *testing.T) {
 	p := tlstest.New(t)
 	c := newCPClusterWith(t, func(cfg *Config) {
 		cfg.TLS, cfg.InsecurePlaintext = p.Files(t, identity.KVNode, cfg.NodeID), false
-	}, "locks")
+	}, "locks", "cache")
 	c.useTLS(t, p)
 	c.mustDo("PUT", "n0", "/v1/kv/tls:1?consistency=ALL", []byte("v"), nil, http.StatusOK)
+	c.cpDo("PUT", "n0", "/v1/cp/cache/topology", []byte("t"), nil, http.StatusOK)
 	addr := c.node("n0").HTTPAddr()
 
 	t.Run("plaintext", func(t *testing.T) {
@@ -164,8 +170,6 @@ func TestHTTPAPIRequiresTLS(t *testing.T) {
 		}
 	})
 
-	// Operators and other kvnodes may administer; a cachenode may not
-	// (it reads and writes its topology under /v1/cp/, an open route).
 	cases := p.Cases(t, identity.Operator, identity.CacheNode)
 	for _, tc := range p.Cases(t, identity.KVNode, identity.CacheNode) {
 		if tc.Allowed {
@@ -173,18 +177,24 @@ func TestHTTPAPIRequiresTLS(t *testing.T) {
 		}
 	}
 	type want struct {
-		handshake   bool
-		admin, data int
+		handshake bool
+		// admin: GET /admin/v1/…; data: GET /v1/kv/tls:1; cache: GET and
+		// PUT /v1/cp/cache/topology.
+		admin, data, cache int
 	}
 	expect := map[string]want{
-		"no client certificate": {admin: http.StatusForbidden, data: http.StatusOK},
+		"no client certificate": {admin: http.StatusUnauthorized, data: http.StatusUnauthorized, cache: http.StatusUnauthorized},
 		"another CA":            {handshake: true},
 		"expired":               {handshake: true},
-		"wrong role cachenode":  {admin: http.StatusForbidden, data: http.StatusOK},
-		"role operator":         {admin: http.StatusOK, data: http.StatusOK},
-		"role kvnode":           {admin: http.StatusOK, data: http.StatusOK},
+		"wrong role cachenode":  {admin: http.StatusForbidden, data: http.StatusForbidden, cache: http.StatusOK},
+		"role operator":         {admin: http.StatusOK, data: http.StatusOK, cache: http.StatusOK},
+		"role kvnode":           {admin: http.StatusOK, data: http.StatusOK, cache: http.StatusOK},
 	}
+	var cacheClient *tls.Config
 	for _, tc := range cases {
+		if tc.Name == "wrong role cachenode" {
+			cacheClient = tc.Client
+		}
 		t.Run(tc.Name, func(t *testing.T) {
 			w, ok := expect[tc.Name]
 			if !ok {
@@ -192,8 +202,12 @@ func TestHTTPAPIRequiresTLS(t *testing.T) {
 			}
 			hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc.Client, ForceAttemptHTTP2: true}}
 			defer hc.CloseIdleConnections()
-			get := func(path string) (int, []byte, error) {
-				resp, err := hc.Get("https://" + addr + path)
+			do := func(method, path string, body []byte) (int, []byte, error) {
+				req, err := http.NewRequest(method, "https://"+addr+path, bytes.NewReader(body))
+				if err != nil {
+					return 0, nil, err
+				}
+				resp, err := hc.Do(req)
 				if err != nil {
 					return 0, nil, err
 				}
@@ -201,37 +215,37 @@ func TestHTTPAPIRequiresTLS(t *testing.T) {
 				b, err := io.ReadAll(resp.Body)
 				return resp.StatusCode, b, err
 			}
-			for _, path := range []string{"/admin/v1/cp/members", "/admin/v1/members", "/admin/v1/repair"} {
-				status, body, err := get(path)
-				switch {
-				case w.handshake:
-					if err == nil {
-						t.Fatalf("GET %s served (%d), want a refused handshake", path, status)
-					}
-					continue
-				case err != nil:
-					t.Fatalf("GET %s: %v", path, err)
-				case status != w.admin:
-					t.Fatalf("GET %s: %d %s, want %d", path, status, body, w.admin)
+			check := func(method, path string, body []byte, want int) {
+				t.Helper()
+				status, b, err := do(method, path, body)
+				if err != nil || status != want {
+					t.Fatalf("%s %s: %d %s %v, want %d", method, path, status, b, err, want)
 				}
-				if status == http.StatusForbidden {
+				if status == http.StatusForbidden || status == http.StatusUnauthorized {
 					var e struct {
 						Error struct{ Code, Message string }
 					}
-					if err := json.Unmarshal(body, &e); err != nil || e.Error.Code != "forbidden" || e.Error.Message == "" {
-						t.Fatalf("GET %s: 403 body %s, want the API's error shape with code forbidden", path, body)
+					if err := json.Unmarshal(b, &e); err != nil || e.Error.Code != authz.Result(errFor(status)) || e.Error.Message == "" {
+						t.Fatalf("%s %s: %d body %s, want the API's error shape", method, path, status, b)
 					}
 				}
 			}
 			if w.handshake {
+				for _, path := range []string{"/admin/v1/cp/members", "/v1/kv/tls:1", "/v1/cp/cache/topology"} {
+					if status, _, err := do("GET", path, nil); err == nil {
+						t.Fatalf("GET %s served (%d), want a refused handshake", path, status)
+					}
+				}
 				return
 			}
-			for _, path := range []string{"/v1/kv/tls:1", "/readyz"} {
-				status, body, err := get(path)
-				if err != nil || status != w.data {
-					t.Fatalf("GET %s: %d %q %v, want %d", path, status, body, err, w.data)
-				}
+			for _, path := range []string{"/admin/v1/cp/members", "/admin/v1/members", "/admin/v1/repair"} {
+				check("GET", path, nil, w.admin)
 			}
+			check("GET", "/v1/kv/tls:1", nil, w.data)
+			check("PUT", "/v1/cp/locks/"+strings.ReplaceAll(tc.Name, " ", "-"), []byte("x"), w.data)
+			check("GET", "/v1/cp/cache/topology", nil, w.cache)
+			check("PUT", "/v1/cp/cache/"+strings.ReplaceAll(tc.Name, " ", "-"), []byte("x"), w.cache)
+			check("GET", "/readyz", nil, http.StatusOK)
 		})
 	}
 
@@ -243,17 +257,44 @@ func TestHTTPAPIRequiresTLS(t *testing.T) {
 	if leader == follower {
 		follower = "n1"
 	}
-	r := c.cpDo("DELETE", follower, "/admin/v1/cp/members/nobody", nil, nil, http.StatusOK)
-	if r.header.Get("X-KV-Forwarded") == "" && !c.node(follower).CP().IsLeader() {
-		t.Fatalf("member change on follower %s answered without forwarding", follower)
+	forwarded := func(r httpResult) {
+		t.Helper()
+		if r.header.Get("X-KV-Forwarded") == "" && !c.node(follower).CP().IsLeader() {
+			t.Fatalf("request on follower %s answered without forwarding", follower)
+		}
 	}
-	r = c.cpDo("PUT", follower, "/v1/cp/locks/fwd", []byte("x"), nil, http.StatusOK)
-	if r.header.Get("X-KV-Forwarded") == "" && !c.node(follower).CP().IsLeader() {
-		t.Fatalf("write on follower %s answered without forwarding", follower)
-	}
+	forwarded(c.cpDo("DELETE", follower, "/admin/v1/cp/members/nobody", nil, nil, http.StatusOK))
+	forwarded(c.cpDo("PUT", follower, "/v1/cp/locks/fwd", []byte("x"), nil, http.StatusOK))
 	if r := c.cpDo("GET", leader, "/v1/cp/locks/fwd", nil, nil, http.StatusOK); string(r.body) != "x" {
 		t.Fatalf("leader reads %q", r.body)
 	}
+
+	// A cachenode's topology write on a follower reaches the leader (as
+	// the follower, having checked the keyspace); its member change does
+	// not get that far.
+	c.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{TLSClientConfig: cacheClient, ForceAttemptHTTP2: true}}
+	forwarded(c.cpDo("PUT", follower, "/v1/cp/cache/fwd", []byte("c"), nil, http.StatusOK))
+	c.cpDo("DELETE", follower, "/admin/v1/cp/members/nobody", nil, nil, http.StatusForbidden)
+	c.cpDo("PUT", follower, "/v1/cp/locks/fwd", []byte("c"), nil, http.StatusForbidden)
+
+	// A bearer token over TLS, without a client certificate: forwarded
+	// with the caller's own token, which the leader checks.
+	c.client = roleClient(authz.Admin, &http.Transport{TLSClientConfig: p.ClientTLS(nil), ForceAttemptHTTP2: true}, 60*time.Second)
+	forwarded(c.cpDo("DELETE", follower, "/admin/v1/cp/members/nobody", nil, nil, http.StatusOK))
+	c.client = roleClient(authz.Editor, &http.Transport{TLSClientConfig: p.ClientTLS(nil), ForceAttemptHTTP2: true}, 60*time.Second)
+	forwarded(c.cpDo("PUT", follower, "/v1/cp/locks/fwd", []byte("e"), nil, http.StatusOK))
+	c.cpDo("DELETE", follower, "/admin/v1/cp/members/nobody", nil, nil, http.StatusForbidden)
+	if r := c.cpDo("GET", leader, "/v1/cp/cache/fwd", nil, nil, http.StatusOK); string(r.body) != "c" {
+		t.Fatalf("leader reads %q", r.body)
+	}
+}
+
+// errFor is the sentinel behind a refusal's status, for its code.
+func errFor(status int) error {
+	if status == http.StatusForbidden {
+		return authz.ErrForbidden
+	}
+	return authn.ErrNoCredentials
 }
 
 // Raft replication goes on while every node's certificate is rewritten:

@@ -106,6 +106,11 @@ type CertConfig struct {
 	// roles, so it may do nothing: platform workloads get API access only
 	// when a component maps them explicitly.
 	Roles map[identity.Role][]string
+	// Keyspaces confines certificates of a workload role to these kvnode
+	// keyspaces (Principal.Keyspaces), e.g. cachenode → ["cache"]. A role
+	// without an entry is not confined. An entry with an empty list is a
+	// configuration error: it would read as "no restriction".
+	Keyspaces map[identity.Role][]string
 }
 
 // DefaultCertRoles is the default certificate table: an operator
@@ -157,6 +162,14 @@ func New(cfg Config) (*Authenticator, error) {
 			return nil, fmt.Errorf("%w: certs: unknown workload role %q", ErrConfig, r)
 		}
 	}
+	for r, ks := range cfg.Certs.Keyspaces {
+		if !r.Valid() {
+			return nil, fmt.Errorf("%w: certs: unknown workload role %q", ErrConfig, r)
+		}
+		if len(ks) == 0 || slices.Contains(ks, "") {
+			return nil, fmt.Errorf("%w: certs: role %q confined to no keyspace (leave it out to not confine it)", ErrConfig, r)
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -201,9 +214,10 @@ func (a *Authenticator) verifyCert(r *http.Request) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w: %w", ErrBadCertificate, err)
 	}
 	return Principal{
-		Kind:  KindCert,
-		ID:    id.String(),
-		Name:  id.Name,
-		Roles: clone(a.cfg.Certs.Roles[id.Role]),
+		Kind:      KindCert,
+		ID:        id.String(),
+		Name:      id.Name,
+		Roles:     clone(a.cfg.Certs.Roles[id.Role]),
+		Keyspaces: clone(a.cfg.Certs.Keyspaces[id.Role]),
 	}, nil
 }

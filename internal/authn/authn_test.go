@@ -89,6 +89,38 @@ func TestCertRoleTable(t *testing.T) {
 	}
 }
 
+// A keyspace table confines a workload role's certificates (cachenode to
+// its topology keyspace); other roles stay unconfined; an empty list is a
+// configuration error, never "no restriction".
+func TestCertKeyspaces(t *testing.T) {
+	a, err := authn.New(authn.Config{Certs: authn.CertConfig{
+		Roles:     map[identity.Role][]string{identity.CacheNode: {"editor"}, identity.Operator: {"admin"}},
+		Keyspaces: map[identity.Role][]string{identity.CacheNode: {"cache"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.Authenticate(withCert("", "spiffe://portico.local/cachenode/cache-0"))
+	if err != nil || strings.Join(p.Roles, ",") != "editor" || strings.Join(p.Keyspaces, ",") != "cache" {
+		t.Fatalf("cachenode: %+v %v", p, err)
+	}
+	if !p.AllowsKeyspace("cache") || p.AllowsKeyspace("locks") {
+		t.Fatalf("cachenode confinement: %+v", p)
+	}
+	p, err = a.Authenticate(withCert("", "spiffe://portico.local/operator/alice"))
+	if err != nil || len(p.Keyspaces) != 0 {
+		t.Fatalf("operator: %+v %v", p, err)
+	}
+	for _, ks := range [][]string{nil, {}, {""}} {
+		if _, err := authn.New(authn.Config{Certs: authn.CertConfig{Keyspaces: map[identity.Role][]string{identity.CacheNode: ks}}}); !errors.Is(err, authn.ErrConfig) {
+			t.Fatalf("keyspaces %q: %v", ks, err)
+		}
+	}
+	if _, err := authn.New(authn.Config{Certs: authn.CertConfig{Keyspaces: map[identity.Role][]string{"nope": {"cache"}}}}); !errors.Is(err, authn.ErrConfig) {
+		t.Fatalf("unknown workload role: %v", err)
+	}
+}
+
 func TestContext(t *testing.T) {
 	if _, ok := authn.FromContext(context.Background()); ok {
 		t.Fatal("principal in an empty context")

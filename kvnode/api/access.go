@@ -1,87 +1,89 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
-	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/authn"
+	"github.com/portico-io/portico/internal/authz"
 )
 
-// Access is what a route asks of its caller. Every route is registered
-// with one (routeTable.handle), and Routes lists them, so a test can prove
-// no route was left unguarded.
-type Access int
+// Access control. Every route is registered on an authz.Router with the
+// permission it needs (routeTable.handle), so a route without one makes
+// New fail:
+//   - data reads and watches (GET /v1/kv/…, batchGet, GET /v1/cp/…): kv.read;
+//   - writes, transactions and leases: kv.write;
+//   - the ring and the admin reads (GET /v1/ring, GET /admin/v1/…):
+//     cluster.read;
+//   - membership, repair and decommission (POST/DELETE /admin/v1/…):
+//     cluster.admin.
+//
+// A principal confined to keyspaces (authn.Principal.Keyspaces: a token
+// minted for one keyspace, a cachenode certificate) may touch only those:
+// the data handlers check every keyspace a request names (the key's, each
+// key of a batch, each compare and op of a transaction, a watch's) and
+// answer 403 in the API's error shape before anything is read or written.
+// Like etcd, revoking a lease needs an unconfined credential: it deletes
+// the lease's keys, whatever their keyspace.
 
-const (
-	// AccessOpen routes are served to any caller the port admits: on a TLS
-	// node, any TLS client, with or without a certificate (cachenodes read
-	// and write their topology under /v1/cp/ this way). The data API stays
-	// open until token authentication comes with a later issue.
-	AccessOpen Access = iota
-	// AccessAdmin routes (everything under /admin/v1/) change or expose the
-	// cluster's membership and repair: on a node with Config.AdminPolicy,
-	// they need a verified client certificate whose identity it allows.
-	AccessAdmin
-)
+// DefaultAllowedHosts are the names the API answers by unless configured:
+// the loopback names.
+var DefaultAllowedHosts = []string{"localhost", "127.0.0.1", "::1"}
 
-func (a Access) String() string {
-	if a == AccessAdmin {
-		return "admin"
-	}
-	return "open"
-}
-
-// Route is one registered route and the access it needs.
-type Route struct {
-	Pattern string
-	Access  Access
-}
-
-// routeTable registers routes on a mux, each behind the check its Access
-// needs.
+// routeTable registers routes on the Router, each behind its permission;
+// with InsecureNoAuth it also registers them on an open mux, which is what
+// is then served.
 type routeTable struct {
-	mux    *http.ServeMux
-	admin  *identity.Policy
-	routes []Route
+	router *authz.Router
+	open   *http.ServeMux
 }
 
-func (rt *routeTable) handle(pattern string, a Access, h http.HandlerFunc) {
-	rt.routes = append(rt.routes, Route{Pattern: pattern, Access: a})
-	if a == AccessAdmin && rt.admin != nil {
-		h = requireIdentity(*rt.admin, h)
-	}
-	rt.mux.HandleFunc(pattern, h)
-}
-
-// requireIdentity serves h only to a caller whose verified client
-// certificate p allows, and answers 403 otherwise. The identity comes
-// from the TLS handshake alone (identity.FromRequest), never from
-// anything the request says.
-func requireIdentity(p identity.Policy, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		id, err := identity.FromRequest(r)
-		if err != nil {
-			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("%s %s needs a client certificate of role %s", r.Method, r.URL.Path, rolesOf(p)), "")
-			return
-		}
-		if err := p.Allow(id); err != nil {
-			writeError(w, http.StatusForbidden, "forbidden", err.Error(), "")
-			return
-		}
-		h(w, r)
+func (rt *routeTable) handle(pattern string, perm authz.Permission, h http.HandlerFunc) {
+	rt.router.HandleFunc(pattern, perm, h)
+	if rt.open != nil {
+		rt.open.HandleFunc(pattern, h)
 	}
 }
 
-func rolesOf(p identity.Policy) string {
-	if len(p.Roles) == 0 {
-		return "any role"
+// anonymous is the caller of a node running with InsecureNoAuth.
+var anonymous = authn.Principal{Kind: "insecure", ID: "anonymous", Name: "anonymous (--insecure-no-auth)", Roles: []string{string(authz.Admin)}}
+
+// withAnonymous serves h to everyone as an unconfined admin.
+func withAnonymous(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(authn.WithPrincipal(r.Context(), anonymous)))
+	})
+}
+
+// refuseAll is the Router's authenticator when nothing is checked (the
+// Router is then only built to prove every route has a permission).
+type refuseAll struct{}
+
+func (refuseAll) Authenticate(*http.Request) (authn.Principal, error) {
+	return authn.Principal{}, errors.New("authn: disabled")
+}
+
+// writeAuthError renders the Router's refusals (401, 403, 421, 503) in the
+// API's error shape, the code being authz.Result's.
+func writeAuthError(w http.ResponseWriter, _ *http.Request, status int, err error) {
+	writeError(w, status, authz.Result(err), err.Error(), "")
+}
+
+// allowKeyspace refuses, with 403, a caller confined to other keyspaces
+// than ks; field names where ks came from.
+func allowKeyspace(r *http.Request, field, ks string) error {
+	p, _ := authn.FromContext(r.Context())
+	if p.AllowsKeyspace(ks) {
+		return nil
 	}
-	s := ""
-	for i, r := range p.Roles {
-		if i > 0 {
-			s += " or "
-		}
-		s += string(r)
-	}
-	return s
+	return &BadRequest{http.StatusForbidden, authz.ResultForbidden, field,
+		fmt.Sprintf("%s is confined to keyspace(s) %s and may not touch keyspace %q", p, strings.Join(p.Keyspaces, ", "), ks)}
+}
+
+// confined reports whether the caller is confined to keyspaces.
+func confined(r *http.Request) bool {
+	p, _ := authn.FromContext(r.Context())
+	return len(p.Keyspaces) > 0
 }

@@ -3,7 +3,9 @@
 // are parsed and validated here and handed to the engine that serves their
 // keyspace: /v1/kv/ goes to the leaderless store unless the keyspace is
 // declared CP, /v1/cp/ and /v1/kv/ in a CP keyspace go to the consensus
-// tier (501 on a node without it). Errors map to HTTP only here.
+// tier (501 on a node without it). Errors map to HTTP only here. Every
+// route needs a credential holding its permission, and a credential
+// confined to keyspaces touches only those (access.go).
 package api
 
 import (
@@ -13,11 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/kvnode/coordinator"
 	"github.com/portico-io/portico/kvnode/record"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
@@ -66,42 +69,97 @@ type Config struct {
 	// ParseKeyspace; the caller validates them.
 	CPKeyspaces []string
 	Admin       Admin
-	// AdminPolicy, when set, guards the Admin routes (/admin/v1/…): the
-	// caller needs a verified client certificate whose identity it allows,
-	// or gets 403. nil serves them to anyone (a plaintext node).
-	AdminPolicy *identity.Policy
 	// PeerTLS, when set, is the client configuration for calls to other
 	// nodes' HTTP APIs (a follower forwarding to the Raft leader): https,
 	// presenting this node's certificate. nil calls them over plain http.
+	// A forwarded request carries the caller's Authorization header, so
+	// the leader checks the caller's own credential; a caller that
+	// authenticated with its certificate is vouched for by this node's.
 	PeerTLS *tls.Config
+	// Auth authenticates callers; required unless InsecureNoAuth. See
+	// access.go for what each route needs.
+	Auth authz.Authenticator
+	// AllowedHosts are the names clients reach the API by (default
+	// DefaultAllowedHosts); another Host header gets 421.
+	AllowedHosts []string
+	// Metrics counts authentication decisions; nil counts nothing.
+	Metrics *authz.Metrics
+	// Logger gets one line per refused request (default: discarded).
+	Logger *slog.Logger
+	// InsecureNoAuth serves every route to every caller as an unconfined
+	// admin, without checking Host or credentials: debugging and tests
+	// only (kvnode --insecure-no-auth).
+	InsecureNoAuth bool
 }
 
-// Handler returns the HTTP routes.
-func Handler(c Config) http.Handler { return newRouteTable(c).mux }
+// API is kvnode's HTTP API; safe for concurrent use.
+type API struct {
+	router  *authz.Router
+	handler http.Handler
+}
 
-// Routes lists the routes Handler serves with the access each needs.
-func Routes(c Config) []Route { return newRouteTable(c).routes }
+// New validates c and builds the routes, each on an authz.Router with its
+// permission: a route without one fails New.
+func New(c Config) (*API, error) {
+	if c.Auth == nil && !c.InsecureNoAuth {
+		return nil, errors.New("api: Auth is required (or InsecureNoAuth)")
+	}
+	hosts := c.AllowedHosts
+	if len(hosts) == 0 {
+		hosts = DefaultAllowedHosts
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	auth := c.Auth
+	if c.InsecureNoAuth {
+		auth = refuseAll{}
+	}
+	router, err := authz.New(authz.Config{Authenticator: auth, AllowedHosts: hosts, WriteError: writeAuthError, Metrics: c.Metrics, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	rt := &routeTable{router: router}
+	if c.InsecureNoAuth {
+		rt.open = http.NewServeMux()
+	}
+	register(rt, c)
+	a := &API{router: router}
+	if a.handler, err = router.Handler(); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	if rt.open != nil {
+		a.handler = withAnonymous(rt.open)
+	}
+	return a, nil
+}
 
-func newRouteTable(c Config) *routeTable {
-	rt := &routeTable{mux: http.NewServeMux(), admin: c.AdminPolicy}
+// ServeHTTP implements http.Handler.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.handler.ServeHTTP(w, r) }
+
+// Routes lists every route with the permission it requires.
+func (a *API) Routes() []authz.Route { return a.router.Routes() }
+
+func register(rt *routeTable, c Config) {
 	var cph *cpHandler
 	if c.CP != nil {
 		cph = mountCP(rt, c.CP, c.CPKeyspaces, c.PeerTLS)
 	} else {
-		rt.handle("/v1/cp/", AccessOpen, func(w http.ResponseWriter, _ *http.Request) {
+		rt.handle("/v1/cp/", authz.KVRead, func(w http.ResponseWriter, _ *http.Request) {
 			writeError(w, http.StatusNotImplemented, "not_implemented", "the consensus tier (/v1/cp/) is not available on this node", "")
 		})
 	}
 	kv := &kvRouter{kv: c.KV, cp: cph, cpKeyspaces: keyspaceSet(c.CPKeyspaces)}
-	rt.handle("GET /v1/kv/{key...}", AccessOpen, kv.serve)
-	rt.handle("PUT /v1/kv/{key...}", AccessOpen, kv.serve)
-	rt.handle("DELETE /v1/kv/{key...}", AccessOpen, kv.serve)
-	rt.handle("POST /v1/kv:batchGet", AccessOpen, kv.batchGet)
+	rt.handle("GET /v1/kv/{key...}", authz.KVRead, kv.serve)
+	rt.handle("PUT /v1/kv/{key...}", authz.KVWrite, kv.serve)
+	rt.handle("DELETE /v1/kv/{key...}", authz.KVWrite, kv.serve)
+	rt.handle("POST /v1/kv:batchGet", authz.KVRead, kv.batchGet)
 	admin := c.Admin
-	rt.handle("GET /v1/ring", AccessOpen, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Ring()) })
-	rt.handle("GET /admin/v1/members", AccessAdmin, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Members()) })
-	rt.handle("GET /admin/v1/repair", AccessAdmin, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.RepairStatus()) })
-	rt.handle("POST /admin/v1/repair", AccessAdmin, func(w http.ResponseWriter, r *http.Request) {
+	rt.handle("GET /v1/ring", authz.ClusterRead, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Ring()) })
+	rt.handle("GET /admin/v1/members", authz.ClusterRead, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.Members()) })
+	rt.handle("GET /admin/v1/repair", authz.ClusterRead, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, admin.RepairStatus()) })
+	rt.handle("POST /admin/v1/repair", authz.ClusterAdmin, func(w http.ResponseWriter, r *http.Request) {
 		res, err := admin.Repair(r.Context())
 		if err != nil {
 			writeError(w, http.StatusServiceUnavailable, "repair_failed", err.Error(), "")
@@ -109,9 +167,8 @@ func newRouteTable(c Config) *routeTable {
 		}
 		writeJSON(w, http.StatusOK, res)
 	})
-	rt.handle("POST /admin/v1/join", AccessAdmin, func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Join) })
-	rt.handle("POST /admin/v1/decommission", AccessAdmin, func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Decommission) })
-	return rt
+	rt.handle("POST /admin/v1/join", authz.ClusterAdmin, func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Join) })
+	rt.handle("POST /admin/v1/decommission", authz.ClusterAdmin, func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Decommission) })
 }
 
 func adminAction(w http.ResponseWriter, r *http.Request, fn func(context.Context) error) {
@@ -337,6 +394,9 @@ func ParseBatchGet(body io.Reader) ([][]byte, coordinator.Level, error) {
 func (rt *kvRouter) batchGet(w http.ResponseWriter, r *http.Request) {
 	e := rt.kv
 	keys, l, err := ParseBatchGet(r.Body)
+	for i := 0; err == nil && i < len(keys); i++ {
+		err = allowKeyspace(r, fmt.Sprintf("keys[%d]", i), coordinator.Keyspace(keys[i]))
+	}
 	if err == nil {
 		err = rt.ringOnly(keys)
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/kvnode/cp"
 )
 
@@ -176,9 +177,13 @@ func notCP(status int, field, ks string) error {
 	return &BadRequest{status, "keyspace_not_cp", field, fmt.Sprintf("keyspace %q is not served by the consensus tier: declare it with --cp-keyspaces (PORTICO_KV_CP_KEYSPACES) on every node", ks)}
 }
 
-// keyspace validates the {keyspace} path segment and checks it is declared.
+// keyspace validates the {keyspace} path segment and checks that the
+// caller may touch it and that it is declared.
 func (h *cpHandler) keyspace(r *http.Request) (string, error) {
 	ks, err := ParseKeyspace(r.PathValue("keyspace"))
+	if err == nil {
+		err = allowKeyspace(r, "keyspace", ks)
+	}
 	if err == nil && !h.keyspaces[ks] {
 		err = notCP(http.StatusNotFound, "keyspace", ks)
 	}
@@ -204,17 +209,17 @@ func mountCP(rt *routeTable, e CPEngine, keyspaces []string, peerTLS *tls.Config
 		tr.TLSClientConfig, scheme = peerTLS.Clone(), "https"
 	}
 	h := &cpHandler{e: e, client: &http.Client{Transport: tr, Timeout: forwardTimeout}, scheme: scheme, keyspaces: keyspaceSet(keyspaces)}
-	rt.handle("GET /v1/cp/{keyspace}/{key...}", AccessOpen, h.serve)
-	rt.handle("PUT /v1/cp/{keyspace}/{key...}", AccessOpen, h.serve)
-	rt.handle("DELETE /v1/cp/{keyspace}/{key...}", AccessOpen, h.serve)
-	rt.handle("POST /v1/cp:txn", AccessOpen, h.txn)
-	rt.handle("GET /v1/cp/{keyspace}", AccessOpen, h.watch)
-	rt.handle("POST /v1/cp/leases", AccessOpen, h.leases)
-	rt.handle("POST /v1/cp/leases/{id}/keepalive", AccessOpen, h.leases)
-	rt.handle("DELETE /v1/cp/leases/{id}", AccessOpen, h.leases)
-	rt.handle("GET /admin/v1/cp/members", AccessAdmin, h.members)
-	rt.handle("POST /admin/v1/cp/members", AccessAdmin, h.members)
-	rt.handle("DELETE /admin/v1/cp/members/{id}", AccessAdmin, h.members)
+	rt.handle("GET /v1/cp/{keyspace}/{key...}", authz.KVRead, h.serve)
+	rt.handle("PUT /v1/cp/{keyspace}/{key...}", authz.KVWrite, h.serve)
+	rt.handle("DELETE /v1/cp/{keyspace}/{key...}", authz.KVWrite, h.serve)
+	rt.handle("POST /v1/cp:txn", authz.KVWrite, h.txn)
+	rt.handle("GET /v1/cp/{keyspace}", authz.KVRead, h.watch)
+	rt.handle("POST /v1/cp/leases", authz.KVWrite, h.leases)
+	rt.handle("POST /v1/cp/leases/{id}/keepalive", authz.KVWrite, h.leases)
+	rt.handle("DELETE /v1/cp/leases/{id}", authz.KVWrite, h.leases)
+	rt.handle("GET /admin/v1/cp/members", authz.ClusterRead, h.members)
+	rt.handle("POST /admin/v1/cp/members", authz.ClusterAdmin, h.members)
+	rt.handle("DELETE /admin/v1/cp/members/{id}", authz.ClusterAdmin, h.members)
 	return h
 }
 
@@ -279,8 +284,19 @@ func ParseCPTxn(body []byte) (CPTxnRequest, error) {
 	return t, nil
 }
 
-// txnKeyspaces refuses a transaction touching a keyspace not declared CP.
-func (h *cpHandler) txnKeyspaces(t CPTxnRequest) error {
+// txnKeyspaces refuses a transaction touching a keyspace the caller may
+// not touch (403) or one not declared CP (400).
+func (h *cpHandler) txnKeyspaces(r *http.Request, t CPTxnRequest) error {
+	for i, c := range t.Compare {
+		if err := allowKeyspace(r, fmt.Sprintf("compare[%d].keyspace", i), c.Keyspace); err != nil {
+			return err
+		}
+	}
+	for i, op := range t.Ops {
+		if err := allowKeyspace(r, fmt.Sprintf("ops[%d].keyspace", i), op.Keyspace); err != nil {
+			return err
+		}
+	}
 	for i, c := range t.Compare {
 		if !h.keyspaces[c.Keyspace] {
 			return notCP(http.StatusBadRequest, fmt.Sprintf("compare[%d].keyspace", i), c.Keyspace)
@@ -306,7 +322,7 @@ func (h *cpHandler) txn(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := ParseCPTxn(body)
 	if err == nil {
-		err = h.txnKeyspaces(t)
+		err = h.txnKeyspaces(r, t)
 	}
 	if err != nil {
 		writeErr(w, err)
@@ -414,6 +430,11 @@ func (h *cpHandler) leases(w http.ResponseWriter, r *http.Request) {
 	}
 	var res any
 	switch {
+	case r.Method == http.MethodDelete && confined(r):
+		// Revoking deletes the lease's keys, in whatever keyspace.
+		writeErr(w, &BadRequest{http.StatusForbidden, authz.ResultForbidden, "lease",
+			"revoking a lease deletes its keys in any keyspace: a credential confined to keyspaces may not; let the lease expire"})
+		return
 	case r.Method == http.MethodDelete:
 		if err = h.e.RevokeLease(r.Context(), id); err == nil {
 			res = map[string]any{"id": id, "revoked": true}
@@ -601,6 +622,12 @@ func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, uri string, 
 		return
 	}
 	out.Header.Set(HeaderForwarded, "1")
+	// The leader checks the caller's own credential when it sent one;
+	// one that authenticated with its certificate is vouched for by this
+	// node's (PeerTLS), this node having checked its keyspaces.
+	if v := r.Header.Values("Authorization"); len(v) > 0 {
+		out.Header["Authorization"] = v
+	}
 	if v := r.Header.Get("If-Match"); v != "" {
 		out.Header.Set("If-Match", v)
 	}

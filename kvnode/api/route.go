@@ -27,6 +27,10 @@ func keyspaceSet(names []string) map[string]bool {
 
 func (rt *kvRouter) serve(w http.ResponseWriter, r *http.Request) {
 	ks := coordinator.Keyspace([]byte(r.PathValue("key")))
+	if err := allowKeyspace(r, "key", ks); err != nil {
+		writeErr(w, err)
+		return
+	}
 	if rt.cpKeyspaces[ks] {
 		if rt.cp == nil {
 			writeError(w, http.StatusNotImplemented, "not_implemented", fmt.Sprintf("keyspace %q is declared CP but the consensus tier is not available on this node", ks), "")

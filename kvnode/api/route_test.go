@@ -12,6 +12,18 @@ import (
 	"github.com/portico-io/portico/kvnode/cp"
 )
 
+// openHandler is c's API served without authentication (these tests are
+// not about it).
+func openHandler(t testing.TB, c Config) http.Handler {
+	t.Helper()
+	c.InsecureNoAuth = true
+	a, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 // followerCP is a consensus tier that is never the leader: every key
 // request is forwarded to leader.
 type followerCP struct {
@@ -39,10 +51,10 @@ func TestKVInCPKeyspaceForwardsInCPForm(t *testing.T) {
 	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.URL.RequestURI()+" If-Match="+r.Header.Get("If-Match"))
 		// A leader without the keyspace declared.
-		Handler(Config{CP: followerCP{}, CPKeyspaces: []string{"other"}}).ServeHTTP(w, r)
+		openHandler(t, Config{CP: followerCP{}, CPKeyspaces: []string{"other"}}).ServeHTTP(w, r)
 	}))
 	defer leader.Close()
-	h := Handler(Config{CP: followerCP{leader: strings.TrimPrefix(leader.URL, "http://")}, CPKeyspaces: []string{"locks"}})
+	h := openHandler(t, Config{CP: followerCP{leader: strings.TrimPrefix(leader.URL, "http://")}, CPKeyspaces: []string{"locks"}})
 
 	for _, tc := range []struct{ method, path, hdr, want string }{
 		{"GET", "/v1/kv/locks:x/y%20z%3F?stale=false", "", "/v1/cp/locks/x/y%20z%3F?stale=false If-Match="},
@@ -71,7 +83,7 @@ func TestKVInCPKeyspaceForwardsInCPForm(t *testing.T) {
 // Without the consensus tier a declared keyspace is 501 under /v1/kv/ as
 // under /v1/cp/, never the ring.
 func TestCPKeyspaceWithoutTheTier(t *testing.T) {
-	h := Handler(Config{CPKeyspaces: []string{"locks"}})
+	h := openHandler(t, Config{CPKeyspaces: []string{"locks"}})
 	for _, path := range []string{"/v1/kv/locks:a", "/v1/cp/locks/a"} {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))

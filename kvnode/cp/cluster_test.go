@@ -131,7 +131,10 @@ func (gr *group) start(i int) {
 	if err != nil {
 		gr.t.Fatalf("listen %s: %v", n.id, err)
 	}
-	h := api.Handler(api.Config{CP: g, CPKeyspaces: testKeyspaces})
+	h, err := api.New(api.Config{CP: g, CPKeyspaces: testKeyspaces, InsecureNoAuth: true})
+	if err != nil {
+		gr.t.Fatal(err)
+	}
 	gate := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gr.mu.Lock()
 		ch := n.stalled

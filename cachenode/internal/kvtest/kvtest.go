@@ -3,12 +3,13 @@
 // ports, every node bootstrapping the same three Raft voters and declaring
 // the given CP keyspaces, as make run starts them.
 //
-// Start runs them in plaintext (--insecure-plaintext): the cache's tests
-// that are not about TLS. StartWith a PKI gives every node a kvnode
-// certificate of that CA, as make run does, so cache nodes of the same CA
-// call them over TLS; URLs says which scheme the nodes serve (kvnode's HTTP
-// API takes TLS with certificate files once kvnode implements it, plain
-// HTTP before), so the same test runs against either.
+// Start runs them in plaintext without authentication (--insecure-plaintext
+// --insecure-no-auth, both debugging-only flags): the cache's tests that
+// are not about TLS. StartWith a PKI gives every node a kvnode certificate
+// of that CA, as make run does, so cache nodes of the same CA call them
+// over TLS and authenticate with their cachenode certificates, which the
+// nodes confine to the group's keyspaces (--cachenode-keyspaces); URLs says
+// which scheme the nodes serve, so the same test runs against either.
 package kvtest
 
 import (
@@ -39,8 +40,10 @@ type Options struct {
 	// Keyspaces are the CP keyspaces the nodes declare (at least one).
 	Keyspaces []string
 	// PKI, when set, gives each node a kvnode certificate of this CA:
-	// internode gRPC and Raft on mutual TLS, and the HTTP API on TLS when
-	// kvnode serves it. Without, the nodes run --insecure-plaintext.
+	// internode gRPC, Raft and the HTTP API on TLS, the API admitting
+	// operator certificates as admins and cachenode certificates to
+	// Keyspaces. Without, the nodes run --insecure-plaintext
+	// --insecure-no-auth.
 	PKI *tlstest.PKI
 }
 
@@ -124,10 +127,11 @@ func (g *Group) launch() {
 		peers = append(peers, g.ids[i]+"="+raft[i])
 	}
 	for i := range 3 {
-		security := []string{"--insecure-plaintext"}
+		security := []string{"--insecure-plaintext", "--insecure-no-auth"}
 		if g.opts.PKI != nil {
 			tc := g.opts.PKI.Files(t, identity.KVNode, g.ids[i])
-			security = []string{"--tls-cert-file=" + tc.CertFile, "--tls-key-file=" + tc.KeyFile, "--tls-ca-file=" + tc.CAFile}
+			security = []string{"--tls-cert-file=" + tc.CertFile, "--tls-key-file=" + tc.KeyFile, "--tls-ca-file=" + tc.CAFile,
+				"--cachenode-keyspaces=" + strings.Join(g.opts.Keyspaces, ",")}
 		}
 		var seeds []string
 		for j := range 3 {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/portico-io/portico/internal/authn"
+	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -51,7 +53,10 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
-	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "HTTP API, internode gRPC and Raft without TLS: any process that reaches them can join the ring and call /admin/v1/ (debugging only)")
+	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "HTTP API, internode gRPC and Raft without TLS: any process that reaches them can join the ring and read replication traffic, and tokens cross the network in clear (debugging only; the HTTP API still needs credentials unless --insecure-no-auth)")
+	noAuth := envflag.Bool(fs, "insecure-no-auth", "PORTICO_KV_INSECURE_NO_AUTH", false, "serve the HTTP API to anyone as an admin, without credentials or Host check (debugging and tests only; not implied by --insecure-plaintext)")
+	cacheKeyspaces := envflag.String(fs, "cachenode-keyspaces", "PORTICO_KV_CACHENODE_KEYSPACES", strings.Join(kvnode.DefaultCacheNodeKeyspaces, ","), "comma-separated keyspaces a cachenode certificate may read and write (its topology keyspaces); empty: cachenodes get no access")
+	authFlags := authn.RegisterFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 
 	log, err := logging.New(os.Stderr, *logFormat, *logLevel)
@@ -69,6 +74,15 @@ func main() {
 		log.Error("kvnode: --raft-peers", "err", err)
 		os.Exit(2)
 	}
+	jwt, err := authFlags.JWT(func(r string) error { return authz.CheckRoles([]string{r}) })
+	if err != nil {
+		log.Error("kvnode: operator JWTs", "err", err)
+		os.Exit(2)
+	}
+	cacheKS := split(*cacheKeyspaces)
+	if cacheKS == nil {
+		cacheKS = []string{}
+	}
 	cfg := kvnode.Config{
 		NodeID: *nodeID, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdvertiseAddr: *advertiseAddr,
 		Seeds: split(*seeds), DataDir: *dataDir, Replication: int(*replication), Vnodes: int(*vnodes), Rack: *rack,
@@ -77,9 +91,16 @@ func main() {
 		ReadTimeout: *readTimeout, VClockKeyspaces: split(*vclock), CPKeyspaces: split(*cpKeyspaces), Logger: log,
 		CP:  cp.Config{BindAddr: raftBind, AdvertiseAddr: *raftAdvertise, Bootstrap: *raftBootstrap, Peers: peers},
 		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
+		Auth: kvnode.AuthConfig{AdminTokenFile: *authFlags.TokenFile, JWT: jwt, Hosts: authFlags.HostList(),
+			CacheNodeKeyspaces: cacheKS, InsecureNoAuth: *noAuth},
+	}
+	if *noAuth {
+		log.Warn("kvnode: --insecure-no-auth: the HTTP API serves ANYONE as an admin (every keyspace, membership, repair, decommission) with no credential and no Host check; use only for debugging and tests")
+	} else if *authFlags.TokenFile == "" && jwt == nil && !cfg.TLS.IsSet() {
+		log.Warn("kvnode: no --admin-token-file, --oidc-issuer or certificates: no caller can authenticate to the HTTP API")
 	}
 	if *plaintext {
-		log.Warn("kvnode: the HTTP API, internode gRPC and Raft are PLAINTEXT: any process that reaches them can join the ring, read its data and call /admin/v1/; use only for debugging")
+		log.Warn("kvnode: the HTTP API, internode gRPC and Raft are PLAINTEXT: any process that reaches them can join the ring and read its data, and bearer tokens cross the network in clear; use only for debugging")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
