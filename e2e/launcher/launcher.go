@@ -101,7 +101,10 @@ func Processes(root string) []Process {
 			// It serves the keyspace locks (/v1/cp/locks/… = /v1/kv/locks:…).
 			"--raft-bootstrap", "--raft-peers=kv-0=127.0.0.1:18600,kv-1=127.0.0.1:18601,kv-2=127.0.0.1:18602",
 			// and the cache cluster's topology (keyspace cache).
-			"--cp-keyspaces=locks,cache"},
+			"--cp-keyspaces=locks,cache",
+			// The HTTP API authenticates every route: the control plane's
+			// admin token, or a certificate (cachenodes: keyspace cache).
+			"--admin-token-file=" + AdminTokenFile(root)},
 			// Internode gRPC and Raft are mutual TLS between kvnode identities.
 			TLSArgs(root, fmt.Sprintf("kvnode-%d", i))...),
 			Ready: fmt.Sprintf("https://localhost:%d/readyz", 18400+i)})
@@ -326,10 +329,10 @@ Portico is running. Every service port speaks TLS; .run/pki/ca.crt is the CA to 
   curl -s localhost:10000/echo                            # through Envoy, when it runs
   curl -s --cacert .run/demo-tls/ca.crt https://localhost:10443/public   # HTTPS, certificate by SDS
   curl -s -K .run/admin.curlrc -X POST https://localhost:18300/v1/jobs -H 'Idempotency-Key: j1' -d @job.json   # scheduler (see scheduler/README.md)
-  curl -s --cacert .run/pki/ca.crt -X PUT 'https://localhost:18400/v1/kv/hello?consistency=QUORUM' -d world    # kvnode ring (18400-18402)
-  curl -s --cacert .run/pki/ca.crt 'https://localhost:18401/v1/kv/hello?consistency=QUORUM'
-  curl -s --cacert .run/pki/ca.crt -X PUT https://localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier (keyspace locks): CAS, create-only
-  curl -si --cacert .run/pki/ca.crt https://localhost:18401/v1/kv/locks:leader                               # the same key through /v1/kv/, linearizable
+  curl -s -K .run/admin.curlrc -X PUT 'https://localhost:18400/v1/kv/hello?consistency=QUORUM' -d world    # kvnode ring (18400-18402)
+  curl -s -K .run/admin.curlrc 'https://localhost:18401/v1/kv/hello?consistency=QUORUM'
+  curl -s -K .run/admin.curlrc -X PUT https://localhost:18400/v1/cp/locks/leader -H 'If-Match: 0' -d me  # Raft tier (keyspace locks): CAS, create-only
+  curl -si -K .run/admin.curlrc https://localhost:18401/v1/kv/locks:leader                               # the same key through /v1/kv/, linearizable
   redis-cli --tls --cacert .run/pki/ca.crt -c -p 7000 SET greeting hi EX 60   # cache cluster (7000-7005)
   redis-cli --tls --cacert .run/pki/ca.crt -c -p 7001 GET greeting
   PORTICO_TLS_CERT_FILE=.run/pki/operator.crt PORTICO_TLS_KEY_FILE=.run/pki/operator.key PORTICO_TLS_CA_FILE=.run/pki/ca.crt \
