@@ -2,6 +2,7 @@ package charttest
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,6 +142,18 @@ func checkCache(t *testing.T, objs []object, by map[string]workload, e expect) {
 	}
 	if got, want := envValue(t, c, "PORTICO_CACHE_CLUSTER_KV_ADDRS"), strings.Join(kvAddrs, ","); got != want || containerPort(kvc, "http") != 18400 {
 		t.Errorf("PORTICO_CACHE_CLUSTER_KV_ADDRS = %q, want every kvnode pod's HTTP address %q", got, want)
+	}
+	// kvnode answers 421 to a Host it was not told of: every address the
+	// cache nodes use must be one of its PORTICO_ADMIN_HOSTS.
+	kvHosts := strings.Split(envValue(t, kvc, "PORTICO_ADMIN_HOSTS"), ",")
+	for _, addr := range kvAddrs {
+		host, _, _ := net.SplitHostPort(addr)
+		if !slices.ContainsFunc(kvHosts, func(h string) bool {
+			suffix, wild := strings.CutPrefix(h, "*.")
+			return h == host || wild && strings.HasSuffix(host, "."+suffix)
+		}) {
+			t.Errorf("cache nodes reach kvnode at %s, not in its PORTICO_ADMIN_HOSTS %v", host, kvHosts)
+		}
 	}
 	if kvHeadless, ok := find[corev1.Service](objs, "Service", kv.ServiceName); !ok ||
 		!slices.ContainsFunc(kvHeadless.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == 18400 }) {

@@ -80,3 +80,12 @@ the control plane (the scheduler): the same Secret, mounted the same way.
     defaultMode: 0440
 {{- end }}
 {{- end }}
+
+{{/* PORTICO_ADMIN_HOSTS of kvnode: both Services, each pod's name, loopback. */}}
+{{- define "portico.kvnodeHosts" -}}
+{{- $svc := include "portico.component" (list . "kvnode") }}
+{{- $headless := printf "%s-headless" $svc }}
+{{- $names := concat (include "portico.serviceDNSNames" (list . $svc) | fromJsonArray) (include "portico.serviceDNSNames" (list . $headless) | fromJsonArray) }}
+{{- $names = concat $names (list (printf "*.%s.%s.svc" $headless .Release.Namespace) (printf "*.%s.%s.svc.%s" $headless .Release.Namespace .Values.clusterDomain) "localhost" "127.0.0.1" "::1") }}
+{{- $names | join "," }}
+{{- end }}
