@@ -245,7 +245,7 @@ func checkCache(t *testing.T, objs []object, by map[string]workload, e expect) {
 		t.Errorf("cachenode needs one init container running the Job's command: %+v", inits)
 	}
 
-	if e.optional {
+	if len(ofKind(objs, "NetworkPolicy")) > 0 {
 		checkCacheNetworkPolicies(t, objs, w, kv, job)
 	}
 }

@@ -87,10 +87,12 @@ func TestRenderDefaultValues(t *testing.T) {
 		cache:           defaultCache,
 	}
 	checkRender(t, objs, e)
-	for _, kind := range []string{"NetworkPolicy", "ServiceMonitor"} {
-		if n := len(ofKind(objs, kind)); n != 0 {
-			t.Errorf("%d %s rendered by default; they are optional", n, kind)
-		}
+	if n := len(ofKind(objs, "ServiceMonitor")); n != 0 {
+		t.Errorf("%d ServiceMonitor rendered by default; they are optional", n)
+	}
+	// NetworkPolicies are a secure default (secure_defaults_test.go).
+	if n := len(ofKind(objs, "NetworkPolicy")); n != len(porticoComponents) {
+		t.Errorf("%d NetworkPolicies rendered by default, want one per component (%d)", n, len(porticoComponents))
 	}
 	for _, c := range bundledComponents {
 		if n := len(ofComponent(objs, c)); n != 0 {
@@ -407,8 +409,10 @@ func checkRender(t *testing.T, objs []object, e expect) {
 	checkHPAs(t, objs, ws)
 	checkServices(t, objs, ws)
 	checkStatefulSets(t, objs, ws)
-	if e.optional {
+	if len(ofKind(objs, "NetworkPolicy")) > 0 {
 		checkNetworkPolicies(t, objs, ws, e)
+	}
+	if e.optional {
 		checkServiceMonitors(t, objs, ws, e)
 	}
 	checkWiring(t, objs, byComponent, e)

@@ -43,6 +43,11 @@
 // PORTICO_ADMIN_HOSTS naming the Service; the Secret is created by the
 // certificate Job (or a token-only hook Job with cert-manager, run against
 // its Role too) and never rendered, or brought by the user.
+// The secure defaults (secure_defaults_test.go): one NetworkPolicy per
+// component with exactly its peers and ports, the cache's AUTH with a
+// generated password hashed into the namespaces file, generated passwords
+// for the bundled Postgres and Redis wired from Secrets, and the refusal to
+// expose the admin Service without controlplane.service.exposeAdmin.
 // NOTES.txt is rendered and its curl bodies decoded and
 // validated by the admin API's own spec package. The Dockerfile test checks a multi-stage build, CGO_ENABLED=0,
 // -trimpath, a non-root distroless final stage, that every */cmd/* binary

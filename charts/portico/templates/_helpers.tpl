@@ -316,3 +316,31 @@ init publishes only when no map is stored, so it is safe to run again.
 {{- end }}
 {{- $total }}
 {{- end }}
+
+{{/*
+The cache's namespaces Secret: namespacesExistingSecret, or the chart's
+<fullname>-cachenode-namespaces when namespaces are set or requireAuth is on
+(generated passwords, secrets.yaml), or nothing (only the default namespace).
+*/}}
+{{- define "portico.cacheNamespacesSecret" -}}
+{{- $c := .Values.cachenode }}
+{{- if $c.enabled }}
+{{- if $c.namespacesExistingSecret }}
+{{- $c.namespacesExistingSecret }}
+{{- else if or $c.namespaces $c.requireAuth }}
+{{- include "portico.component" (list . "cachenode-namespaces") }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Secret holding the Redis password (key redis-password): redis.existingSecret,
+or the chart's <fullname>-redis for the bundled Redis, or nothing.
+*/}}
+{{- define "portico.redisSecretName" -}}
+{{- if .Values.redis.existingSecret }}
+{{- .Values.redis.existingSecret }}
+{{- else if .Values.redis.bundled.enabled }}
+{{- include "portico.component" (list . "redis") }}
+{{- end }}
+{{- end }}
