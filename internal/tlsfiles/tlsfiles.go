@@ -250,30 +250,7 @@ func (f *Files) Pool() *x509.CertPool { return f.cur.Load().pool }
 // defaults to this workload's). nextProtos is the ALPN list (gRPC adds h2
 // itself; an HTTP server that speaks h2 passes "h2", "http/1.1").
 func (f *Files) ServerConfig(p identity.Policy, nextProtos ...string) *tls.Config {
-	if p.TrustDomain == "" {
-		p.TrustDomain = f.cfg.TrustDomain
-	}
-	verify := func(cs tls.ConnectionState) error {
-		id, err := identity.FromConnState(&cs)
-		if err != nil {
-			return err
-		}
-		return p.Allow(id)
-	}
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			m := f.cur.Load()
-			return &tls.Config{
-				MinVersion:       tls.VersionTLS12,
-				Certificates:     []tls.Certificate{m.cert},
-				ClientAuth:       tls.RequireAndVerifyClientCert,
-				ClientCAs:        m.pool,
-				NextProtos:       nextProtos,
-				VerifyConnection: verify,
-			}, nil
-		},
-	}
+	return f.serverConfig(tls.RequireAndVerifyClientCert, p, nextProtos)
 }
 
 // APIServerConfig serves a port that people and scripts call too (the admin,
@@ -283,9 +260,18 @@ func (f *Files) ServerConfig(p identity.Policy, nextProtos ...string) *tls.Confi
 // to the bundle and carry an identity of the trust domain, which handlers
 // then read with identity.FromRequest.
 func (f *Files) APIServerConfig(nextProtos ...string) *tls.Config {
-	p := identity.Policy{TrustDomain: f.cfg.TrustDomain}
+	return f.serverConfig(tls.VerifyClientCertIfGiven, identity.Policy{}, nextProtos)
+}
+
+// serverConfig takes the current material at every handshake, so a reload
+// reaches the next connection; a client certificate, when there is one,
+// must carry an identity p allows.
+func (f *Files) serverConfig(auth tls.ClientAuthType, p identity.Policy, nextProtos []string) *tls.Config {
+	if p.TrustDomain == "" {
+		p.TrustDomain = f.cfg.TrustDomain
+	}
 	verify := func(cs tls.ConnectionState) error {
-		if len(cs.PeerCertificates) == 0 {
+		if len(cs.PeerCertificates) == 0 && auth == tls.VerifyClientCertIfGiven {
 			return nil
 		}
 		id, err := identity.FromConnState(&cs)
@@ -302,7 +288,7 @@ func (f *Files) APIServerConfig(nextProtos ...string) *tls.Config {
 			return &tls.Config{
 				MinVersion:       tls.VersionTLS12,
 				Certificates:     []tls.Certificate{m.cert},
-				ClientAuth:       tls.VerifyClientCertIfGiven,
+				ClientAuth:       auth,
 				ClientCAs:        m.pool,
 				NextProtos:       nextProtos,
 				VerifyConnection: verify,
