@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,8 @@ import (
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/ring"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
+
+	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // fakeClock is data time (TTL, hints, grace) shared by a test cluster.
@@ -78,22 +81,17 @@ func newCluster(t testing.TB, size int, tweak func(*Config)) *cluster {
 	return c
 }
 
-// freeAddrs reserves n loopback ports (released just before the nodes bind
-// them).
+// freeAddrs picks n free loopback ports (testdeps.FreePort: outside the
+// ephemeral range, so no outgoing connection takes one before a node binds it).
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
+	seen := map[int]bool{}
 	var out []string
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for len(out) < n {
+		if p := testdeps.FreePort(t); !seen[p] {
+			seen[p] = true
+			out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		_ = l.Close()
 	}
 	return out
 }

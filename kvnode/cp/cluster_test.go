@@ -17,6 +17,8 @@ import (
 
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/cp"
+
+	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // group is a Raft group of real cp.Groups in this process on loopback:
@@ -71,22 +73,17 @@ func newGroupTuned(t testing.TB, size int, tune func(*cp.Config)) *group {
 	return gr
 }
 
-// freeAddrs reserves n loopback ports (released just before use; restarts
-// reuse them, as a restarted process would).
+// freeAddrs picks n free loopback ports (testdeps.FreePort: outside the
+// ephemeral range); restarts reuse them, as a restarted process would.
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
+	seen := map[int]bool{}
 	var out []string
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for len(out) < n {
+		if p := testdeps.FreePort(t); !seen[p] {
+			seen[p] = true
+			out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		_ = l.Close()
 	}
 	return out
 }
