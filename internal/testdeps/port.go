@@ -11,10 +11,12 @@ import (
 // Ports handed out by FreePort lie below Linux's default ephemeral range
 // (32768-60999): a port from that range, free when picked, can become an
 // outgoing connection's local port before the process under test binds
-// it. Picking at random keeps parallel test binaries apart.
+// it. So does port+10000, Redis Cluster's bus port, which is checked free
+// too. Picking at random keeps parallel test binaries apart.
 const (
 	portLow  = 20000
-	portHigh = 32000
+	portHigh = 22700
+	busShift = 10000
 )
 
 // FreePort returns a loopback TCP port that was free a moment ago, for a
@@ -32,11 +34,18 @@ func FreePort(tb testing.TB) int {
 func PickPort() (int, error) {
 	for range 200 {
 		p := portLow + rand.IntN(portHigh-portLow)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		if err == nil {
-			l.Close()
+		if free(p) && free(p+busShift) {
 			return p, nil
 		}
 	}
-	return 0, errors.New("testdeps: no free port in 20000-32000")
+	return 0, errors.New("testdeps: no free port in 20000-22700 (with its +10000 free too)")
+}
+
+func free(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
