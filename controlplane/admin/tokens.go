@@ -84,16 +84,10 @@ func (h *Handler) checkTokenRequest(req tokenRequest, caller authn.Principal) er
 	case len(req.Roles) == 0:
 		return field("roles", "at least one of viewer, editor, security-admin, admin")
 	}
-	if err := authz.CheckRoles(req.Roles); err != nil {
+	if err := authz.CheckGrant(caller, req.Roles); errors.Is(err, authz.ErrForbidden) {
+		return &Error{Status: http.StatusForbidden, Code: authz.ResultForbidden, Field: "roles", Message: err.Error()}
+	} else if err != nil {
 		return field("roles", err.Error())
-	}
-	for _, name := range req.Roles {
-		for _, perm := range authz.Role(name).Permissions() {
-			if !authz.Allowed(caller, perm) {
-				return &Error{Status: http.StatusForbidden, Code: authz.ResultForbidden, Field: "roles",
-					Message: "you may only grant roles whose permissions you hold (" + name + " needs " + string(perm) + ")"}
-			}
-		}
 	}
 	if req.ExpiresAt != nil {
 		now := h.timeNow()

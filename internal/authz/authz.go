@@ -146,3 +146,21 @@ func Allowed(p authn.Principal, perm Permission) bool {
 	}
 	return false
 }
+
+// CheckGrant reports whether caller may mint a credential holding roles:
+// every permission of every role must be one caller holds itself, so a
+// security admin cannot mint an admin token (no escalation). Unknown role
+// names are ErrUnknownRole; a missing permission is ErrForbidden naming it.
+func CheckGrant(caller authn.Principal, roles []string) error {
+	if err := CheckRoles(roles); err != nil {
+		return err
+	}
+	for _, name := range roles {
+		for _, perm := range Role(name).Permissions() {
+			if !Allowed(caller, perm) {
+				return fmt.Errorf("%w: you may only grant roles whose permissions you hold (%s needs %s)", ErrForbidden, name, perm)
+			}
+		}
+	}
+	return nil
+}

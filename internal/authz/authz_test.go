@@ -80,3 +80,20 @@ func TestCheckRoles(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestCheckGrantRefusesEscalation(t *testing.T) {
+	secAdmin := authn.Principal{Kind: authn.KindToken, ID: "s", Roles: []string{string(SecurityAdmin)}}
+	if err := CheckGrant(secAdmin, []string{string(Viewer), string(SecurityAdmin)}); err != nil {
+		t.Fatalf("security-admin granting viewer+security-admin: %v", err)
+	}
+	if err := CheckGrant(secAdmin, []string{string(Editor)}); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("security-admin granting editor: %v, want ErrForbidden", err)
+	}
+	if err := CheckGrant(secAdmin, []string{"root"}); !errors.Is(err, ErrUnknownRole) {
+		t.Fatalf("unknown role: %v, want ErrUnknownRole", err)
+	}
+	tenant := authn.Principal{Kind: authn.KindToken, ID: "t", Roles: []string{string(Admin)}, Tenant: "acme"}
+	if err := CheckGrant(tenant, []string{string(Viewer)}); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("a tenant-bound admin holds no platform read: %v, want ErrForbidden", err)
+	}
+}
