@@ -82,18 +82,18 @@ func TestCheckRoles(t *testing.T) {
 }
 
 func TestCheckGrantRefusesEscalation(t *testing.T) {
-	secAdmin := authn.Principal{Kind: authn.KindToken, ID: "s", Roles: []string{string(SecurityAdmin)}}
-	if err := CheckGrant(secAdmin, []string{string(Viewer), string(SecurityAdmin)}); err != nil {
+	secAdmin := authn.Principal{Kind: authn.KindToken, ID: "s", Roles: []string{string(authz.SecurityAdmin)}}
+	if err := authz.CheckGrant(secAdmin, []string{string(authz.Viewer), string(authz.SecurityAdmin)}); err != nil {
 		t.Fatalf("security-admin granting viewer+security-admin: %v", err)
 	}
-	if err := CheckGrant(secAdmin, []string{string(Editor)}); !errors.Is(err, ErrForbidden) {
-		t.Fatalf("security-admin granting editor: %v, want ErrForbidden", err)
+	if err := authz.CheckGrant(secAdmin, []string{string(authz.Editor)}); !errors.Is(err, authz.ErrForbidden) {
+		t.Fatalf("security-admin granting editor: %v, want authz.ErrForbidden", err)
 	}
-	if err := CheckGrant(secAdmin, []string{"root"}); !errors.Is(err, ErrUnknownRole) {
-		t.Fatalf("unknown role: %v, want ErrUnknownRole", err)
+	if err := authz.CheckGrant(secAdmin, []string{"root"}); !errors.Is(err, authz.ErrUnknownRole) {
+		t.Fatalf("unknown role: %v, want authz.ErrUnknownRole", err)
 	}
-	tenant := authn.Principal{Kind: authn.KindToken, ID: "t", Roles: []string{string(Admin)}, Tenant: "acme"}
-	if err := CheckGrant(tenant, []string{string(Viewer)}); !errors.Is(err, ErrForbidden) {
-		t.Fatalf("a tenant-bound admin holds no platform read: %v, want ErrForbidden", err)
+	tenant := authn.Principal{Kind: authn.KindToken, ID: "t", Roles: []string{string(authz.Admin)}, Tenant: "acme"}
+	if err := authz.CheckGrant(tenant, []string{string(authz.Viewer)}); !errors.Is(err, authz.ErrForbidden) {
+		t.Fatalf("a tenant-bound admin holds no platform read: %v, want authz.ErrForbidden", err)
 	}
 }
