@@ -21,11 +21,11 @@ import (
 	"sync"
 	"time"
 
-	dbmigrate "github.com/portico-io/portico/internal/migrate"
-
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/portico-io/portico/controlplane/spec"
+	dbmigrate "github.com/portico-io/portico/internal/migrate"
+	"github.com/portico-io/portico/internal/pgtokens"
 )
 
 // Defaults for zero Config fields.
@@ -63,9 +63,10 @@ type Config struct {
 
 // Store is the Postgres-backed configuration store.
 type Store struct {
-	pool *pgxpool.Pool
-	cfg  Config
-	log  *slog.Logger
+	pool   *pgxpool.Pool
+	tokens *pgtokens.Table
+	cfg    Config
+	log    *slog.Logger
 
 	// ctx is cancelled by Close and stops every Watch.
 	ctx    context.Context
@@ -114,7 +115,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, cfg: cfg, log: cfg.Logger}
+	s := &Store{pool: pool, tokens: pgtokens.New(pool, tokenTable), cfg: cfg, log: cfg.Logger}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
