@@ -32,6 +32,38 @@ const (
 // per request.
 const LastUsedInterval = time.Minute
 
+// Limits of a request to mint an API token, the same on every API that
+// mints them.
+const (
+	// MaxTokenNameLen bounds a token's name (its human label).
+	MaxTokenNameLen = 128
+	// MaxTokenTTL bounds a token's life; a longer-lived credential belongs
+	// in the operators' IdP.
+	MaxTokenTTL = 366 * 24 * time.Hour
+)
+
+// CheckTokenName refuses (ErrBadTokenRequest) a blank name or one longer
+// than MaxTokenNameLen bytes.
+func CheckTokenName(name string) error {
+	if strings.TrimSpace(name) == "" || len(name) > MaxTokenNameLen {
+		return fmt.Errorf("%w: the name is required, at most %d bytes", ErrBadTokenRequest, MaxTokenNameLen)
+	}
+	return nil
+}
+
+// CheckTokenExpiry refuses (ErrBadTokenRequest) an expiry that is not
+// after now, or more than MaxTokenTTL after it. Zero means "never expires"
+// and is accepted.
+func CheckTokenExpiry(expiresAt, now time.Time) error {
+	if expiresAt.IsZero() {
+		return nil
+	}
+	if !expiresAt.After(now) || expiresAt.Sub(now) > MaxTokenTTL {
+		return fmt.Errorf("%w: the expiry must be in the future, at most %d days ahead", ErrBadTokenRequest, MaxTokenTTL/(24*time.Hour))
+	}
+	return nil
+}
+
 // IssuedToken is a freshly minted API token. Plaintext is shown to its
 // owner once and never stored; ID and Hash are what the TokenStore keeps.
 type IssuedToken struct {

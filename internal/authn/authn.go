@@ -75,6 +75,19 @@ type Principal struct {
 // String is the principal's stable audit identity, "<kind>:<id>".
 func (p Principal) String() string { return string(p.Kind) + ":" + p.ID }
 
+// Author is how p is recorded as the author of a change (audit entries, a
+// token's creator or revoker): "<kind>:<id> (<name>)", or "<kind>:<id>"
+// when the name is empty or the id itself; "" for the zero Principal.
+func (p Principal) Author() string {
+	switch {
+	case p.IsZero():
+		return ""
+	case p.Name != "" && p.Name != p.ID:
+		return p.String() + " (" + p.Name + ")"
+	}
+	return p.String()
+}
+
 // IsZero reports whether p is the zero Principal (nobody).
 func (p Principal) IsZero() bool { return p.Kind == "" && p.ID == "" }
 

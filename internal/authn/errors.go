@@ -30,4 +30,11 @@ var (
 	ErrTokenNotFound = errors.New("authn: token not found")
 	// ErrConfig is a bad Config.
 	ErrConfig = errors.New("authn: bad config")
+	// ErrInvalidKeyspace is a name that cannot be a kvnode keyspace
+	// (CheckKeyspace); a JWT confining its holder to one is refused.
+	ErrInvalidKeyspace = errors.New("authn: invalid keyspace")
+	// ErrBadTokenRequest is a request to mint an API token that no API
+	// accepts: a blank or overlong name, an expiry in the past or too far
+	// ahead (CheckTokenName, CheckTokenExpiry).
+	ErrBadTokenRequest = errors.New("authn: bad token request")
 )
