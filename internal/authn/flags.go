@@ -14,6 +14,7 @@ import (
 type Flags struct {
 	TokenFile, Hosts                                                    *string
 	Issuer, Audiences, JWKSURL, Algorithms, Claim, RoleMap, TenantClaim *string
+	KeyspacesClaim                                                      *string
 }
 
 // RegisterFlags defines --admin-token-file, --admin-hosts and --oidc-* (env
@@ -29,6 +30,8 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		Claim:       envflag.String(fs, "oidc-roles-claim", "PORTICO_OIDC_ROLES_CLAIM", "groups", "the claim whose values map to roles"),
 		RoleMap:     envflag.String(fs, "oidc-role-map", "PORTICO_OIDC_ROLE_MAP", "", "comma-separated claim value=role pairs, e.g. platform-admins=admin,sre=viewer"),
 		TenantClaim: envflag.String(fs, "oidc-tenant-claim", "PORTICO_OIDC_TENANT_CLAIM", "", "a string claim naming the tenant a JWT is bound to (scheduler tenancy); empty: none"),
+		KeyspacesClaim: envflag.String(fs, "oidc-keyspaces-claim", "PORTICO_OIDC_KEYSPACES_CLAIM", "",
+			"a claim (string or array of strings) naming the kvnode keyspaces a JWT is confined to (it then holds only kv.* there); an invalid name refuses the token; empty: none"),
 	}
 }
 
@@ -62,7 +65,7 @@ func (f *Flags) JWT(validRole func(string) error) (*JWTConfig, error) {
 		mapping[value] = append(mapping[value], role)
 	}
 	return &JWTConfig{Issuer: *f.Issuer, Audiences: SplitList(*f.Audiences), Algorithms: SplitList(*f.Algorithms), Keys: keys,
-		RolesClaim: *f.Claim, RoleMapping: mapping, TenantClaim: *f.TenantClaim}, nil
+		RolesClaim: *f.Claim, RoleMapping: mapping, TenantClaim: *f.TenantClaim, KeyspacesClaim: *f.KeyspacesClaim}, nil
 }
 
 // SplitList splits a comma-separated flag value, dropping empty items.

@@ -59,6 +59,14 @@ type JWTConfig struct {
 	// principal's Tenant. A token without that claim has no tenant (its
 	// roles alone decide); a non-string value is refused.
 	TenantClaim string
+	// KeyspacesClaim, when set, names a claim (a string or an array of
+	// strings) whose values become the principal's Keyspaces: the token is
+	// then confined to those kvnode keyspaces and holds only kv.*
+	// permissions there. A token without that claim is not confined (its
+	// roles alone decide, as with TenantClaim). A claim of another type, an
+	// empty one, or one naming an invalid keyspace (CheckKeyspace) refuses
+	// the token: it must never read as "no restriction".
+	KeyspacesClaim string
 	// NameClaim names the claim used as the principal's Name (default
 	// "name"); the subject stands in when it is absent.
 	NameClaim string
@@ -159,7 +167,39 @@ func (a *Authenticator) verifyJWT(ctx context.Context, raw string) (Principal, e
 			p.Tenant = t
 		}
 	}
+	if c.KeyspacesClaim != "" {
+		if v, present := claims[c.KeyspacesClaim]; present {
+			if p.Keyspaces, err = keyspacesClaim(c.KeyspacesClaim, v); err != nil {
+				return Principal{}, err
+			}
+		}
+	}
 	return p, nil
+}
+
+// keyspacesClaim reads the keyspaces claim: a string or a non-empty array of
+// strings, each a valid keyspace name; duplicates are dropped.
+func keyspacesClaim(name string, v json.RawMessage) ([]string, error) {
+	var ks []string
+	if s, ok := stringClaim(v); ok {
+		ks = []string{s}
+	} else if json.Unmarshal(v, &ks) != nil {
+		return nil, fmt.Errorf("%w: claim %q is not a string or an array of strings", ErrInvalidToken, name)
+	}
+	if len(ks) == 0 {
+		return nil, fmt.Errorf("%w: claim %q names no keyspace", ErrInvalidToken, name)
+	}
+	out := make([]string, 0, len(ks))
+	for _, k := range ks {
+		if err := CheckKeyspace(k); err != nil {
+			return nil, fmt.Errorf("%w: claim %q: %w", ErrInvalidToken, name, err)
+		}
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // rawClaims decodes the payload of a token token.Parse has accepted (so the

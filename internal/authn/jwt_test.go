@@ -155,3 +155,66 @@ func TestJWTConfig(t *testing.T) {
 		}
 	}
 }
+
+// KeyspacesClaim confines a JWT to the keyspaces its claim names (a string
+// or an array); a token without the claim is unconfined; a claim that is
+// empty, of another type or names an invalid keyspace refuses the token.
+func TestJWTKeyspacesClaim(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := newIDP(t)
+	a, err := authn.New(authn.Config{
+		JWT: &authn.JWTConfig{
+			Issuer: "https://idp.example", Audiences: []string{"portico"}, Algorithms: []string{"EdDSA"}, Keys: p.keys,
+			RoleMapping: map[string][]string{"apps": {"editor"}}, KeyspacesClaim: "kv",
+		},
+		TimeNow: func() time.Time { return now },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := map[string]any{"alg": "EdDSA", "kid": "k1"}
+	tok := func(kv any, present bool) string {
+		c := map[string]any{"iss": "https://idp.example", "aud": "portico", "sub": "svc-1", "exp": now.Add(time.Hour).Unix(), "groups": "apps"}
+		if present {
+			c["kv"] = kv
+		}
+		return p.sign(hdr, c)
+	}
+	for _, tc := range []struct {
+		name string
+		kv   any
+		want string
+	}{
+		{"string", "orders", "orders"},
+		{"array", []string{"orders", "carts", "orders"}, "carts,orders"},
+	} {
+		got, err := a.Authenticate(requestWith(tok(tc.kv, true)))
+		if err != nil || strings.Join(got.Keyspaces, ",") != tc.want || strings.Join(got.Roles, ",") != "editor" {
+			t.Errorf("%s: %+v %v, want keyspaces %s", tc.name, got, err, tc.want)
+		}
+		if got.AllowsKeyspace("users") {
+			t.Errorf("%s: a confined JWT allows keyspace users", tc.name)
+		}
+	}
+	got, err := a.Authenticate(requestWith(tok(nil, false)))
+	if err != nil || len(got.Keyspaces) != 0 {
+		t.Fatalf("no claim: %+v %v, want an unconfined principal", got, err)
+	}
+	for _, tc := range []struct {
+		name string
+		kv   any
+	}{
+		{"invalid name", "a:b"},
+		{"invalid name in an array", []string{"orders", "a b"}},
+		{"empty string", ""},
+		{"empty array", []string{}},
+		{"null", nil},
+		{"number", 7},
+		{"array of numbers", []int{1}},
+		{"object", map[string]any{"orders": true}},
+	} {
+		if got, err := a.Authenticate(requestWith(tok(tc.kv, true))); !errors.Is(err, authn.ErrInvalidToken) {
+			t.Errorf("%s: %+v %v, want ErrInvalidToken", tc.name, got, err)
+		}
+	}
+}
