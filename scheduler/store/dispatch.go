@@ -351,6 +351,12 @@ type Lease struct {
 	Attempt     int
 	Token       int64
 	Spec        *jobspec.Spec
+	// Secret is set by ClaimRemote only: the LeaseSecretLen random bytes
+	// the remote worker must present for this lease. It exists only here
+	// (the run row keeps its SHA-256); never log it.
+	Secret []byte
+	// secretHash is the run's lease_secret_hash as claimed.
+	secretHash []byte
 }
 
 // MaxClaimTenants bounds how many tenants with ready work one claim
@@ -369,7 +375,9 @@ const tenantLockSpace int32 = 0x7363_6801
 // else unlimited, and at most the tenant's whole bucket tokens ($7, beside
 // $6) when a dispatch rate is set. The n runs leased are ordered by priority, then by their
 // rank within their tenant — tenants take turns, so no tenant's backlog
-// starves the others — then by how long they have been ready.
+// starves the others — then by how long they have been ready. Each leased
+// run gets a distinct element of $8 as its lease_secret_hash and $9 as
+// leased_by (both NULL for in-process claims; see ClaimRemote).
 var claimSQL = `WITH RECURSIVE tenants AS (
 		(SELECT tenant, 1 AS k FROM scheduler.scheduled_execution WHERE status IN ('QUEUED', 'RETRY_WAIT') AND tenant IS NOT NULL
 			ORDER BY tenant LIMIT 1)
@@ -394,10 +402,11 @@ var claimSQL = `WITH RECURSIVE tenants AS (
 	UPDATE scheduler.scheduled_execution e
 	SET status = 'RUNNING', worker_id = $1, lease_token = e.lease_token + 1,
 		lease_expires_at = now() + $2 * interval '1 millisecond', dispatched_at = coalesce(e.dispatched_at, now()),
-		updated_at = now()
+		updated_at = now(), lease_secret_hash = ($8::bytea[])[array_position(ARRAY(SELECT id FROM pick), e.id)],
+		leased_by = $9::text
 	FROM scheduler.schedule_details d
 	WHERE d.id = e.schedule_id AND e.id = ANY (ARRAY(SELECT id FROM pick))
-	RETURNING e.id, e.schedule_id, e.scheduled_at, e.attempt, e.lease_token, d.spec`
+	RETURNING e.id, e.schedule_id, e.scheduled_at, e.attempt, e.lease_token, d.spec, e.lease_secret_hash`
 
 // Claim leases up to n ready runs to workerID for ttl, incrementing each
 // lease token. A run is ready when QUEUED or RETRY_WAIT and
@@ -412,13 +421,20 @@ var claimSQL = `WITH RECURSIVE tenants AS (
 // advisory lock — a claimer that finds a tenant's lock held skips that
 // tenant — so cap and rate hold exactly across processes.
 func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int) ([]Lease, error) {
+	return s.claim(ctx, workerID, n, ttl, maxRank, nil, nil)
+}
+
+// claim is Claim, setting the leased runs' lease_secret_hash from hashes
+// (at least n of them, or nil) and leased_by to holder (nil: NULL).
+func (s *Store) claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int,
+	hashes [][]byte, holder *string) ([]Lease, error) {
 	if s.tenantCap <= 0 && s.tenantRate <= 0 {
 		var out []Lease
 		err := s.sortless(ctx, "claim", func(rows pgx.Rows) error {
 			var err error
 			out, err = collectLeases(rows, nil)
 			return err
-		}, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, 0, nil, nil)
+		}, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, 0, nil, nil, hashes, holder)
 		return out, err
 	}
 	var out []Lease
@@ -456,7 +472,8 @@ func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Dura
 				allow = append(allow, int32(tokens[t]))
 			}
 		}
-		out, err = collectLeases(tx.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, s.tenantCap, locked, allow))
+		out, err = collectLeases(tx.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, s.tenantCap, locked, allow,
+			hashes, holder))
 		if err != nil || s.tenantRate <= 0 {
 			return err
 		}
@@ -541,7 +558,7 @@ func collectLeases(rows pgx.Rows, err error) ([]Lease, error) {
 			l   Lease
 			raw []byte
 		)
-		if err := rows.Scan(&l.RunID, &l.ScheduleID, &l.ScheduledAt, &l.Attempt, &l.Token, &raw); err != nil {
+		if err := rows.Scan(&l.RunID, &l.ScheduleID, &l.ScheduledAt, &l.Attempt, &l.Token, &raw, &l.secretHash); err != nil {
 			return nil, fmt.Errorf("store: claim: %w", err)
 		}
 		l.Spec = new(jobspec.Spec)

@@ -24,3 +24,15 @@ var (
 	// cancel the run).
 	ErrPaused = errors.New("store: job is paused")
 )
+
+// NotHolderError refuses a remote worker's call on a run whose current
+// lease it cannot prove it holds (see ClaimRemote). It matches ErrLeaseLost
+// under errors.Is, and callers must answer it exactly as ErrLeaseLost: a
+// worker is not to learn whether another worker's run exists. Reason
+// (RefusedToken, RefusedIdentity) is for logs and metrics only.
+type NotHolderError struct{ Reason string }
+
+func (e *NotHolderError) Error() string { return "store: not the lease holder (" + e.Reason + ")" }
+
+// Is makes a refusal an ErrLeaseLost.
+func (e *NotHolderError) Is(target error) bool { return target == ErrLeaseLost }

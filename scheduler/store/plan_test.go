@@ -129,11 +129,11 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 
 	// The claim, as a custom and as a generic plan (pgx's prepared
 	// statements get the latter after five executions).
-	claimTypes := `(text, bigint, int, int, int, text[], int[])`
+	claimTypes := `(text, bigint, int, int, int, text[], int[], bytea[], text)`
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		work, nodes := explainWork(t, s, append(claimPlanning, "SET LOCAL plan_cache_mode = "+mode,
 			"PREPARE probe_"+mode+claimTypes+" AS "+claimSQL),
-			"EXECUTE probe_"+mode+"('w2', 60000, 16, 2, 0, NULL, NULL)")
+			"EXECUTE probe_"+mode+"('w2', 60000, 16, 2, 0, NULL, NULL, NULL, NULL)")
 		t.Logf("claim (%s): %d rows read: %s", mode, work, nodes)
 		if work > 500 {
 			t.Errorf("claim (%s) read %d rows to lease 16 of %d queued runs: %s", mode, work, n, nodes)
@@ -157,6 +157,10 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 	}
 
 	l := leases[0]
+	remote, err := s.ClaimRemote(ctx, "w3", "spiffe://test/worker/w3", 1, time.Minute, 2)
+	if err != nil || len(remote) != 1 {
+		t.Fatalf("remote claim: %d leases, %v", len(remote), err)
+	}
 	ids, toks := []int64{}, []int64{}
 	for _, x := range leases[:8] {
 		ids, toks = append(ids, x.RunID), append(toks, x.Token)
@@ -166,7 +170,9 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 		args  []any
 		limit int
 	}{
-		"heartbeat":    {heartbeatSQL, []any{l.RunID, l.Token, int64(60000)}, 10},
+		"heartbeat": {heartbeatSQL, []any{l.RunID, l.Token, int64(60000)}, 10},
+		"heartbeat (remote)": {heartbeatRemoteSQL, []any{remote[0].RunID, leaseSecretHash(remote[0].Secret),
+			"spiffe://test/worker/w3", int64(60000)}, 10},
 		"succeed many": {succeedManySQL, []any{ids, toks}, 100},
 		"shard check":  {shardCheckSQL, []any{"me"}, 2 * Shards}, // a scan of the 1024 leases
 	} {
