@@ -8,8 +8,6 @@ import (
 	"os"
 
 	"github.com/portico-io/portico/controlplane/store"
-	"github.com/portico-io/portico/internal/authn"
-	"github.com/portico-io/portico/internal/authz"
 )
 
 // bootstrapAdminToken makes the admin token file on the first start (and
@@ -21,12 +19,7 @@ func bootstrapAdminToken(ctx context.Context, st *store.Store, file string, out 
 		log.Warn("controlplane: no admin token file; operators need an operator certificate or an API token")
 		return nil
 	}
-	tok, created, err := authn.BootstrapToken(file)
-	if err != nil {
-		return fmt.Errorf("controlplane: admin token: %w", err)
-	}
-	stored, err := st.EnsureToken(ctx, store.Token{ID: tok.ID, Name: "bootstrap-admin", Roles: []string{string(authz.Admin)},
-		CreatedBy: "bootstrap"}, tok.Hash)
+	tok, created, stored, err := st.BootstrapToken(ctx, file)
 	if err != nil {
 		return fmt.Errorf("controlplane: admin token: %w", err)
 	}

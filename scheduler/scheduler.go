@@ -191,7 +191,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var handler http.Handler
 	if cfg.Roles.API {
-		auth, err := newAuthenticator(cfg.AdminTokenFile, cfg.OperatorJWT, log)
+		auth, err := newAuthenticator(ctx, st, cfg.AdminTokenFile, cfg.OperatorJWT, log)
 		if err != nil {
 			return err
 		}
@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		a, err := api.New(api.Config{Store: st, Guard: guard, TargetKinds: targets.Kinds(), Secrets: secrets, Logger: log,
+		a, err := api.New(api.Config{Store: st, Tokens: st.Tokens(), Guard: guard, TargetKinds: targets.Kinds(), Secrets: secrets, Logger: log,
 			Auth: auth, AllowedHosts: cfg.AdminHosts, Metrics: am})
 		if err != nil {
 			return err

@@ -75,7 +75,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	auth, tokens := apitest.New(t)
-	a, err := api.New(api.Config{Store: st, Guard: guard, Auth: auth})
+	a, err := api.New(api.Config{Store: st, Tokens: st.Tokens(), Guard: guard, Auth: auth})
 	if err != nil {
 		t.Fatal(err)
 	}

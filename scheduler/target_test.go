@@ -90,7 +90,7 @@ func TestPluggableQueueTarget(t *testing.T) {
 	ht, _ := httptarget.New(httptarget.Config{Guard: e.guard})
 	reg[jobspec.TargetHTTP] = ht
 	auth, tokens := apitest.New(t)
-	a, err := api.New(api.Config{Store: e.st, Guard: e.guard, TargetKinds: reg.Kinds(), Auth: auth})
+	a, err := api.New(api.Config{Store: e.st, Tokens: e.st.Tokens(), Guard: e.guard, TargetKinds: reg.Kinds(), Auth: auth})
 	if err != nil {
 		t.Fatal(err)
 	}

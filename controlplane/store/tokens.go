@@ -43,6 +43,12 @@ func (s *Store) EnsureToken(ctx context.Context, t Token, hash [32]byte) (bool, 
 	return s.tokens.Ensure(ctx, t, hash)
 }
 
+// BootstrapToken makes the bootstrap admin token file when missing and
+// registers its hash (pgtokens.Table.Bootstrap).
+func (s *Store) BootstrapToken(ctx context.Context, file string) (tok authn.IssuedToken, created, stored bool, err error) {
+	return s.tokens.Bootstrap(ctx, file)
+}
+
 // GetToken returns a token by id, or ErrNotFound.
 func (s *Store) GetToken(ctx context.Context, id string) (Token, error) {
 	t, err := s.tokens.Get(ctx, id)

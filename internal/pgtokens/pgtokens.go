@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/portico-io/portico/internal/authn"
+	"github.com/portico-io/portico/internal/authz"
 )
 
 var (
@@ -211,4 +212,22 @@ func (t *Table) TouchToken(ctx context.Context, id string, at time.Time) error {
 		return fmt.Errorf("pgtokens: touch: %w", err)
 	}
 	return nil
+}
+
+// BootstrapName is the name of the bootstrap admin token.
+const BootstrapName = "bootstrap-admin"
+
+// Bootstrap makes the bootstrap admin token file when it is missing
+// (authn.BootstrapToken: 0600, never overwritten) and registers its hash
+// as an admin token without a tenant, so the first operator can get in.
+// created says the file was made now (show the token once); stored says
+// the row was added now. A row that exists, revoked or not, is left as it
+// is: revoking the bootstrap token survives restarts.
+func (t *Table) Bootstrap(ctx context.Context, file string) (tok authn.IssuedToken, created, stored bool, err error) {
+	tok, created, err = authn.BootstrapToken(file)
+	if err != nil {
+		return authn.IssuedToken{}, false, false, err
+	}
+	stored, err = t.Ensure(ctx, Token{ID: tok.ID, Name: BootstrapName, Roles: []string{string(authz.Admin)}, CreatedBy: "bootstrap"}, tok.Hash)
+	return tok, created, stored, err
 }

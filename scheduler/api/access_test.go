@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/portico-io/portico/internal/authz"
@@ -12,12 +13,25 @@ import (
 // the route's permission (403), and serves the roles that hold it.
 func TestEveryRouteIsGuarded(t *testing.T) {
 	f := newFixture(t, "127.0.0.0/8")
-	routes := f.api.Routes()
-	if len(routes) != 10 {
-		t.Fatalf("%d routes", len(routes))
+	var jobs, tokens []authz.Route
+	for _, rt := range f.api.Routes() {
+		if strings.Contains(rt.Pattern, "/v1/tokens") {
+			tokens = append(tokens, rt)
+		} else {
+			jobs = append(jobs, rt)
+		}
 	}
-	authztest.Walk(t, f.api, routes, func(r authz.Role) authztest.Credentials {
+	if len(jobs) != 10 || len(tokens) != 4 {
+		t.Fatalf("%d job routes, %d token routes", len(jobs), len(tokens))
+	}
+	// Job routes as a tenant's roles; token routes as roles without a
+	// tenant (a tenant-bound credential never holds security.*, which
+	// TestTenantTokens shows).
+	authztest.Walk(t, f.api, jobs, func(r authz.Role) authztest.Credentials {
 		return authztest.Bearer(f.tokens.Bound("acme", r))
+	})
+	authztest.Walk(t, f.api, tokens, func(r authz.Role) authztest.Credentials {
+		return authztest.Bearer(f.tokens.Unbound(r))
 	})
 }
 

@@ -72,6 +72,9 @@ type Config struct {
 	// AllowedHosts are the names clients reach the API by (default
 	// loopback); other Host headers get 421.
 	AllowedHosts []string
+	// Tokens stores tenant API tokens, managed under /v1/tokens (required;
+	// the Auth authenticator should look tokens up in the same table).
+	Tokens TokenTable
 	// Metrics counts authentication decisions; nil counts nothing.
 	Metrics *authz.Metrics
 	Logger  *slog.Logger
@@ -86,8 +89,8 @@ type API struct {
 
 // New validates cfg and builds the routes.
 func New(cfg Config) (*API, error) {
-	if cfg.Store == nil || cfg.Guard == nil || cfg.Auth == nil {
-		return nil, errors.New("api: Store, Guard and Auth are required")
+	if cfg.Store == nil || cfg.Guard == nil || cfg.Auth == nil || cfg.Tokens == nil {
+		return nil, errors.New("api: Store, Tokens, Guard and Auth are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -112,6 +115,7 @@ func New(cfg Config) (*API, error) {
 	a.handle("GET /v1/dlq", authz.JobsRead, a.dlq)
 	a.handle("GET /v1/runs/{id}", authz.JobsRead, a.getRun)
 	a.handle("POST /v1/runs/{id}", authz.JobsWrite, a.runAction) // {id}:cancel
+	a.tokenRoutes()
 	if a.handler, err = router.Handler(); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}

@@ -26,6 +26,7 @@ import (
 type fixture struct {
 	h      http.Handler // sends the admin token unless a request has its own
 	api    *api.API
+	st     *store.Store
 	db     *pgxpool.Pool
 	tokens *apitest.Tokens
 }
@@ -42,8 +43,8 @@ func newFixture(t *testing.T, allowlist string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, tokens := apitest.New(t, "acme", "globex")
-	a, err := api.New(api.Config{Store: st, Guard: g, Auth: auth, AllowedHosts: apitest.Hosts})
+	auth, tokens := apitest.InTable(t, st.Tokens(), "acme", "globex")
+	a, err := api.New(api.Config{Store: st, Tokens: st.Tokens(), Guard: g, Auth: auth, AllowedHosts: apitest.Hosts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func newFixture(t *testing.T, allowlist string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	return &fixture{h: apitest.AsDefault(a, tokens.Admin), api: a, db: db, tokens: tokens}
+	return &fixture{h: apitest.AsDefault(a, tokens.Admin), api: a, st: st, db: db, tokens: tokens}
 }
 
 func call(t testing.TB, h http.Handler, method, path, body string, hdr ...string) (*httptest.ResponseRecorder, map[string]any) {
@@ -212,6 +213,10 @@ func TestInvalidSpecs422NothingStored(t *testing.T) {
 // validation only.
 type fakeStore struct{ api.Store }
 
+// noTokens is the token table of the fuzz test, which never reaches it:
+// the embedded nil interface panics if it does.
+type noTokens struct{ api.TokenTable }
+
 func (fakeStore) CreateJob(_ context.Context, s *jobspec.Spec, _, _ string) (store.Job, bool, error) {
 	return store.Job{ID: 1, Tenant: s.Tenant, Spec: s, Version: 1, Enabled: *s.Enabled}, true, nil
 }
@@ -240,7 +245,7 @@ func FuzzCreateJob(f *testing.F) {
 		f.Fatal(err)
 	}
 	auth, tokens := apitest.New(f)
-	api, err := api.New(api.Config{Store: fakeStore{}, Guard: g, Secrets: secret.NewDir(secrets), Auth: auth, AllowedHosts: apitest.Hosts})
+	api, err := api.New(api.Config{Store: fakeStore{}, Tokens: noTokens{}, Guard: g, Secrets: secret.NewDir(secrets), Auth: auth, AllowedHosts: apitest.Hosts})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	dbmigrate "github.com/portico-io/portico/internal/migrate"
+	"github.com/portico-io/portico/internal/pgtokens"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,6 +63,7 @@ type Config struct {
 // Store is the Postgres-backed scheduler store.
 type Store struct {
 	pool        *pgxpool.Pool
+	tokens      *pgtokens.Table
 	log         *slog.Logger
 	tenantCap   int
 	tenantRate  float64
@@ -107,7 +109,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.TenantBurst == 0 {
 		cfg.TenantBurst = max(1, int(cfg.TenantRate))
 	}
-	return &Store{pool: pool, log: cfg.Logger, tenantCap: cfg.TenantMaxRunning, tenantRate: cfg.TenantRate,
+	return &Store{pool: pool, tokens: pgtokens.New(pool, "scheduler.api_tokens"), log: cfg.Logger, tenantCap: cfg.TenantMaxRunning, tenantRate: cfg.TenantRate,
 		tenantBurst: cfg.TenantBurst}, nil
 }
 
