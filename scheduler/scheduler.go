@@ -111,6 +111,10 @@ type Config struct {
 	// Secret) for target.http.secretRef; read at call time. Empty: no
 	// secrets (jobs with a secretRef are accepted but their runs fail).
 	SecretsDir string
+	// SecretBindings is the file binding each secret to tenants and
+	// destination URLs (secret.Binding); re-read when it changes. Without
+	// it no secret can be used.
+	SecretBindings string
 	// Targets adds executors for target kinds besides HTTP (QUEUE,
 	// CONTAINER …), keyed by target.type; the API accepts those kinds.
 	Targets target.Registry
@@ -173,10 +177,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("scheduler: listen: %w", err)
 		}
 	}
-	secrets := secret.NewDir(cfg.SecretsDir)
+	secrets := secret.NewDir(cfg.SecretsDir, cfg.SecretBindings)
 	if fi, err := os.Stat(cfg.SecretsDir); cfg.SecretsDir != "" && (err != nil || !fi.IsDir()) {
 		// Not fatal: a volume may be mounted after start; every read retries.
 		log.Warn("scheduler: secrets directory not readable yet; jobs referencing secrets will fail until it is", "dir", cfg.SecretsDir)
+	}
+	if cfg.SecretsDir != "" && cfg.SecretBindings == "" {
+		log.Warn("scheduler: a secrets directory without --secret-bindings: no job can use any secret until each is bound to tenants and destinations", "dir", cfg.SecretsDir)
 	}
 	httpTarget, err := httptarget.New(httptarget.Config{Guard: guard, Secrets: secrets, OnBreakerState: func(host string, s circuitbreaker.State) {
 		m.BreakerTransitions.WithLabelValues(s.String()).Inc()

@@ -72,12 +72,13 @@ func TestSecretRefEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokenFile, token := adminToken(t)
+	bindings := filepath.Join(t.TempDir(), "bindings.yaml")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- scheduler.Run(ctx, scheduler.Config{DatabaseURL: dbURL, Listener: lis, Roles: scheduler.AllRoles, InsecurePlaintext: true,
 			AdminTokenFile:  tokenFile,
-			TargetAllowlist: "127.0.0.0/8", SecretsDir: dir, Tick: 50 * time.Millisecond, WorkerPoll: 20 * time.Millisecond,
+			TargetAllowlist: "127.0.0.0/8", SecretsDir: dir, SecretBindings: bindings, Tick: 50 * time.Millisecond, WorkerPoll: 20 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	}()
 	defer func() {
@@ -110,6 +111,14 @@ func TestSecretRefEndToEnd(t *testing.T) {
 		}
 	}))
 	t.Cleanup(tg.Close)
+	// Written after start: the file is read when it changes.
+	if err := os.WriteFile(bindings, []byte(`bindings:
+  - {secret: billing-token, tenants: [acme], destinations: ["`+tg.URL+`"]}
+  - {secret: short-lived, tenants: [acme], destinations: ["`+tg.URL+`"]}
+  - {secret: no-such-secret, tenants: [acme], destinations: ["`+tg.URL+`"]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	spec := func(url, ref string) string {
 		return `{"tenant":"acme","schedule":{"type":"FIXED_RATE","every":"PT1S","anchor":"2020-01-01T00:00:00Z"},
 			"target":{"type":"HTTP","http":{"url":"` + url + `","secretRef":` + ref + `}},
@@ -131,6 +140,23 @@ func TestSecretRefEndToEnd(t *testing.T) {
 		if msg, _ := errBody["message"].(string); strings.Contains(ref, "no-such") && (!strings.Contains(msg, `"no-such-secret"`) || !strings.Contains(msg, dir)) {
 			t.Fatalf("missing secret message %q must name the secret and the directory", msg)
 		}
+	}
+
+	// acme's secret: another tenant cannot name it, and acme cannot send it
+	// anywhere but its destinations; neither request stores anything.
+	otherTenant := strings.Replace(spec(tg.URL, `{"name":"billing-token"}`), `"tenant":"acme"`, `"tenant":"globex"`, 1)
+	for body, field := range map[string]string{
+		otherTenant: "target.http.secretRef.name",
+		spec("http://127.0.0.2:9/x", `{"name":"billing-token"}`): "target.http.url",
+	} {
+		code, out := e.do(t, "POST", "/v1/jobs", body, map[string]string{"Idempotency-Key": field})
+		errBody, _ := out["error"].(map[string]any)
+		if code != http.StatusUnprocessableEntity || errBody["field"] != field {
+			t.Fatalf("unbound use: %d %v, want 422 on %s", code, out, field)
+		}
+	}
+	if _, list := e.do(t, "GET", "/v1/jobs?tenant=globex", "", nil); len(list["items"].([]any)) != 0 {
+		t.Fatalf("a refused create stored a job: %v", list)
 	}
 
 	id := e.createJob(t, spec(tg.URL, `{"name":"billing-token","prefix":"Bearer "}`))

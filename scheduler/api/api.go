@@ -62,8 +62,9 @@ type Config struct {
 	// validators (target.Registry.Kinds); nil means HTTP only.
 	TargetKinds map[string]jobspec.KindValidator
 	// Secrets, when configured, is where target.http.secretRef must name
-	// an existing file at create/PATCH (422 otherwise). Unconfigured, the
-	// reference is accepted and resolved by whichever worker runs it.
+	// an existing file bound to the job's tenant and URL at create/PATCH
+	// (422 otherwise). Unconfigured, the reference is accepted and checked
+	// by whichever worker runs it (Resolve, at every attempt).
 	Secrets *secret.Dir
 	// Auth authenticates callers (required); every route needs a
 	// permission (jobs.read, jobs.write) and the tenant comes from the
@@ -399,12 +400,20 @@ func (a *API) validate(spec *jobspec.Spec) error {
 		return err
 	}
 	if h := spec.Target.HTTP; h != nil && h.SecretRef != nil && a.cfg.Secrets.Configured() {
-		err := a.cfg.Secrets.Check(h.SecretRef.Name)
-		if errors.Is(err, secret.ErrNotFound) {
+		name := h.SecretRef.Name
+		err := a.cfg.Secrets.Authorize(spec.Tenant, name, h.URL)
+		switch {
+		case err == nil:
+		case errors.Is(err, secret.ErrDestination):
+			return &jobspec.FieldError{Field: "target.http.url", Message: err.Error()}
+		case errors.Is(err, secret.ErrBindings):
+			a.cfg.Logger.Error("api: secret bindings unavailable", "err", err)
+			return &Error{Status: http.StatusServiceUnavailable, Code: CodeSecretsUnavailable,
+				Message: "the scheduler's secret bindings are unavailable; its operator must fix them (see its log)"}
+		case errors.Is(err, secret.ErrNotFound):
 			return &jobspec.FieldError{Field: "target.http.secretRef.name",
-				Message: fmt.Sprintf("secret %q is not in the secrets directory %s", h.SecretRef.Name, a.cfg.Secrets.Path())}
-		}
-		if err != nil {
+				Message: fmt.Sprintf("secret %q is not in the secrets directory %s", name, a.cfg.Secrets.Path())}
+		default: // not bound to this tenant, or an invalid name
 			return &jobspec.FieldError{Field: "target.http.secretRef.name", Message: err.Error()}
 		}
 	}

@@ -240,12 +240,16 @@ func FuzzCreateJob(f *testing.F) {
 	if err := os.WriteFile(filepath.Join(secrets, "tok"), []byte("v"), 0o600); err != nil {
 		f.Fatal(err)
 	}
+	bindings := filepath.Join(f.TempDir(), "bindings.yaml")
+	if err := os.WriteFile(bindings, []byte("bindings: [{secret: tok, tenants: [t], destinations: ['http://127.0.0.1/']}]"), 0o600); err != nil {
+		f.Fatal(err)
+	}
 	g, err := jobspec.NewGuard("127.0.0.0/8,::1/128", noDNS{})
 	if err != nil {
 		f.Fatal(err)
 	}
 	auth, tokens := apitest.New(f)
-	api, err := api.New(api.Config{Store: fakeStore{}, Tokens: noTokens{}, Guard: g, Secrets: secret.NewDir(secrets), Auth: auth, AllowedHosts: apitest.Hosts})
+	api, err := api.New(api.Config{Store: fakeStore{}, Tokens: noTokens{}, Guard: g, Secrets: secret.NewDir(secrets, bindings), Auth: auth, AllowedHosts: apitest.Hosts})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -21,6 +21,7 @@ const (
 	CodeBodyTooLarge           = "body_too_large"
 	CodeInvalidParameter       = "invalid_parameter"
 	CodeInternal               = "internal"
+	CodeSecretsUnavailable     = "secrets_unavailable"
 )
 
 // Error is an API error with its HTTP status, rendered as

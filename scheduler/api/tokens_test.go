@@ -85,7 +85,7 @@ func TestTenantTokens(t *testing.T) {
 		body, as string
 		want     int
 	}{
-		{`{"name":"x","roles":["viewer"]}`, f.tokens.Admin, http.StatusBadRequest},                       // admin names no tenant
+		{`{"name":"x","roles":["viewer"]}`, f.tokens.Admin, http.StatusBadRequest},                         // admin names no tenant
 		{`{"name":"x","tenant":"acme","roles":["admin"]}`, f.tokens.Admin, http.StatusUnprocessableEntity}, // not a tenant role
 		{`{"name":"","tenant":"acme","roles":["viewer"]}`, f.tokens.Admin, http.StatusUnprocessableEntity},
 		{`{"name":"x","tenant":"acme","roles":["viewer"],"expiresAt":"2001-01-01T00:00:00Z"}`, f.tokens.Admin, http.StatusUnprocessableEntity},

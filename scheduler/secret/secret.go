@@ -4,6 +4,10 @@
 // secret (the kubelet swaps the volume's ..data symlink) is used by the
 // next attempt without a restart.
 //
+// A value is only ever given out for a tenant and a destination its
+// binding allows (bindings.go): Authorize at create and PATCH, Resolve at
+// every attempt.
+//
 // Values are never logged, stored or returned by this package's errors;
 // callers must keep it that way (see httptarget's redaction of echoes).
 package secret
@@ -42,17 +46,52 @@ func ValidName(name string) bool {
 	return validName.MatchString(name) && name != "." && !(len(name) >= 2 && name[:2] == "..")
 }
 
-// Dir reads secrets from one directory; the zero value and nil are "not
-// configured". Safe for concurrent use.
-type Dir struct{ path string }
+// Dir reads secrets from one directory under the bindings of one file;
+// the zero value and nil are "not configured". Safe for concurrent use.
+type Dir struct {
+	path     string
+	bindings *bindingsSource
+}
 
-// NewDir returns a Dir reading from path; empty path returns nil (not
-// configured). The directory need not exist yet (a volume may mount late).
-func NewDir(path string) *Dir {
+// NewDir returns a Dir reading from path, giving values out as the
+// bindings file allows; empty path returns nil (not configured). Neither
+// need exist yet (a volume may mount late); without a bindings file no
+// secret can be used.
+func NewDir(path, bindingsFile string) *Dir {
 	if path == "" {
 		return nil
 	}
-	return &Dir{path: filepath.Clean(path)}
+	d := &Dir{path: filepath.Clean(path)}
+	if bindingsFile != "" {
+		d.bindings = &bindingsSource{path: filepath.Clean(bindingsFile)}
+	}
+	return d
+}
+
+// Authorize reports whether a job of tenant calling targetURL may
+// reference secret name: ErrNotBound, ErrDestination or ErrBindings from
+// its binding (checked first, so another tenant's secret looks like any
+// unbound name), then ErrNotFound if the file is missing.
+func (d *Dir) Authorize(tenant, name, targetURL string) error {
+	if !d.Configured() {
+		return ErrNotConfigured
+	}
+	if !ValidName(name) {
+		return fmt.Errorf("%w: %q", ErrInvalidName, name)
+	}
+	if err := d.bindings.authorize(tenant, name, targetURL); err != nil {
+		return err
+	}
+	return d.check(name)
+}
+
+// Resolve returns the value of secret name for a job of tenant calling
+// targetURL, after Authorize.
+func (d *Dir) Resolve(tenant, name, targetURL string) (string, error) {
+	if err := d.Authorize(tenant, name, targetURL); err != nil {
+		return "", err
+	}
+	return d.value(name)
 }
 
 // Path is the directory read (empty when not configured).
@@ -66,9 +105,9 @@ func (d *Dir) Path() string {
 // Configured reports whether a directory was given.
 func (d *Dir) Configured() bool { return d != nil && d.path != "" }
 
-// Check reports whether the secret exists as a regular file (following
+// check reports whether the secret exists as a regular file (following
 // symlinks), without reading it.
-func (d *Dir) Check(name string) error {
+func (d *Dir) check(name string) error {
 	if !d.Configured() {
 		return ErrNotConfigured
 	}
@@ -85,11 +124,11 @@ func (d *Dir) Check(name string) error {
 	return nil
 }
 
-// Value reads the secret's current value. One trailing newline (CRLF or
+// value reads the secret's current value. One trailing newline (CRLF or
 // LF, as editors and `echo` leave) is dropped; any other control byte
 // makes it ErrInvalidValue, so a value can never split a header.
-func (d *Dir) Value(name string) (string, error) {
-	if err := d.Check(name); err != nil {
+func (d *Dir) value(name string) (string, error) {
+	if err := d.check(name); err != nil {
 		return "", err
 	}
 	f, err := os.Open(filepath.Join(d.path, name))

@@ -27,6 +27,7 @@ func main() {
 	db := envflag.String(fs, "database-url", "PORTICO_DATABASE_URL", scheduler.DefaultDatabaseURL, "PostgreSQL URL")
 	allow := envflag.String(fs, "target-allowlist", "PORTICO_SCHEDULER_TARGET_ALLOWLIST", "", "comma-separated host:port, host or CIDR HTTP targets may use; empty = public addresses only")
 	secretsDir := envflag.String(fs, "secrets-dir", "PORTICO_SCHEDULER_SECRETS_DIR", "", "directory with one file per secret name (a mounted Kubernetes Secret) for HTTP targets' secretRef; re-read on every call")
+	secretBindings := envflag.String(fs, "secret-bindings", "PORTICO_SCHEDULER_SECRET_BINDINGS", "", "YAML file binding each secret to the tenants that may reference it and the URLs it may be sent to; re-read when it changes (without it no secret can be used)")
 	roleAPI := fs.Bool("api", true, "serve the REST API")
 	roleRunner := fs.Bool("runner", true, "fire due runs")
 	roleWorker := fs.Bool("worker", true, "execute runs")
@@ -60,7 +61,7 @@ func main() {
 	}
 	cfg := scheduler.Config{
 		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
-		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, SecretsDir: *secretsDir, WorkerID: *workerID,
+		HTTPAddr: *addr, WorkerGRPCAddr: *grpcAddr, DatabaseURL: *db, TargetAllowlist: *allow, SecretsDir: *secretsDir, SecretBindings: *secretBindings, WorkerID: *workerID,
 		Roles: scheduler.Roles{API: *roleAPI, Runner: *roleRunner, Worker: *roleWorker, Reaper: *roleReaper, Notifier: *roleNotifier},
 		Lease: *lease, Tick: *tick, Concurrency: int(*concurrency), TenantMaxRunning: int(*tenantCap),
 		TenantRate: rate, TenantBurst: int(*tenantBurst), Unsharded: *unsharded, ShardTTL: *shardTTL, Logger: log,

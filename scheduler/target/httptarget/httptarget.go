@@ -50,8 +50,9 @@ type Config struct {
 	BreakerFailures  uint
 	BreakerDelay     time.Duration
 	BreakerSuccesses uint
-	// Secrets resolves target.http.secretRef at call time (nil: a job
-	// with a secretRef fails its attempt as Fatal).
+	// Secrets resolves target.http.secretRef at call time, for the job's
+	// tenant and URL only (nil: a job with a secretRef fails its attempt
+	// as Fatal).
 	Secrets *secret.Dir
 	// OnBreakerState, when set, is told of every host circuit transition
 	// (metrics, tests). It must not block.
@@ -151,7 +152,7 @@ func (t *Target) Deliver(ctx context.Context, d target.Delivery) target.Result {
 	// before the breaker: a missing secret says nothing about the host.
 	var secretValue string
 	if ref := h.SecretRef; ref != nil {
-		v, err := t.cfg.Secrets.Value(ref.Name)
+		v, err := t.cfg.Secrets.Resolve(d.Spec.Tenant, ref.Name, h.URL)
 		if err != nil {
 			return target.Result{Outcome: target.Fatal, Message: fmt.Sprintf("SECRET_UNAVAILABLE: target.http.secretRef %q: %v", ref.Name, err)}
 		}

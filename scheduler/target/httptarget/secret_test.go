@@ -45,6 +45,22 @@ func kubeSecretDir(t *testing.T, key, value string) (dir string, rotate func(val
 	return dir, write
 }
 
+// bind writes a bindings file binding names to tenant "t" (delivery's)
+// and destination url.
+func bind(t *testing.T, url string, names ...string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("bindings:\n")
+	for _, n := range names {
+		b.WriteString("- {secret: " + n + ", tenants: [t], destinations: [\"" + url + "\"]}\n")
+	}
+	path := filepath.Join(t.TempDir(), "bindings.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func secretDelivery(t *testing.T, url string, ref *jobspec.SecretRef) target.Delivery {
 	t.Helper()
 	d := delivery(t, url)
@@ -69,7 +85,7 @@ func TestSecretRefHeaderAndRotation(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	tg, err := New(Config{Client: http.DefaultClient, Secrets: secret.NewDir(dir)})
+	tg, err := New(Config{Client: http.DefaultClient, Secrets: secret.NewDir(dir, bind(t, srv.URL, "billing-token"))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +112,24 @@ func TestSecretRefHeaderAndRotation(t *testing.T) {
 }
 
 // TestSecretRefMissingIsFatalWithoutCall: a missing secret (or no
-// directory at all) fails the attempt as Fatal naming the secret, before
+// directory at all), a secret bound to another tenant or destination, or
+// no bindings at all fail the attempt as Fatal naming the secret, before
 // any call and without touching the host's breaker.
 func TestSecretRefMissingIsFatalWithoutCall(t *testing.T) {
 	s := newServer(t, 200)
 	dir, _ := kubeSecretDir(t, "other", "x")
-	for _, sec := range []*secret.Dir{secret.NewDir(dir), nil} {
+	present, _ := kubeSecretDir(t, "billing-token", "x")
+	otherTenant := filepath.Join(t.TempDir(), "b.yaml")
+	if err := os.WriteFile(otherTenant, []byte("bindings: [{secret: billing-token, tenants: [u], destinations: ['"+s.srv.URL+"']}]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, sec := range []*secret.Dir{
+		secret.NewDir(dir, bind(t, s.srv.URL, "billing-token")), // no such file
+		secret.NewDir(present, otherTenant),                     // another tenant's
+		secret.NewDir(present, bind(t, "https://elsewhere.example/", "billing-token")),
+		secret.NewDir(present, ""), // nothing bound
+		nil,
+	} {
 		tg, err := New(Config{Client: http.DefaultClient, Secrets: sec, BreakerFailures: 1})
 		if err != nil {
 			t.Fatal(err)
