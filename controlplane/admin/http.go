@@ -83,7 +83,7 @@ func meta(r *http.Request, body []byte, requireKey bool) (store.Meta, error) {
 	// The author is who the caller proved to be; what it says about itself
 	// is only a note beside that.
 	p, _ := authn.FromContext(r.Context())
-	m := store.Meta{Author: author(p), Note: r.Header.Get(HeaderAuthor), Reason: r.Header.Get(HeaderReason)}
+	m := store.Meta{Author: p.Author(), Note: r.Header.Get(HeaderAuthor), Reason: r.Header.Get(HeaderReason)}
 	if len(m.Note) > maxAuthorLen {
 		return m, badParam(HeaderAuthor, "must be at most 256 bytes")
 	}

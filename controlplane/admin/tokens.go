@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/portico-io/portico/controlplane/store"
@@ -23,14 +22,6 @@ func (h *Handler) tokenRoutes() {
 	h.Handle("GET "+base+"/{id}", authz.SecurityRead, h.getToken)
 	h.Handle("DELETE "+base+"/{id}", authz.SecurityWrite, h.revokeToken)
 }
-
-// Limits of a token request.
-const (
-	maxTokenName = 128
-	// maxTokenTTL bounds a token's life; a longer-lived credential belongs
-	// in the operator's IdP.
-	maxTokenTTL = 366 * 24 * time.Hour
-)
 
 type tokenRequest struct {
 	Name      string     `json:"name"`
@@ -61,7 +52,7 @@ func (h *Handler) createToken(w http.ResponseWriter, r *http.Request) error {
 	}
 	issued := authn.NewToken()
 	t, err := h.store.CreateToken(r.Context(), store.Token{ID: issued.ID, Name: req.Name, Roles: req.Roles,
-		CreatedBy: author(caller), ExpiresAt: req.ExpiresAt}, issued.Hash)
+		CreatedBy: caller.Author(), ExpiresAt: req.ExpiresAt}, issued.Hash)
 	if err != nil {
 		return err
 	}
@@ -78,10 +69,10 @@ func (h *Handler) checkTokenRequest(req tokenRequest, caller authn.Principal) er
 	field := func(f, msg string) error {
 		return &Error{Status: http.StatusUnprocessableEntity, Code: "invalid", Field: f, Message: msg}
 	}
-	switch {
-	case strings.TrimSpace(req.Name) == "" || len(req.Name) > maxTokenName:
-		return field("name", "is required, at most 128 bytes")
-	case len(req.Roles) == 0:
+	if err := authn.CheckTokenName(req.Name); err != nil {
+		return field("name", err.Error())
+	}
+	if len(req.Roles) == 0 {
 		return field("roles", "at least one of viewer, editor, security-admin, admin")
 	}
 	if err := authz.CheckGrant(caller, req.Roles); errors.Is(err, authz.ErrForbidden) {
@@ -90,9 +81,8 @@ func (h *Handler) checkTokenRequest(req tokenRequest, caller authn.Principal) er
 		return field("roles", err.Error())
 	}
 	if req.ExpiresAt != nil {
-		now := h.timeNow()
-		if !req.ExpiresAt.After(now) || req.ExpiresAt.Sub(now) > maxTokenTTL {
-			return field("expiresAt", "must be in the future, at most 366 days ahead")
+		if err := authn.CheckTokenExpiry(*req.ExpiresAt, h.timeNow()); err != nil {
+			return field("expiresAt", err.Error())
 		}
 	}
 	return nil
@@ -125,7 +115,7 @@ func (h *Handler) getToken(w http.ResponseWriter, r *http.Request) error {
 
 func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	caller, _ := authn.FromContext(r.Context())
-	t, err := h.store.RevokeToken(r.Context(), r.PathValue("id"), author(caller))
+	t, err := h.store.RevokeToken(r.Context(), r.PathValue("id"), caller.Author())
 	if errors.Is(err, store.ErrNotFound) {
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such token"}
 	}
@@ -135,16 +125,4 @@ func (h *Handler) revokeToken(w http.ResponseWriter, r *http.Request) error {
 	h.log.Info("admin: API token revoked", "id", t.ID, "name", t.Name, "by", t.RevokedBy)
 	writeJSON(w, http.StatusOK, t)
 	return nil
-}
-
-// author is how a principal is recorded (audit, token creator):
-// "token:<id> (<name>)", "jwt:<subject>", "cert:<SPIFFE ID>".
-func author(p authn.Principal) string {
-	if p.IsZero() {
-		return store.DefaultAuthor
-	}
-	if p.Name != "" && p.Name != p.ID {
-		return p.String() + " (" + p.Name + ")"
-	}
-	return p.String()
 }
