@@ -24,7 +24,10 @@ func (f fakeDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, e
 
 func TestGuard(t *testing.T) {
 	dns := fakeDNS{"public.test": {"93.184.215.14"}, "mixed.test": {"93.184.215.14", "10.1.2.3"},
-		"loop.test": {"127.0.0.1"}, "v6.test": {"2606:2800:21f:cb07:6820:80da:af6b:8b2c"}}
+		"loop.test": {"127.0.0.1"}, "v6.test": {"2606:2800:21f:cb07:6820:80da:af6b:8b2c"},
+		"reports.internal": {"10.20.0.5"}, "meta.internal": {"169.254.169.254"}, "rebind.internal": {"10.20.0.6", "127.0.0.1"},
+		"v6meta.internal": {"fe80::1"}, "localhost": {"127.0.0.1", "::1"},
+		"6to4.test": {"2002:a9fe:a9fe::1"}, "teredo.test": {"2001:0:4136:e378:8000:63bf:3fff:fdd2"}}
 	cases := []struct {
 		allow, url string
 		ok         bool
@@ -46,6 +49,24 @@ func TestGuard(t *testing.T) {
 		{"reports.internal:8443", "https://reports.internal:8443/", true},
 		{"127.0.0.1:9000", "http://127.0.0.1:9000/", true},
 		{"127.0.0.1:9000", "http://127.0.0.1:9001/", false},
+		// IPv6 forms that embed or tunnel to an IPv4 address are not public.
+		{"", "http://[2002:a9fe:a9fe::1]/", false},                     // 6to4 of 169.254.169.254
+		{"", "http://6to4.test/", false},                               // the same, resolved
+		{"", "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/", false}, // Teredo
+		{"", "http://teredo.test/", false},
+		{"", "http://[64:ff9b:1::a9fe:a9fe]/", false}, // NAT64 local-use
+		{"", "http://[64:ff9b::a9fe:a9fe]/", false},   // NAT64 well-known
+		{"", "http://[::a9fe:a9fe]/", false},          // IPv4-compatible ::169.254.169.254
+		{"", "http://[::7f00:1]/", false},             // IPv4-compatible ::127.0.0.1
+		{"", "http://[100::1]/", false},               // discard-only
+		// A host allowed by name is still resolved, and dialled only at
+		// addresses that are not loopback (unless the name is localhost),
+		// link-local (cloud metadata), unspecified or multicast.
+		{"meta.internal", "http://meta.internal/", false},
+		{"rebind.internal", "http://rebind.internal/", false},
+		{"v6meta.internal", "http://v6meta.internal/", false},
+		{"localhost:18900", "http://localhost:18900/", true},
+		{"nowhere.test", "http://nowhere.test/", false},
 	}
 	for _, c := range cases {
 		g, err := NewGuard(c.allow, dns)

@@ -39,6 +39,8 @@ const (
 	DefaultBreakerFailures  = 5
 	DefaultBreakerDelay     = 30 * time.Second
 	DefaultBreakerSuccesses = 2
+	// DefaultMaxBreakers bounds the per-host breakers kept in memory.
+	DefaultMaxBreakers = 10000
 )
 
 // Config configures the HTTP target.
@@ -50,6 +52,12 @@ type Config struct {
 	BreakerFailures  uint
 	BreakerDelay     time.Duration
 	BreakerSuccesses uint
+	// MaxBreakers bounds the hosts with a breaker (default
+	// DefaultMaxBreakers): jobs name arbitrary URLs, so the map must not
+	// grow with every host ever called. At the bound, the least recently
+	// used closed breaker is dropped (it only forgets a partial failure
+	// count); open and half-open ones are kept unless every one is.
+	MaxBreakers int
 	// Secrets resolves target.http.secretRef at call time, for the job's
 	// tenant and URL only (nil: a job with a secretRef fails its attempt
 	// as Fatal).
@@ -63,7 +71,13 @@ type Config struct {
 type Target struct {
 	cfg      Config
 	mu       sync.Mutex
-	breakers map[string]circuitbreaker.CircuitBreaker[any]
+	breakers map[string]*hostBreaker
+}
+
+// hostBreaker is one host's breaker and when it was last asked for.
+type hostBreaker struct {
+	cb   circuitbreaker.CircuitBreaker[any]
+	used time.Time
 }
 
 var (
@@ -93,7 +107,10 @@ func New(cfg Config) (*Target, error) {
 	if cfg.BreakerSuccesses == 0 {
 		cfg.BreakerSuccesses = DefaultBreakerSuccesses
 	}
-	return &Target{cfg: cfg, breakers: map[string]circuitbreaker.CircuitBreaker[any]{}}, nil
+	if cfg.MaxBreakers <= 0 {
+		cfg.MaxBreakers = DefaultMaxBreakers
+	}
+	return &Target{cfg: cfg, breakers: map[string]*hostBreaker{}}, nil
 }
 
 // Validate accepts HTTP targets (jobspec validates their fields).
@@ -115,8 +132,13 @@ func hostKey(raw string) string {
 func (t *Target) breaker(host string) circuitbreaker.CircuitBreaker[any] {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cb, ok := t.breakers[host]; ok {
-		return cb
+	now := time.Now()
+	if hb, ok := t.breakers[host]; ok {
+		hb.used = now
+		return hb.cb
+	}
+	if len(t.breakers) >= t.cfg.MaxBreakers {
+		t.evictLocked()
 	}
 	b := circuitbreaker.NewBuilder[any]().
 		WithFailureThreshold(t.cfg.BreakerFailures).
@@ -126,20 +148,45 @@ func (t *Target) breaker(host string) circuitbreaker.CircuitBreaker[any] {
 		b = b.OnStateChanged(func(e circuitbreaker.StateChangedEvent) { f(host, e.NewState) })
 	}
 	cb := b.Build()
-	t.breakers[host] = cb
+	t.breakers[host] = &hostBreaker{cb: cb, used: now}
 	return cb
 }
 
+// evictLocked drops the least recently used closed breaker, or the least
+// recently used one when none is closed.
+func (t *Target) evictLocked() {
+	var oldest, oldestClosed string
+	for host, hb := range t.breakers {
+		if oldest == "" || hb.used.Before(t.breakers[oldest].used) {
+			oldest = host
+		}
+		if hb.cb.IsClosed() && (oldestClosed == "" || hb.used.Before(t.breakers[oldestClosed].used)) {
+			oldestClosed = host
+		}
+	}
+	if oldestClosed != "" {
+		oldest = oldestClosed
+	}
+	delete(t.breakers, oldest)
+}
+
+// Breakers is the number of hosts with a breaker in memory.
+func (t *Target) Breakers() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.breakers)
+}
+
 // State reports the circuit state of the host serving url (closed when
-// never called).
+// never called or forgotten).
 func (t *Target) State(rawURL string) circuitbreaker.State {
 	t.mu.Lock()
-	cb, ok := t.breakers[hostKey(rawURL)]
+	hb, ok := t.breakers[hostKey(rawURL)]
 	t.mu.Unlock()
 	if !ok {
 		return circuitbreaker.ClosedState
 	}
-	return cb.State()
+	return hb.cb.State()
 }
 
 // Deliver makes one HTTP call under the host's circuit breaker.

@@ -134,3 +134,35 @@ func TestBreakerIgnoresClientErrorsAndOwnCancellation(t *testing.T) {
 		t.Fatalf("circuit %v after two timeouts, want open", s)
 	}
 }
+
+// TestBreakersAreBounded: jobs may name any number of hosts, but at most
+// MaxBreakers breakers are kept; the least recently used closed one goes
+// first, and an open circuit survives the churn.
+func TestBreakersAreBounded(t *testing.T) {
+	bad := newServer(t, 503)
+	tg, err := New(Config{Client: http.DefaultClient, BreakerFailures: 1, BreakerDelay: time.Hour, MaxBreakers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := tg.Deliver(context.Background(), delivery(t, bad.srv.URL)); res.Outcome != target.Retryable {
+		t.Fatalf("503: %+v", res)
+	}
+	if tg.State(bad.srv.URL) != circuitbreaker.OpenState {
+		t.Fatalf("breaker after one failure: %s", tg.State(bad.srv.URL))
+	}
+	for i := range 8 {
+		good := newServer(t, 200)
+		if res := tg.Deliver(context.Background(), delivery(t, good.srv.URL)); res.Outcome != target.Succeeded {
+			t.Fatalf("host %d: %+v", i, res)
+		}
+		if n := tg.Breakers(); n > 3 {
+			t.Fatalf("after %d hosts: %d breakers, want at most 3", i+2, n)
+		}
+	}
+	if tg.State(bad.srv.URL) != circuitbreaker.OpenState {
+		t.Fatal("the open circuit was evicted before closed ones")
+	}
+	if res := tg.Deliver(context.Background(), delivery(t, bad.srv.URL)); res.Outcome != target.Deferred {
+		t.Fatalf("open host after churn: %+v, want Deferred", res)
+	}
+}
