@@ -50,8 +50,8 @@ func TestGuard(t *testing.T) {
 		{"127.0.0.1:9000", "http://127.0.0.1:9000/", true},
 		{"127.0.0.1:9000", "http://127.0.0.1:9001/", false},
 		// IPv6 forms that embed or tunnel to an IPv4 address are not public.
-		{"", "http://[2002:a9fe:a9fe::1]/", false},                     // 6to4 of 169.254.169.254
-		{"", "http://6to4.test/", false},                               // the same, resolved
+		{"", "http://[2002:a9fe:a9fe::1]/", false},                    // 6to4 of 169.254.169.254
+		{"", "http://6to4.test/", false},                              // the same, resolved
 		{"", "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/", false}, // Teredo
 		{"", "http://teredo.test/", false},
 		{"", "http://[64:ff9b:1::a9fe:a9fe]/", false}, // NAT64 local-use
