@@ -18,7 +18,13 @@ import (
 //   - the ring and the admin reads (GET /v1/ring, GET /admin/v1/…):
 //     cluster.read;
 //   - membership, repair and decommission (POST/DELETE /admin/v1/…):
-//     cluster.admin.
+//     cluster.admin;
+//   - API tokens (/admin/v1/tokens, tokens.go): security.read to list and
+//     read them, security.write to mint and revoke them (a caller grants
+//     only roles whose permissions it holds: authz.CheckGrant).
+//
+// The keyspace holding the tokens (apitoken.Keyspace) is refused to every
+// data route whoever asks, admins included (reservedKeyspace).
 //
 // A principal confined to keyspaces (authn.Principal.Keyspaces: a token
 // minted for one keyspace, a cachenode certificate) may touch only those:

@@ -1,5 +1,6 @@
 // Package api is kvnode's HTTP surface: the key-value API under /v1/kv/,
-// the token map at /v1/ring and the admin calls under /admin/v1/. Requests
+// the token map at /v1/ring, the admin calls under /admin/v1/ and the API
+// tokens kept in the consensus tier under /admin/v1/tokens. Requests
 // are parsed and validated here and handed to the engine that serves their
 // keyspace: /v1/kv/ goes to the leaderless store unless the keyspace is
 // declared CP, /v1/cp/ and /v1/kv/ in a CP keyspace go to the consensus
@@ -90,6 +91,12 @@ type Config struct {
 	// admin, without checking Host or credentials: debugging and tests
 	// only (kvnode --insecure-no-auth).
 	InsecureNoAuth bool
+	// Tokens is the API token table under /admin/v1/tokens (tokens.go);
+	// nil, or a node without CP, answers 501 there.
+	Tokens Tokens
+	// Now is the clock of token creation and expiry (default time.Now);
+	// it must be the Authenticator's.
+	Now func() time.Time
 }
 
 // API is kvnode's HTTP API; safe for concurrent use.
@@ -150,6 +157,11 @@ func register(rt *routeTable, c Config) {
 			writeError(w, http.StatusNotImplemented, "not_implemented", "the consensus tier (/v1/cp/) is not available on this node", "")
 		})
 	}
+	now := c.Now
+	if now == nil {
+		now = time.Now
+	}
+	mountTokens(rt, &tokenHandler{t: c.Tokens, fwd: cph, now: now})
 	kv := &kvRouter{kv: c.KV, cp: cph, cpKeyspaces: keyspaceSet(c.CPKeyspaces)}
 	rt.handle("GET /v1/kv/{key...}", authz.KVRead, kv.serve)
 	rt.handle("PUT /v1/kv/{key...}", authz.KVWrite, kv.serve)
@@ -395,7 +407,10 @@ func (rt *kvRouter) batchGet(w http.ResponseWriter, r *http.Request) {
 	e := rt.kv
 	keys, l, err := ParseBatchGet(r.Body)
 	for i := 0; err == nil && i < len(keys); i++ {
-		err = allowKeyspace(r, fmt.Sprintf("keys[%d]", i), coordinator.Keyspace(keys[i]))
+		field, ks := fmt.Sprintf("keys[%d]", i), coordinator.Keyspace(keys[i])
+		if err = reservedKeyspace(field, ks); err == nil {
+			err = allowKeyspace(r, field, ks)
+		}
 	}
 	if err == nil {
 		err = rt.ringOnly(keys)

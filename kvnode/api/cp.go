@@ -15,7 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/portico-io/portico/internal/authn"
 	"github.com/portico-io/portico/internal/authz"
+	"github.com/portico-io/portico/kvnode/apitoken"
 	"github.com/portico-io/portico/kvnode/cp"
 )
 
@@ -69,20 +71,38 @@ type CPRequest struct {
 	Lease uint64
 }
 
-// ParseKeyspace validates a keyspace name: 1–64 of [A-Za-z0-9_.-].
+// ParseKeyspace validates a keyspace name: 1–64 of [A-Za-z0-9_.-]
+// (authn.CheckKeyspace), not LeasesKeyspace (400) nor a keyspace reserved
+// for kvnode's own state (403, see reservedKeyspace).
 func ParseKeyspace(s string) (string, error) {
-	if s == "" || len(s) > MaxKeyspaceBytes {
-		return "", &BadRequest{http.StatusBadRequest, "invalid_keyspace", "keyspace", fmt.Sprintf("keyspace must be 1-%d bytes", MaxKeyspaceBytes)}
+	if err := authn.CheckKeyspace(s); err != nil {
+		reason := err.Error()
+		var ke *authn.KeyspaceError
+		if errors.As(err, &ke) {
+			reason = ke.Reason
+		}
+		return "", &BadRequest{http.StatusBadRequest, "invalid_keyspace", "keyspace", fmt.Sprintf("keyspace %q: %s", s, reason)}
+	}
+	if err := reservedKeyspace("keyspace", s); err != nil {
+		return "", err
 	}
 	if s == LeasesKeyspace {
 		return "", &BadRequest{http.StatusBadRequest, "invalid_keyspace", "keyspace", fmt.Sprintf("keyspace %q is reserved for /v1/cp/leases", s)}
 	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			return "", &BadRequest{http.StatusBadRequest, "invalid_keyspace", "keyspace", fmt.Sprintf("keyspace %q: only letters, digits, '_', '.', '-'", s)}
-		}
-	}
 	return s, nil
+}
+
+// reservedKeyspace refuses, with 403 whoever asks, a keyspace that holds
+// kvnode's own state in the consensus tier (apitoken.Keyspace: the API
+// tokens' hashes), wherever a data request names it: /v1/kv/ keys (ring or
+// CP), batches, /v1/cp/ paths, transactions, watches. Only the token
+// routes under /admin/v1/tokens reach it.
+func reservedKeyspace(field, ks string) error {
+	if ks != apitoken.Keyspace {
+		return nil
+	}
+	return &BadRequest{http.StatusForbidden, "reserved_keyspace", field,
+		fmt.Sprintf("keyspace %q is reserved for kvnode's API tokens (/admin/v1/tokens): no data route may read or write it", ks)}
 }
 
 // ParseIfMatch parses If-Match: a revision, quoted or not ("" = none).
@@ -251,7 +271,8 @@ func ParseCPTxn(body []byte) (CPTxnRequest, error) {
 	}
 	check := func(field, keyspace, key string) error {
 		if _, err := ParseKeyspace(keyspace); err != nil {
-			return &BadRequest{http.StatusBadRequest, "invalid_keyspace", field + ".keyspace", err.(*BadRequest).Message}
+			br := err.(*BadRequest)
+			return &BadRequest{br.Status, br.Code, field + ".keyspace", br.Message}
 		}
 		if _, err := ParseKey(key); err != nil {
 			return &BadRequest{http.StatusBadRequest, "invalid_key", field + ".key", err.(*BadRequest).Message}
@@ -616,6 +637,13 @@ func (h *cpHandler) do(w http.ResponseWriter, r *http.Request, req CPRequest, ur
 // relays its answer. Only one hop: the leader answers 503 itself if it has
 // lost leadership.
 func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, uri string, body []byte, nl *cp.NotLeaderError) {
+	h.forwardThen(w, r, uri, body, nl, nil)
+}
+
+// forwardThen is forward, calling settle (when set) with the leader's
+// answer before relaying it; an error from settle is answered instead
+// (settle writes nothing).
+func (h *cpHandler) forwardThen(w http.ResponseWriter, r *http.Request, uri string, body []byte, nl *cp.NotLeaderError, settle func(*http.Response) error) {
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, h.scheme+"://"+nl.LeaderHTTPAddr+uri, bytes.NewReader(body))
 	if err != nil {
 		writeCPErr(w, r.Method, err)
@@ -643,7 +671,13 @@ func (h *cpHandler) forward(w http.ResponseWriter, r *http.Request, uri string, 
 		return
 	}
 	defer resp.Body.Close()
-	for _, k := range []string{"Content-Type", "ETag", HeaderRevision, HeaderLeaderID, HeaderLeaderHTTPAddr, HeaderLeaderRaftAddr} {
+	if settle != nil {
+		if err := settle(resp); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
+	for _, k := range []string{"Content-Type", "ETag", "Location", HeaderRevision, HeaderLeaderID, HeaderLeaderHTTPAddr, HeaderLeaderRaftAddr} {
 		if v := resp.Header.Get(k); v != "" {
 			w.Header().Set(k, v)
 		}

@@ -27,7 +27,11 @@ func keyspaceSet(names []string) map[string]bool {
 
 func (rt *kvRouter) serve(w http.ResponseWriter, r *http.Request) {
 	ks := coordinator.Keyspace([]byte(r.PathValue("key")))
-	if err := allowKeyspace(r, "key", ks); err != nil {
+	err := reservedKeyspace("key", ks)
+	if err == nil {
+		err = allowKeyspace(r, "key", ks)
+	}
+	if err != nil {
 		writeErr(w, err)
 		return
 	}
