@@ -265,7 +265,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if files != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(files.ServerConfig(identity.Policy{Roles: []identity.Role{identity.Worker}}))))
 		}
-		svc, err := workerapi.New(workerapi.Config{Store: st, Metrics: m, Logger: log})
+		svc, err := workerapi.New(workerapi.Config{Store: st, Metrics: m, Logger: log, RequireIdentity: files != nil})
 		if err != nil {
 			return err
 		}

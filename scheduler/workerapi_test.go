@@ -1,6 +1,7 @@
 package scheduler_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -45,7 +46,7 @@ func grpcReason(err error) (codes.Code, string) {
 
 // TestGRPCRemoteWorker runs a scheduler without local workers and works
 // its runs over the gRPC worker API: lease, heartbeat, complete, retry
-// policy applied server-side, stale tokens rejected after a reap, a
+// policy applied server-side, stale lease secrets rejected after a reap, a
 // cancelled run reported on heartbeat, invalid requests refused.
 func TestGRPCRemoteWorker(t *testing.T) {
 	url := testdeps.Postgres(t)
@@ -119,15 +120,15 @@ func TestGRPCRemoteWorker(t *testing.T) {
 		r1.AttemptTimeout.AsDuration() != 5*time.Second || r1.Tenant != "acme" {
 		t.Fatalf("leased run %v (target %s, payload %s)", r1, r1.TargetJson, r1.Payload)
 	}
-	if _, err := wc.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{RunId: r1.RunId, LeaseToken: r1.LeaseToken}); err != nil {
+	if _, err := wc.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{RunId: r1.RunId, LeaseSecret: r1.LeaseSecret}); err != nil {
 		t.Fatalf("Heartbeat: %v", err)
 	}
-	res, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r1.RunId, LeaseToken: r1.LeaseToken,
+	res, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r1.RunId, LeaseSecret: r1.LeaseSecret,
 		Outcome: schedulerv1.Outcome_OUTCOME_RETRYABLE, Message: "remote says 503"})
 	if err != nil || res.Status != store.StatusRetryWait {
 		t.Fatalf("Complete RETRYABLE: %v %v", res, err)
 	}
-	_, err = wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r1.RunId, LeaseToken: r1.LeaseToken, Outcome: schedulerv1.Outcome_OUTCOME_SUCCEEDED})
+	_, err = wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r1.RunId, LeaseSecret: r1.LeaseSecret, Outcome: schedulerv1.Outcome_OUTCOME_SUCCEEDED})
 	if c, reason := grpcReason(err); c != codes.FailedPrecondition || reason != workerapi.ReasonLeaseLost {
 		t.Fatalf("second Complete with the same token: %v", err)
 	}
@@ -135,18 +136,18 @@ func TestGRPCRemoteWorker(t *testing.T) {
 	// Attempt 2 is leased and abandoned: the reaper takes it back; the
 	// zombie's completion is refused and attempt 3 completes.
 	zombie := lease("attempt 2")
-	if zombie.Attempt != 2 || zombie.LeaseToken <= r1.LeaseToken || zombie.IdempotencyKey != r1.IdempotencyKey {
+	if zombie.Attempt != 2 || bytes.Equal(zombie.LeaseSecret, r1.LeaseSecret) || zombie.IdempotencyKey != r1.IdempotencyKey {
 		t.Fatalf("attempt 2 lease %v", zombie)
 	}
 	r3 := lease("attempt 3 after the reaper")
-	if r3.Attempt != 3 || r3.LeaseToken <= zombie.LeaseToken+1 {
-		t.Fatalf("attempt 3 lease %v after zombie token %d", r3, zombie.LeaseToken)
+	if r3.Attempt != 3 || bytes.Equal(r3.LeaseSecret, zombie.LeaseSecret) {
+		t.Fatalf("attempt 3 lease %v after the zombie's", r3)
 	}
-	_, err = wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: zombie.RunId, LeaseToken: zombie.LeaseToken, Outcome: schedulerv1.Outcome_OUTCOME_SUCCEEDED})
+	_, err = wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: zombie.RunId, LeaseSecret: zombie.LeaseSecret, Outcome: schedulerv1.Outcome_OUTCOME_SUCCEEDED})
 	if c, reason := grpcReason(err); c != codes.FailedPrecondition || reason != workerapi.ReasonLeaseLost {
 		t.Fatalf("zombie Complete: %v", err)
 	}
-	if res, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r3.RunId, LeaseToken: r3.LeaseToken,
+	if res, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r3.RunId, LeaseSecret: r3.LeaseSecret,
 		Outcome: schedulerv1.Outcome_OUTCOME_SUCCEEDED}); err != nil || res.Status != store.StatusSucceeded {
 		t.Fatalf("Complete attempt 3: %v %v", res, err)
 	}
@@ -163,7 +164,7 @@ func TestGRPCRemoteWorker(t *testing.T) {
 	if code, out := e.do(t, "POST", "/v1/runs/"+strconv.FormatInt(r4.RunId, 10)+":cancel", "", nil); code != 200 {
 		t.Fatalf("cancel: %d %v", code, out)
 	}
-	_, err = wc.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{RunId: r4.RunId, LeaseToken: r4.LeaseToken})
+	_, err = wc.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{RunId: r4.RunId, LeaseSecret: r4.LeaseSecret})
 	if c, reason := grpcReason(err); c != codes.FailedPrecondition || reason != workerapi.ReasonRunCancelled {
 		t.Fatalf("heartbeat of a cancelled run: %v", err)
 	}
@@ -182,14 +183,14 @@ func TestGRPCRemoteWorker(t *testing.T) {
 			return err
 		}, "lease"},
 		{func() error {
-			_, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r4.RunId, LeaseToken: r4.LeaseToken})
+			_, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r4.RunId, LeaseSecret: r4.LeaseSecret})
 			return err
 		}, "outcome"},
 		{func() error {
-			_, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r4.RunId, LeaseToken: r4.LeaseToken, Outcome: schedulerv1.Outcome_OUTCOME_DEFERRED})
+			_, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r4.RunId, LeaseSecret: r4.LeaseSecret, Outcome: schedulerv1.Outcome_OUTCOME_DEFERRED})
 			return err
 		}, "retry_after"},
-		{func() error { _, err := wc.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{RunId: r4.RunId}); return err }, "lease_token"},
+		{func() error { _, err := wc.Heartbeat(ctx, &schedulerv1.HeartbeatRequest{RunId: r4.RunId}); return err }, "lease_secret"},
 	} {
 		if code, field := grpcReason(c.call()); code != codes.InvalidArgument || field != c.field {
 			t.Errorf("want InvalidArgument on %s, got %v %q", c.field, code, field)
@@ -208,7 +209,7 @@ func TestGRPCRemoteWorker(t *testing.T) {
 		if strconv.FormatInt(r.JobId, 10) != id3 || r.Attempt != 1 {
 			t.Fatalf("leased %v, want job %s attempt 1", r, id3)
 		}
-		res, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r.RunId, LeaseToken: r.LeaseToken,
+		res, err := wc.Complete(ctx, &schedulerv1.CompleteRequest{RunId: r.RunId, LeaseSecret: r.LeaseSecret,
 			Outcome: schedulerv1.Outcome_OUTCOME_DEFERRED, RetryAfter: durationpb.New(time.Hour), Message: "remote breaker open"})
 		if err != nil || res.Status != want {
 			t.Fatalf("deferral %d: %v %v, want %s", i, res, err, want)

@@ -1,5 +1,5 @@
 // Package metrics holds the scheduler's Prometheus collectors
-// (portico_scheduler_*). Labels are bounded: run states only.
+// (portico_scheduler_*). Labels are bounded: run states and fixed enums.
 package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
@@ -40,6 +40,11 @@ type Metrics struct {
 	// WorkerYield counts the seconds the worker held claims while this
 	// process's runner fired a backlog.
 	WorkerYield prometheus.Counter
+	// WorkerRefused counts remote Heartbeat/Complete calls refused because
+	// the caller did not prove the run's lease, by rpc (heartbeat,
+	// complete) and reason (token: not the run's current secret; identity:
+	// the right secret from another worker identity).
+	WorkerRefused *prometheus.CounterVec
 }
 
 // New registers the collectors on reg (nil: a throwaway registry).
@@ -80,8 +85,12 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Runs the timing wheel holds (loaded or chained, not yet fired)."}),
 		WorkerYield: prometheus.NewCounter(prometheus.CounterOpts{Name: "portico_scheduler_worker_yield_seconds_total",
 			Help: "Seconds the worker held new claims while this process's runner fired a backlog."}),
+		WorkerRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "portico_scheduler_worker_calls_refused_total",
+			Help: "Worker API heartbeats and completions refused for not proving the run's lease, by rpc and reason (token, identity)."},
+			[]string{"rpc", "reason"}),
 	}
 	reg.MustRegister(m.Lag, m.Transitions, m.Retries, m.DeadLetters, m.LeaseExpirations, m.LeasesLost, m.Notifications, m.Replaced,
-		m.Deferred, m.BreakerTransitions, m.ShardChanges, m.ShardsOwned, m.FirePasses, m.WheelRuns, m.WorkerYield)
+		m.Deferred, m.BreakerTransitions, m.ShardChanges, m.ShardsOwned, m.FirePasses, m.WheelRuns, m.WorkerYield,
+		m.WorkerRefused)
 	return m
 }

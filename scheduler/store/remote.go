@@ -29,6 +29,11 @@ import (
 // caller can never match an in-process lease; every other change of
 // lease_token (reap, cancel, REPLACE) also moves the run out of RUNNING,
 // which the writes below require.
+//
+// In-process workers (scheduler/worker) keep fencing with the counter
+// alone: their token never leaves the process that claimed it, so there is
+// nothing for a caller to guess or replay, and their hot path (claims and
+// batched completions by counter, SucceedMany) stays as measured.
 
 // LeaseSecretLen is the length of a remote lease's secret: 128 bits.
 const LeaseSecretLen = 16

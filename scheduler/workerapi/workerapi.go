@@ -1,10 +1,20 @@
 // Package workerapi serves the scheduler's gRPC worker API
 // (portico.scheduler.v1.WorkerService, :18301): remote workers Lease ready
-// runs, Heartbeat them and Complete them, every call after Lease fenced by
-// the run's lease token. A stale token (the run was reaped and maybe
-// re-leased) or a cancelled run is FAILED_PRECONDITION with an ErrorInfo
-// reason LEASE_LOST or RUN_CANCELLED, and changes nothing. Outcomes go
-// through the same retry policy as in-process workers (worker.Record).
+// runs, Heartbeat them and Complete them. Each leased run comes with a
+// 128-bit random lease secret (the store keeps only its SHA-256) bound to
+// the caller's verified identity (its mTLS certificate's SPIFFE ID; none
+// with --insecure-plaintext, where the secret alone proves the lease).
+// Every call after Lease must present the secret from that identity.
+//
+// A call that does not prove the run's current lease — a guessed or stale
+// secret, another worker's identity, a run that does not exist — is
+// FAILED_PRECONDITION with ErrorInfo reason LEASE_LOST, the answer a worker
+// whose lease was reaped gets, so no worker learns whether another's run
+// exists; it is logged at warn (run id and caller, never the secret) and
+// counted in portico_scheduler_worker_calls_refused_total. The lease's
+// holder learns RUN_CANCELLED when its run was cancelled. A refused call
+// changes nothing. Outcomes go through the same retry policy as in-process
+// workers (worker.Record), fenced by the run's lease_token counter.
 package workerapi
 
 import (
@@ -21,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/portico-io/portico/internal/identity"
 	schedulerv1 "github.com/portico-io/portico/proto/portico/scheduler/v1"
 	"github.com/portico-io/portico/scheduler/metrics"
 	"github.com/portico-io/portico/scheduler/store"
@@ -43,11 +54,12 @@ const (
 	errorDomain        = "scheduler.portico.io"
 )
 
-// Store is what the worker API needs from the store.
+// Store is what the worker API needs from the store: leases by secret and
+// holder, and the counter-fenced outcome writes.
 type Store interface {
-	Claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int) ([]store.Lease, error)
-	Heartbeat(ctx context.Context, runID, token int64, ttl time.Duration) error
-	Leased(ctx context.Context, runID, token int64) (store.Lease, error)
+	ClaimRemote(ctx context.Context, workerID, holder string, n int, ttl time.Duration, maxRank int) ([]store.Lease, error)
+	HeartbeatRemote(ctx context.Context, runID int64, secret []byte, holder string, ttl time.Duration) error
+	LeasedRemote(ctx context.Context, runID int64, secret []byte, holder string) (store.Lease, error)
 	worker.Recorder
 }
 
@@ -58,6 +70,10 @@ type Config struct {
 	Store   Store // required
 	Metrics *metrics.Metrics
 	Logger  *slog.Logger
+	// RequireIdentity refuses (UNAUTHENTICATED) any call whose peer has no
+	// verified identity. Set it whenever the server speaks mTLS; off
+	// (plaintext), leases have no holder and the secret alone proves one.
+	RequireIdentity bool
 }
 
 // Service implements schedulerv1.WorkerServiceServer; safe for concurrent use.
@@ -126,8 +142,39 @@ func toStatus(err error) error {
 	return st.Err()
 }
 
+// caller returns the verified identity of the call's peer, "" when it has
+// none and none is required.
+func (s *Service) caller(ctx context.Context) (string, error) {
+	id, err := identity.FromContext(ctx)
+	if err == nil {
+		return id.String(), nil
+	}
+	if s.cfg.RequireIdentity {
+		return "", status.Error(codes.Unauthenticated, "a verified worker certificate is required")
+	}
+	return "", nil
+}
+
+// fail translates a Heartbeat/Complete error; a call that did not prove
+// the run's lease is logged and counted first (never with the secret).
+func (s *Service) fail(rpc string, runID int64, caller string, err error) error {
+	if nh, ok := errors.AsType[*store.NotHolderError](err); ok {
+		if caller == "" {
+			caller = "(no identity: plaintext)"
+		}
+		s.cfg.Metrics.WorkerRefused.WithLabelValues(rpc, nh.Reason).Inc()
+		s.cfg.Logger.Warn("workerapi: refused a call that does not prove the run's lease",
+			"rpc", rpc, "run_id", runID, "caller", caller, "reason", nh.Reason)
+	}
+	return toStatus(err)
+}
+
 // Lease implements WorkerService.Lease.
 func (s *Service) Lease(ctx context.Context, req *schedulerv1.LeaseRequest) (*schedulerv1.LeaseResponse, error) {
+	holder, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.GetWorkerId() == "" || len(req.GetWorkerId()) > MaxWorkerIDLen {
 		return nil, invalid("worker_id", "required, at most 128 bytes")
 	}
@@ -148,7 +195,7 @@ func (s *Service) Lease(ctx context.Context, req *schedulerv1.LeaseRequest) (*sc
 	default:
 		return nil, invalid("min_priority", "unknown priority")
 	}
-	leases, err := s.cfg.Store.Claim(ctx, req.GetWorkerId(), int(req.GetMaxRuns()), ttl, maxRank)
+	leases, err := s.cfg.Store.ClaimRemote(ctx, req.GetWorkerId(), holder, int(req.GetMaxRuns()), ttl, maxRank)
 	if err != nil {
 		s.cfg.Logger.Error("workerapi: claim failed", "err", err)
 		return nil, toStatus(err)
@@ -163,7 +210,7 @@ func (s *Service) Lease(ctx context.Context, req *schedulerv1.LeaseRequest) (*sc
 		}
 		out.Runs = append(out.Runs, &schedulerv1.LeasedRun{
 			RunId: l.RunID, JobId: l.ScheduleID, Tenant: l.Spec.Tenant, ScheduledAt: timestamppb.New(l.ScheduledAt),
-			Attempt: int32(l.Attempt), LeaseToken: l.Token, IdempotencyKey: d.IdempotencyKey(),
+			Attempt: int32(l.Attempt), LeaseSecret: l.Secret, IdempotencyKey: d.IdempotencyKey(),
 			TargetType: l.Spec.Target.Type, TargetJson: tj, Payload: d.Payload(),
 			AttemptTimeout: durationpb.New(time.Duration(l.Spec.Execution.TimeoutSeconds) * time.Second),
 		})
@@ -171,34 +218,42 @@ func (s *Service) Lease(ctx context.Context, req *schedulerv1.LeaseRequest) (*sc
 	return out, nil
 }
 
-func checkRun(runID, token int64) error {
+func checkRun(runID int64, secret []byte) error {
 	if runID <= 0 {
 		return invalid("run_id", "required")
 	}
-	if token <= 0 {
-		return invalid("lease_token", "required")
+	if len(secret) != store.LeaseSecretLen {
+		return invalid("lease_secret", "required: the 16 bytes of LeasedRun.lease_secret")
 	}
 	return nil
 }
 
 // Heartbeat implements WorkerService.Heartbeat.
 func (s *Service) Heartbeat(ctx context.Context, req *schedulerv1.HeartbeatRequest) (*schedulerv1.HeartbeatResponse, error) {
-	if err := checkRun(req.GetRunId(), req.GetLeaseToken()); err != nil {
+	holder, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRun(req.GetRunId(), req.GetLeaseSecret()); err != nil {
 		return nil, err
 	}
 	ttl, err := leaseDuration("lease", req.GetLease())
 	if err != nil {
 		return nil, err
 	}
-	if err := s.cfg.Store.Heartbeat(ctx, req.GetRunId(), req.GetLeaseToken(), ttl); err != nil {
-		return nil, toStatus(err)
+	if err := s.cfg.Store.HeartbeatRemote(ctx, req.GetRunId(), req.GetLeaseSecret(), holder, ttl); err != nil {
+		return nil, s.fail("heartbeat", req.GetRunId(), holder, err)
 	}
 	return &schedulerv1.HeartbeatResponse{}, nil
 }
 
 // Complete implements WorkerService.Complete.
 func (s *Service) Complete(ctx context.Context, req *schedulerv1.CompleteRequest) (*schedulerv1.CompleteResponse, error) {
-	if err := checkRun(req.GetRunId(), req.GetLeaseToken()); err != nil {
+	holder, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRun(req.GetRunId(), req.GetLeaseSecret()); err != nil {
 		return nil, err
 	}
 	if len(req.GetMessage()) > MaxMessage {
@@ -225,9 +280,11 @@ func (s *Service) Complete(ctx context.Context, req *schedulerv1.CompleteRequest
 	if res.Outcome != target.Succeeded && res.Message == "" {
 		res.Message = "reported by worker: " + res.Outcome.String()
 	}
-	l, err := s.cfg.Store.Leased(ctx, req.GetRunId(), req.GetLeaseToken())
+	// The secret proves the lease; the write is then fenced by its counter
+	// (l.Token), so a takeover between the two still changes nothing.
+	l, err := s.cfg.Store.LeasedRemote(ctx, req.GetRunId(), req.GetLeaseSecret(), holder)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, s.fail("complete", req.GetRunId(), holder, err)
 	}
 	to, err := worker.Record(ctx, s.cfg.Store, l, res, rand.Float64())
 	if err != nil {

@@ -6,8 +6,12 @@
 
 // The scheduler's worker API (:18301): workers running elsewhere lease
 // ready runs, heartbeat them and report outcomes. Every call after Lease
-// carries the run's lease_token (a fencing token bumped on every claim);
-// a stale token is refused with FAILED_PRECONDITION and changes nothing.
+// carries the run's lease_secret: 16 random bytes returned once by Lease,
+// of which the scheduler keeps only a SHA-256 hash, and valid only for the
+// verified identity (mTLS peer certificate) that took the lease. A secret
+// that is not the run's current one, or one presented by another identity,
+// is refused with FAILED_PRECONDITION (reason LEASE_LOST) and changes
+// nothing; the answer is the same whether or not the run exists.
 
 package schedulerv1
 
@@ -263,7 +267,9 @@ type LeasedRun struct {
 	Tenant      string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	ScheduledAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=scheduled_at,json=scheduledAt,proto3" json:"scheduled_at,omitempty"`
 	Attempt     int32                  `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	LeaseToken  int64                  `protobuf:"varint,6,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	// 16 random bytes proving this lease: send them with every Heartbeat
+	// and Complete of this attempt, from the same identity. Never log them.
+	LeaseSecret []byte `protobuf:"bytes,12,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	// Must accompany every delivery: {jobId}:{scheduledAt}.
 	IdempotencyKey string `protobuf:"bytes,7,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// HTTP, QUEUE, CONTAINER, ...
@@ -342,11 +348,11 @@ func (x *LeasedRun) GetAttempt() int32 {
 	return 0
 }
 
-func (x *LeasedRun) GetLeaseToken() int64 {
+func (x *LeasedRun) GetLeaseSecret() []byte {
 	if x != nil {
-		return x.LeaseToken
+		return x.LeaseSecret
 	}
-	return 0
+	return nil
 }
 
 func (x *LeasedRun) GetIdempotencyKey() string {
@@ -385,11 +391,12 @@ func (x *LeasedRun) GetAttemptTimeout() *durationpb.Duration {
 }
 
 type HeartbeatRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	RunId      int64                  `protobuf:"varint,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	LeaseToken int64                  `protobuf:"varint,2,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId int64                  `protobuf:"varint,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// 1s..10m; default 30s.
-	Lease         *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease *durationpb.Duration `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
+	// LeasedRun.lease_secret (16 bytes).
+	LeaseSecret   []byte `protobuf:"bytes,4,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -431,16 +438,16 @@ func (x *HeartbeatRequest) GetRunId() int64 {
 	return 0
 }
 
-func (x *HeartbeatRequest) GetLeaseToken() int64 {
-	if x != nil {
-		return x.LeaseToken
-	}
-	return 0
-}
-
 func (x *HeartbeatRequest) GetLease() *durationpb.Duration {
 	if x != nil {
 		return x.Lease
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetLeaseSecret() []byte {
+	if x != nil {
+		return x.LeaseSecret
 	}
 	return nil
 }
@@ -482,14 +489,15 @@ func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 }
 
 type CompleteRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	RunId      int64                  `protobuf:"varint,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	LeaseToken int64                  `protobuf:"varint,2,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
-	Outcome    Outcome                `protobuf:"varint,3,opt,name=outcome,proto3,enum=portico.scheduler.v1.Outcome" json:"outcome,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	RunId   int64                  `protobuf:"varint,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Outcome Outcome                `protobuf:"varint,3,opt,name=outcome,proto3,enum=portico.scheduler.v1.Outcome" json:"outcome,omitempty"`
 	// Why it failed (stored as the run's last error; at most 4096 bytes).
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// For OUTCOME_DEFERRED: 1s..1h.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// LeasedRun.lease_secret (16 bytes).
+	LeaseSecret   []byte `protobuf:"bytes,6,opt,name=lease_secret,json=leaseSecret,proto3" json:"lease_secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -531,13 +539,6 @@ func (x *CompleteRequest) GetRunId() int64 {
 	return 0
 }
 
-func (x *CompleteRequest) GetLeaseToken() int64 {
-	if x != nil {
-		return x.LeaseToken
-	}
-	return 0
-}
-
 func (x *CompleteRequest) GetOutcome() Outcome {
 	if x != nil {
 		return x.Outcome
@@ -555,6 +556,13 @@ func (x *CompleteRequest) GetMessage() string {
 func (x *CompleteRequest) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
 		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetLeaseSecret() []byte {
+	if x != nil {
+		return x.LeaseSecret
 	}
 	return nil
 }
@@ -615,15 +623,14 @@ const file_portico_scheduler_v1_worker_proto_rawDesc = "" +
 	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12A\n" +
 	"\fmin_priority\x18\x04 \x01(\x0e2\x1e.portico.scheduler.v1.PriorityR\vminPriority\"D\n" +
 	"\rLeaseResponse\x123\n" +
-	"\x04runs\x18\x01 \x03(\v2\x1f.portico.scheduler.v1.LeasedRunR\x04runs\"\x94\x03\n" +
+	"\x04runs\x18\x01 \x03(\v2\x1f.portico.scheduler.v1.LeasedRunR\x04runs\"\xa9\x03\n" +
 	"\tLeasedRun\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\x03R\x05runId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\x03R\x05jobId\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12=\n" +
 	"\fscheduled_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vscheduledAt\x12\x18\n" +
-	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12\x1f\n" +
-	"\vlease_token\x18\x06 \x01(\x03R\n" +
-	"leaseToken\x12'\n" +
+	"\aattempt\x18\x05 \x01(\x05R\aattempt\x12!\n" +
+	"\flease_secret\x18\f \x01(\fR\vleaseSecret\x12'\n" +
 	"\x0fidempotency_key\x18\a \x01(\tR\x0eidempotencyKey\x12\x1f\n" +
 	"\vtarget_type\x18\b \x01(\tR\n" +
 	"targetType\x12\x1f\n" +
@@ -631,21 +638,19 @@ const file_portico_scheduler_v1_worker_proto_rawDesc = "" +
 	"targetJson\x12\x18\n" +
 	"\apayload\x18\n" +
 	" \x01(\fR\apayload\x12B\n" +
-	"\x0fattempt_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0eattemptTimeout\"{\n" +
+	"\x0fattempt_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0eattemptTimeoutJ\x04\b\x06\x10\aR\vlease_token\"\x90\x01\n" +
 	"\x10HeartbeatRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\x03R\x05runId\x12\x1f\n" +
-	"\vlease_token\x18\x02 \x01(\x03R\n" +
-	"leaseToken\x12/\n" +
-	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x13\n" +
-	"\x11HeartbeatResponse\"\xd8\x01\n" +
+	"\x06run_id\x18\x01 \x01(\x03R\x05runId\x12/\n" +
+	"\x05lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12!\n" +
+	"\flease_secret\x18\x04 \x01(\fR\vleaseSecretJ\x04\b\x02\x10\x03R\vlease_token\"\x13\n" +
+	"\x11HeartbeatResponse\"\xed\x01\n" +
 	"\x0fCompleteRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\x03R\x05runId\x12\x1f\n" +
-	"\vlease_token\x18\x02 \x01(\x03R\n" +
-	"leaseToken\x127\n" +
+	"\x06run_id\x18\x01 \x01(\x03R\x05runId\x127\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x1d.portico.scheduler.v1.OutcomeR\aoutcome\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"*\n" +
+	"retryAfter\x12!\n" +
+	"\flease_secret\x18\x06 \x01(\fR\vleaseSecretJ\x04\b\x02\x10\x03R\vlease_token\"*\n" +
 	"\x10CompleteResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\tR\x06status*^\n" +
 	"\bPriority\x12\x18\n" +

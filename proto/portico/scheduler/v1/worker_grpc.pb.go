@@ -6,8 +6,12 @@
 
 // The scheduler's worker API (:18301): workers running elsewhere lease
 // ready runs, heartbeat them and report outcomes. Every call after Lease
-// carries the run's lease_token (a fencing token bumped on every claim);
-// a stale token is refused with FAILED_PRECONDITION and changes nothing.
+// carries the run's lease_secret: 16 random bytes returned once by Lease,
+// of which the scheduler keeps only a SHA-256 hash, and valid only for the
+// verified identity (mTLS peer certificate) that took the lease. A secret
+// that is not the run's current one, or one presented by another identity,
+// is refused with FAILED_PRECONDITION (reason LEASE_LOST) and changes
+// nothing; the answer is the same whether or not the run exists.
 
 package schedulerv1
 
