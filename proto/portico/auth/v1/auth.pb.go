@@ -42,8 +42,24 @@ type JwtProvider struct {
 	JwksCacheTtl *durationpb.Duration `protobuf:"bytes,8,opt,name=jwks_cache_ttl,json=jwksCacheTtl,proto3" json:"jwks_cache_ttl,omitempty"`
 	// RFC 7662 introspection endpoint for opaque tokens; empty = not supported.
 	IntrospectionUri string `protobuf:"bytes,9,opt,name=introspection_uri,json=introspectionUri,proto3" json:"introspection_uri,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// jwks_uri and introspection_uri are https; plain http is accepted only
+	// for a loopback host (127.0.0.0/8, ::1, localhost) and only with this set.
+	AllowInsecureLoopback bool `protobuf:"varint,10,opt,name=allow_insecure_loopback,json=allowInsecureLoopback,proto3" json:"allow_insecure_loopback,omitempty"`
+	// A provider without audiences accepts tokens for any audience only with
+	// this set; otherwise it is invalid.
+	AllowAnyAudience bool `protobuf:"varint,11,opt,name=allow_any_audience,json=allowAnyAudience,proto3" json:"allow_any_audience,omitempty"`
+	// Introspection authenticates with client_secret_basic (RFC 6749 §2.3.1):
+	// this client id and the secret named by introspection_client_secret_ref.
+	IntrospectionClientId string `protobuf:"bytes,12,opt,name=introspection_client_id,json=introspectionClientId,proto3" json:"introspection_client_id,omitempty"`
+	// The name of a file in extauthz's secrets directory holding the client
+	// secret. The secret itself never travels in config.
+	IntrospectionClientSecretRef string `protobuf:"bytes,13,opt,name=introspection_client_secret_ref,json=introspectionClientSecretRef,proto3" json:"introspection_client_secret_ref,omitempty"`
+	// Token bucket bounding the calls to the introspection endpoint, per
+	// extauthz replica; 0 = extauthz's default.
+	IntrospectionRequestsPerSecond uint32 `protobuf:"varint,14,opt,name=introspection_requests_per_second,json=introspectionRequestsPerSecond,proto3" json:"introspection_requests_per_second,omitempty"`
+	IntrospectionBurst             uint32 `protobuf:"varint,15,opt,name=introspection_burst,json=introspectionBurst,proto3" json:"introspection_burst,omitempty"`
+	unknownFields                  protoimpl.UnknownFields
+	sizeCache                      protoimpl.SizeCache
 }
 
 func (x *JwtProvider) Reset() {
@@ -137,6 +153,48 @@ func (x *JwtProvider) GetIntrospectionUri() string {
 		return x.IntrospectionUri
 	}
 	return ""
+}
+
+func (x *JwtProvider) GetAllowInsecureLoopback() bool {
+	if x != nil {
+		return x.AllowInsecureLoopback
+	}
+	return false
+}
+
+func (x *JwtProvider) GetAllowAnyAudience() bool {
+	if x != nil {
+		return x.AllowAnyAudience
+	}
+	return false
+}
+
+func (x *JwtProvider) GetIntrospectionClientId() string {
+	if x != nil {
+		return x.IntrospectionClientId
+	}
+	return ""
+}
+
+func (x *JwtProvider) GetIntrospectionClientSecretRef() string {
+	if x != nil {
+		return x.IntrospectionClientSecretRef
+	}
+	return ""
+}
+
+func (x *JwtProvider) GetIntrospectionRequestsPerSecond() uint32 {
+	if x != nil {
+		return x.IntrospectionRequestsPerSecond
+	}
+	return 0
+}
+
+func (x *JwtProvider) GetIntrospectionBurst() uint32 {
+	if x != nil {
+		return x.IntrospectionBurst
+	}
+	return 0
 }
 
 // ApiKey is one consumer credential. Only the SHA-256 of the secret is known.
@@ -395,7 +453,7 @@ var File_portico_auth_v1_auth_proto protoreflect.FileDescriptor
 
 const file_portico_auth_v1_auth_proto_rawDesc = "" +
 	"\n" +
-	"\x1aportico/auth/v1/auth.proto\x12\x0fportico.auth.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x02\n" +
+	"\x1aportico/auth/v1/auth.proto\x12\x0fportico.auth.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbc\x05\n" +
 	"\vJwtProvider\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06issuer\x18\x02 \x01(\tR\x06issuer\x12\x1c\n" +
@@ -409,7 +467,14 @@ const file_portico_auth_v1_auth_proto_rawDesc = "" +
 	"\n" +
 	"clock_skew\x18\a \x01(\v2\x19.google.protobuf.DurationR\tclockSkew\x12?\n" +
 	"\x0ejwks_cache_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\fjwksCacheTtl\x12+\n" +
-	"\x11introspection_uri\x18\t \x01(\tR\x10introspectionUri\"\xcb\x01\n" +
+	"\x11introspection_uri\x18\t \x01(\tR\x10introspectionUri\x126\n" +
+	"\x17allow_insecure_loopback\x18\n" +
+	" \x01(\bR\x15allowInsecureLoopback\x12,\n" +
+	"\x12allow_any_audience\x18\v \x01(\bR\x10allowAnyAudience\x126\n" +
+	"\x17introspection_client_id\x18\f \x01(\tR\x15introspectionClientId\x12E\n" +
+	"\x1fintrospection_client_secret_ref\x18\r \x01(\tR\x1cintrospectionClientSecretRef\x12I\n" +
+	"!introspection_requests_per_second\x18\x0e \x01(\rR\x1eintrospectionRequestsPerSecond\x12/\n" +
+	"\x13introspection_burst\x18\x0f \x01(\rR\x12introspectionBurst\"\xcb\x01\n" +
 	"\x06ApiKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x1a\n" +
