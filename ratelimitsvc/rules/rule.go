@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 )
@@ -136,6 +137,11 @@ func (r *Rule) Validate() error {
 				return fmt.Errorf("%w: %s: descriptors[%d]: %s: %w", ErrInvalid, r.ID, i, RemoteAddressKey, err)
 			}
 		}
+	}
+	// A limit that replaced itself would never apply when it matched
+	// (envoyproxy/ratelimit refuses it at load for the same reason).
+	if r.Name != "" && slices.Contains(r.Replaces, r.Name) {
+		return fmt.Errorf("%w: %s: replaces its own name %q", ErrInvalid, r.ID, r.Name)
 	}
 	if r.Unlimited {
 		return nil

@@ -3,6 +3,8 @@ package rules_test
 import (
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,6 +86,7 @@ func TestYAMLErrors(t *testing.T) {
 		"duplicate":           "domain: d\ndescriptors:\n- key: k\n- key: k",
 		"unlimited with unit": "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unlimited: true, unit: second}",
 		"share without *":     "domain: d\ndescriptors:\n- key: k\n  value: v\n  share_threshold: true",
+		"replaces itself":     "domain: d\ndescriptors:\n- key: k\n  rate_limit: {unit: second, requests_per_unit: 1, name: n, replaces: [{name: m}, {name: n}]}",
 		"not yaml map":        "[1, 2",
 	} {
 		if _, _, err := rules.ParseYAML(name, []byte(doc)); !errors.Is(err, rules.ErrInvalid) {
@@ -284,5 +287,40 @@ descriptors:
 		if _, err := rules.Build(rs, nil); !errors.Is(err, rules.ErrInvalid) {
 			t.Fatalf("bad CIDR: %v", err)
 		}
+	}
+}
+
+// replaces naming the limit's own name is refused at load, as in
+// envoyproxy/ratelimit ("replaces should not contain name of same
+// descriptor"), from a file, from a RateLimitConfig, and for a whole
+// directory: a bad file changes nothing.
+func TestReplacesItselfRefused(t *testing.T) {
+	_, _, err := rules.ParseYAML("self.yaml", []byte(`
+domain: d
+descriptors:
+  - key: k
+    value: v
+    rate_limit: {unit: minute, requests_per_unit: 1, name: lim, replaces: [{name: lim}]}
+`))
+	if !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), `replaces its own name "lim"`) {
+		t.Fatalf("file: %v", err)
+	}
+	_, err = rules.FromRateLimitConfig(&rlsconfv3.RateLimitConfig{Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "k", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 1, Name: "lim",
+			Replaces: []*rlsconfv3.RateLimitReplace{{Name: "lim"}}}}}})
+	if !errors.Is(err, rules.ErrInvalid) {
+		t.Fatalf("RateLimitConfig: %v", err)
+	}
+	dir := t.TempDir()
+	for n, doc := range map[string]string{
+		"a.yaml": "domain: a\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 1}}]\n",
+		"b.yaml": "domain: b\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 1, name: x, replaces: [{name: x}]}}]\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rs, _, err := rules.LoadDir(dir); !errors.Is(err, rules.ErrInvalid) || rs != nil {
+		t.Fatalf("directory: %v, %v", rs, err)
 	}
 }
