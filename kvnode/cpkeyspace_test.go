@@ -269,6 +269,7 @@ func TestCPKeyspaceConfig(t *testing.T) {
 		{"none, tier off", nil, nil, off, ""},
 		{"both vclock and CP", []string{"locks", "carts"}, []string{"carts"}, on, `keyspace "carts" is declared both vector-clock (--vclock-keyspaces) and CP (--cp-keyspaces)`},
 		{"reserved", []string{"leases"}, nil, on, `"leases" (--cp-keyspaces): keyspace "leases" is reserved`},
+		{"reserved for tokens", []string{"locks", "__tokens"}, nil, on, `"__tokens" (--cp-keyspaces): keyspace "__tokens" is reserved for kvnode's API tokens`},
 		{"bad name", []string{"a:b"}, nil, on, `CP keyspace "a:b" (--cp-keyspaces): keyspace "a:b": only letters`},
 		{"too long", []string{strings.Repeat("k", 65)}, nil, on, "must be 1-64 bytes"},
 		{"tier off", []string{"locks"}, nil, off, "need the consensus tier, which is off"},

@@ -12,6 +12,7 @@ import (
 	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/kvnode/api"
+	"github.com/portico-io/portico/kvnode/apitoken"
 )
 
 // DefaultCacheNodeKeyspaces are the keyspaces a cachenode certificate may
@@ -21,7 +22,10 @@ var DefaultCacheNodeKeyspaces = []string{"cache"}
 // AuthConfig is who may call the HTTP API (see kvnode/api's access.go for
 // what each route needs):
 //   - the bootstrap admin token (AdminTokenFile) and any token of Tokens;
-//   - the operators' IdP JWTs (JWT), roles from its claims;
+//   - API tokens minted through /admin/v1/tokens, kept by the consensus
+//     tier (kvnode/apitoken) on a node that runs it;
+//   - the operators' IdP JWTs (JWT), roles (and, with
+//     JWT.KeyspacesClaim, keyspaces) from its claims;
 //   - verified client certificates: operator → admin; kvnode → admin
 //     (followers forward member changes to the leader with theirs);
 //     cachenode → editor confined to CacheNodeKeyspaces; any other role
@@ -66,14 +70,17 @@ func (a AuthConfig) certConfig(trustDomain string) authn.CertConfig {
 	return c
 }
 
-// authenticator builds the API's authenticator from n.cfg.Auth.
-func (n *Node) authenticator() (*authn.Authenticator, error) {
+// authenticator builds the API's authenticator from n.cfg.Auth and the
+// node's token table (nil without the consensus tier). Its clock is the
+// node's (Config.Now), as the token routes' is, so expiry is judged by one
+// clock.
+func (n *Node) authenticator(tokens *apitoken.Store) (*authn.Authenticator, error) {
 	a := n.cfg.Auth
 	td := ""
 	if n.tls != nil {
 		td = n.tls.TrustDomain()
 	}
-	cfg := authn.Config{JWT: a.JWT, Certs: a.certConfig(td), Logger: n.cfg.Logger}
+	cfg := authn.Config{JWT: a.JWT, Certs: a.certConfig(td), Logger: n.cfg.Logger, TimeNow: n.cfg.Now}
 	var stores multiStore
 	if a.AdminTokenFile != "" {
 		tok, created, err := authn.BootstrapToken(a.AdminTokenFile)
@@ -88,6 +95,9 @@ func (n *Node) authenticator() (*authn.Authenticator, error) {
 			return nil, fmt.Errorf("kvnode: admin token: %w", err)
 		}
 		stores = append(stores, st)
+	}
+	if tokens != nil {
+		stores = append(stores, tokens)
 	}
 	if a.Tokens != nil {
 		stores = append(stores, a.Tokens)
@@ -127,14 +137,21 @@ func (m multiStore) TouchToken(ctx context.Context, id string, at time.Time) err
 // as peers reach it.
 func (n *Node) apiConfig(cpEngine api.CPEngine, advertised string) (api.Config, error) {
 	c := api.Config{KV: n.engine(), CP: cpEngine, CPKeyspaces: n.cfg.CPKeyspaces, Admin: n, Logger: n.cfg.Logger,
-		InsecureNoAuth: n.cfg.Auth.InsecureNoAuth}
+		InsecureNoAuth: n.cfg.Auth.InsecureNoAuth, Now: n.cfg.Now}
+	// The token table lives in the consensus tier; without it the token
+	// routes answer 501 and only the other credentials work.
+	var tokens *apitoken.Store
+	if n.cp != nil {
+		tokens = apitoken.New(n.cp, n.cfg.Now)
+		c.Tokens = tokens
+	}
 	if n.tls != nil {
 		c.PeerTLS = n.tls.ClientConfig(peerPolicy)
 	}
 	if c.InsecureNoAuth {
 		return c, nil
 	}
-	auth, err := n.authenticator()
+	auth, err := n.authenticator(tokens)
 	if err != nil {
 		return c, err
 	}
