@@ -119,6 +119,10 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Now is the clock for TTLs, hints, grace and failure detection.
 	Now func() time.Time
+	// MaxClockOffset bounds how far ahead of this node's clock a peer's
+	// record timestamp may be (default hlc.DefaultMaxOffset); records
+	// beyond it are refused, not stored.
+	MaxClockOffset time.Duration
 	// OnHintPass and OnRepairPass are test signals fired after every
 	// background pass.
 	OnHintPass   func()

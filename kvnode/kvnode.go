@@ -20,8 +20,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-io/portico/internal/grpcserver"
@@ -83,7 +86,10 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, st: st, clock: hlc.New(cfg.Now)}
+	n := &Node{cfg: cfg, st: st, clock: hlc.New(cfg.Now, cfg.MaxClockOffset)}
+	cfg.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_kvnode_hlc_refused_timestamps_total",
+		Help: "Record timestamps refused for being further ahead of this node's clock than the maximum offset."},
+		func() float64 { return float64(n.clock.Rejected()) }))
 	var peerCreds credentials.TransportCredentials
 	if cfg.TLS.IsSet() {
 		tc := cfg.TLS
@@ -370,7 +376,9 @@ func (n *Node) ApplyDotted(ctx context.Context, node string, e *kvv1.Entry) (*kv
 func (n *Node) applyDottedLocal(e *kvv1.Entry) (*kvv1.Entry, error) {
 	recs := make([]*kvv1.Record, 0, len(e.GetSiblings().GetRecords()))
 	for _, r := range e.GetSiblings().GetRecords() {
-		n.clock.Observe(r.Timestamp)
+		if err := n.clock.Observe(r.Timestamp); err != nil {
+			return nil, n.refuse(e.Key, err)
+		}
 		if r.Dot == nil {
 			r = proto.Clone(r).(*kvv1.Record)
 			r.Dot = &kvv1.Dot{Node: n.cfg.NodeID, Counter: n.clock.Now()}
@@ -420,17 +428,35 @@ func (n *Node) Scan(ctx context.Context, node string, req *kvv1.ScanRequest) (*k
 	return n.client.Scan(ctx, addr, req)
 }
 
+// applyLocal stores entries. An entry carrying a timestamp beyond the
+// maximum clock offset is refused (and the others still applied): stored,
+// it would win last-write-wins against every later write of the key.
 func (n *Node) applyLocal(entries []*kvv1.Entry) error {
+	var refused error
 	for _, e := range entries {
 		recs := e.GetSiblings().GetRecords()
+		ok := true
 		for _, r := range recs {
-			n.clock.Observe(r.Timestamp)
+			if err := n.clock.Observe(r.Timestamp); err != nil {
+				refused, ok = n.refuse(e.Key, err), false
+				break
+			}
+		}
+		if !ok {
+			continue
 		}
 		if _, err := n.st.Apply(e.Key, recs); err != nil {
 			return err
 		}
 	}
-	return nil
+	return refused
+}
+
+// refuse logs a record refused for its timestamp and returns the error
+// the sender gets.
+func (n *Node) refuse(key []byte, err error) error {
+	n.cfg.Logger.Warn("kvnode: refused a record stamped beyond the maximum clock offset", "key", string(key), "err", err)
+	return status.Errorf(codes.FailedPrecondition, "kvnode: key %q: %v", key, err)
 }
 
 func (n *Node) readLocal(req *kvv1.ReadRequest) (*kvv1.ReadResponse, error) {

@@ -125,7 +125,7 @@ func New(bg context.Context, cfg Config, topo Topology, tr Transport, hints Hint
 		cfg.Now = time.Now
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = hlc.New(cfg.Now)
+		cfg.Clock = hlc.New(cfg.Now, 0)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -22,6 +22,7 @@ import (
 	"github.com/portico-io/portico/kvnode/coordinator"
 	"github.com/portico-io/portico/kvnode/cp"
 	"github.com/portico-io/portico/kvnode/hint"
+	"github.com/portico-io/portico/kvnode/hlc"
 	"github.com/portico-io/portico/kvnode/membership"
 )
 
@@ -42,6 +43,7 @@ func main() {
 	hintWindow := envflag.Duration(fs, "hint-window", "PORTICO_KV_HINT_WINDOW", hint.DefaultWindow, "how long hints are kept for a down replica")
 	repairInterval := envflag.Duration(fs, "repair-interval", "PORTICO_KV_REPAIR_INTERVAL", antientropy.DefaultInterval, "time between anti-entropy passes")
 	gossipInterval := envflag.Duration(fs, "gossip-interval", "PORTICO_KV_GOSSIP_INTERVAL", membership.DefaultInterval, "gossip and heartbeat period")
+	maxOffset := envflag.Duration(fs, "max-clock-offset", "PORTICO_KV_MAX_CLOCK_OFFSET", hlc.DefaultMaxOffset, "how far ahead of this node's clock a peer's record timestamp may be; records beyond it are refused")
 	writeTimeout := envflag.Duration(fs, "write-timeout", "PORTICO_KV_WRITE_TIMEOUT", coordinator.DefaultTimeout, "how long a write waits for its quorum")
 	readTimeout := envflag.Duration(fs, "read-timeout", "PORTICO_KV_READ_TIMEOUT", coordinator.DefaultTimeout, "how long a read waits for its quorum")
 	vclock := envflag.String(fs, "vclock-keyspaces", "PORTICO_KV_VCLOCK_KEYSPACES", "", "comma-separated keyspaces (key prefix before ':') kept with vector clocks and siblings instead of LWW")
@@ -87,7 +89,7 @@ func main() {
 		NodeID: *nodeID, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, AdvertiseAddr: *advertiseAddr,
 		Seeds: split(*seeds), DataDir: *dataDir, Replication: int(*replication), Vnodes: int(*vnodes), Rack: *rack,
 		JoinMode: *joinMode, StartupWait: *startupWait, TombstoneGrace: *grace, HintWindow: *hintWindow,
-		RepairInterval: *repairInterval, GossipInterval: *gossipInterval, WriteTimeout: *writeTimeout,
+		RepairInterval: *repairInterval, GossipInterval: *gossipInterval, WriteTimeout: *writeTimeout, MaxClockOffset: *maxOffset,
 		ReadTimeout: *readTimeout, VClockKeyspaces: split(*vclock), CPKeyspaces: split(*cpKeyspaces), Logger: log,
 		CP:  cp.Config{BindAddr: raftBind, AdvertiseAddr: *raftAdvertise, Bootstrap: *raftBootstrap, Peers: peers},
 		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
