@@ -52,12 +52,10 @@ func CheckTokenName(name string) error {
 }
 
 // CheckTokenExpiry refuses (ErrBadTokenRequest) an expiry that is not
-// after now, or more than MaxTokenTTL after it. Zero means "never expires"
-// and is accepted.
+// after now, or more than MaxTokenTTL after it. "Never expires" is the
+// absence of an expiry, never a zero time: call this only for an expiry
+// the request states (a zero one is refused, as it is in the past).
 func CheckTokenExpiry(expiresAt, now time.Time) error {
-	if expiresAt.IsZero() {
-		return nil
-	}
 	if !expiresAt.After(now) || expiresAt.Sub(now) > MaxTokenTTL {
 		return fmt.Errorf("%w: the expiry must be in the future, at most %d days ahead", ErrBadTokenRequest, MaxTokenTTL/(24*time.Hour))
 	}
