@@ -110,7 +110,13 @@ type Rule struct {
 	Mode        Mode          `json:"mode"`
 	FailMode    FailMode      `json:"failMode"`
 	// Unlimited rules match (and so shadow less specific ones) but never limit.
-	Unlimited  bool     `json:"unlimited,omitempty"`
+	Unlimited bool `json:"unlimited,omitempty"`
+	// NoLimit marks a descriptor declared without a limit: envoyproxy/ratelimit's
+	// entry with no rate_limit and no nested descriptors, its documented
+	// whitelist. Its node is indexed, so it shadows less specific siblings as
+	// any rule does, but it is never a candidate there: a request that ends
+	// at it gets no limit (not even an unlimited one) and replaces nothing.
+	NoLimit    bool     `json:"noLimit,omitempty"`
 	HighVolume bool     `json:"highVolume,omitempty"`
 	Tenant     string   `json:"tenant,omitempty"`
 	Priority   int32    `json:"priority,omitempty"`
@@ -143,7 +149,7 @@ func (r *Rule) Validate() error {
 	if r.Name != "" && slices.Contains(r.Replaces, r.Name) {
 		return fmt.Errorf("%w: %s: replaces its own name %q", ErrInvalid, r.ID, r.Name)
 	}
-	if r.Unlimited {
+	if r.Unlimited || r.NoLimit {
 		return nil
 	}
 	if r.Algorithm == SlidingWindow && r.Burst > 0 {

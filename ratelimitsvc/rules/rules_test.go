@@ -290,6 +290,91 @@ descriptors:
 	}
 }
 
+// A descriptor declared without rate_limit is matched like any other, so it
+// shadows its less specific siblings and the request gets no limit from
+// them: envoyproxy/ratelimit's documented whitelist ("If the rate limit is
+// not present and there are no nested descriptors, then the descriptor is
+// effectively whitelisted"; GetLimit stops at the node it found). An exact
+// value beats a prefix wildcard and any value; a wildcard beats any value;
+// so does a CIDR under remote_address; and at every depth.
+func TestDescriptorWithoutLimitShadowsSiblings(t *testing.T) {
+	doc := `
+domain: d
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: user
+    value: vip
+  - key: path
+    value: /api*
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: path
+    value: /api/health
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: team
+    value: a*
+  - key: team
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: org
+    value: o1
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 6}
+      - key: user
+        value: vip
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 7}
+  - key: remote_address
+    value: 10.0.0.0/8
+`
+	_, fromYAML, err := rules.ParseYAML("w.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromXDS, err := rules.FromRateLimitConfig(&rlsconfv3.RateLimitConfig{Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+		{Key: "user", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 2}},
+		{Key: "user", Value: "vip"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, rs := range map[string][]*rules.Rule{"YAML": fromYAML, "RateLimitConfig": fromXDS} {
+		tab, err := rules.Build(rs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			entries []rules.Entry
+			want    string
+		}{
+			{e("user", "u1"), "2/1m0s"},
+			{e("user", "vip"), ""},
+			{e("path", "/api/x"), "3/1m0s"},
+			{e("path", "/api/health"), ""},
+			{e("path", "/other"), "4/1m0s"},
+			{e("team", "abc"), ""},
+			{e("team", "b"), "5/1m0s"},
+			{e("org", "o1", "user", "u"), "6/1m0s"},
+			{e("org", "o1", "user", "vip"), ""},
+			{e("remote_address", "10.1.1.1"), ""},
+			{e("remote_address", "11.0.0.1"), "7/1m0s"},
+		}
+		if name == "RateLimitConfig" {
+			cases = cases[:2]
+		}
+		for _, c := range cases {
+			got := ""
+			if r := tab.Match("d", c.entries, ""); r != nil {
+				got = summary(r)
+			}
+			if got != c.want {
+				t.Errorf("%s %v: got %q want %q", name, c.entries, got, c.want)
+			}
+		}
+	}
+}
+
 // replaces naming the limit's own name is refused at load, as in
 // envoyproxy/ratelimit ("replaces should not contain name of same
 // descriptor"), from a file, from a RateLimitConfig, and for a whole

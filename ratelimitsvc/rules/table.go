@@ -79,7 +79,9 @@ func Build(rs []*Rule, versions map[string]string) (*Table, error) {
 		for _, d := range r.Descriptors {
 			n = n.child(d)
 		}
-		n.rules = append(n.rules, r)
+		if !r.NoLimit { // the node exists, and that is all it declares
+			n.rules = append(n.rules, r)
+		}
 		t.rules = append(t.rules, r)
 	}
 	for _, n := range t.domains {
@@ -165,7 +167,9 @@ func (n *node) sort() {
 // for RemoteAddressKey only — the longest matching CIDR, then the first
 // matching prefix wildcard, then any value) and a limit applies only at the node the
 // last entry reaches; among that node's rules the first one whose tenant is
-// empty or equals tenant wins.
+// empty or equals tenant wins. A node is taken when it exists, whether or not
+// it holds a rule: a descriptor declared without a limit (NoLimit) ends the
+// walk at its node as an exact rule would, and the request gets no limit.
 func (t *Table) Match(domain string, entries []Entry, tenant string) *Rule {
 	n := t.domains[domain]
 	if n == nil || len(entries) == 0 {

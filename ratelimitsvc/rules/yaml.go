@@ -130,6 +130,16 @@ func (f *yamlFile) rules(name, source, idPrefix string) (rs []*Rule, err error) 
 					return fmt.Errorf("%s: %w", name, err)
 				}
 				rs = append(rs, r)
+			} else if len(d.Descriptors) == 0 {
+				// Declared without a limit: whitelisted, and it must
+				// shadow its siblings (a nested descriptor makes the node
+				// exist already).
+				r := &Rule{Source: source, Domain: f.Domain, Descriptors: path, Algorithm: FixedWindow, NoLimit: true}
+				r.ID = idPrefix + f.Domain + ":" + r.path()
+				if err := r.Validate(); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				rs = append(rs, r)
 			}
 			if err := walk(path, d.Descriptors); err != nil {
 				return err
