@@ -177,7 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("scheduler: listen: %w", err)
 		}
 	}
-	secrets := secret.NewDir(cfg.SecretsDir, cfg.SecretBindings)
+	secrets := secret.NewDir(cfg.SecretsDir, cfg.SecretBindings, log)
 	if fi, err := os.Stat(cfg.SecretsDir); cfg.SecretsDir != "" && (err != nil || !fi.IsDir()) {
 		// Not fatal: a volume may be mounted after start; every read retries.
 		log.Warn("scheduler: secrets directory not readable yet; jobs referencing secrets will fail until it is", "dir", cfg.SecretsDir)

@@ -93,6 +93,11 @@ func TestTenantIsolation(t *testing.T) {
 	if rec, _ := call(t, f.h, "GET", "/v1/jobs/"+id, "", acme...); rec.Code != http.StatusOK {
 		t.Errorf("acme reads its job: %d", rec.Code)
 	}
+	// A patch naming the tenant in another case does not move the job.
+	rec, patched := call(t, f.h, "PATCH", "/v1/jobs/"+id, `{"Tenant":"globex","TENANT":"globex"}`, append(acme, "If-Match", `"1"`)...)
+	if rec.Code == http.StatusOK && patched["tenant"] != "acme" {
+		t.Errorf("a case-folded tenant key moved the job: %s", rec.Body)
+	}
 	if rec, _ := call(t, f.h, "PATCH", "/v1/jobs/"+id, `{"name":"x"}`, append(as("acme", authz.Viewer), "If-Match", `"1"`)...); rec.Code != http.StatusForbidden {
 		t.Errorf("acme's viewer patches: %d", rec.Code)
 	}

@@ -383,6 +383,11 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The decoder matches keys case-insensitively, so {"Tenant": …} also
+	// names the tenant: whatever the patch said, the job stays its owner's.
+	if spec.Tenant != cur.Tenant {
+		return &jobspec.FieldError{Field: "tenant", Message: "cannot be changed"}
+	}
 	if err := a.validate(spec); err != nil {
 		return err
 	}

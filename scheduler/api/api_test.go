@@ -249,7 +249,7 @@ func FuzzCreateJob(f *testing.F) {
 		f.Fatal(err)
 	}
 	auth, tokens := apitest.New(f)
-	api, err := api.New(api.Config{Store: fakeStore{}, Tokens: noTokens{}, Guard: g, Secrets: secret.NewDir(secrets, bindings), Auth: auth, AllowedHosts: apitest.Hosts})
+	api, err := api.New(api.Config{Store: fakeStore{}, Tokens: noTokens{}, Guard: g, Secrets: secret.NewDir(secrets, bindings, nil), Auth: auth, AllowedHosts: apitest.Hosts})
 	if err != nil {
 		f.Fatal(err)
 	}

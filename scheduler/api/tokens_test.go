@@ -89,6 +89,7 @@ func TestTenantTokens(t *testing.T) {
 		{`{"name":"x","tenant":"acme","roles":["admin"]}`, f.tokens.Admin, http.StatusUnprocessableEntity}, // not a tenant role
 		{`{"name":"","tenant":"acme","roles":["viewer"]}`, f.tokens.Admin, http.StatusUnprocessableEntity},
 		{`{"name":"x","tenant":"acme","roles":["viewer"],"expiresAt":"2001-01-01T00:00:00Z"}`, f.tokens.Admin, http.StatusUnprocessableEntity},
+		{`{"name":"x","tenant":"acme","roles":["viewer"],"expiresAt":"0001-01-01T00:00:00Z"}`, f.tokens.Admin, http.StatusUnprocessableEntity}, // not "never"
 		{`{"name":"x","tenant":"acme","roles":["viewer"],"admin":true}`, f.tokens.Admin, http.StatusBadRequest},
 		// A security admin holds security.* but not tenant.any, nor jobs.write.
 		{`{"name":"x","tenant":"acme","roles":["editor"]}`, f.tokens.Unbound(authz.SecurityAdmin), http.StatusForbidden},

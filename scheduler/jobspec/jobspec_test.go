@@ -220,3 +220,21 @@ func TestSecretRefAndMaxDeferValidation(t *testing.T) {
 		}
 	}
 }
+
+// A non-ASCII host is checked as written but dialled in its IDNA form,
+// possibly another name: only ASCII (xn--) hosts are accepted.
+func TestURLHostsAreASCII(t *testing.T) {
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, raw := range []string{"https://api.str\u0130pe.com/v1", "https://b\u00fccher.example/"} {
+		s := &Spec{Tenant: "t", Schedule: Schedule{Type: TypeOneOff, At: &at}, Target: Target{Type: TargetHTTP, HTTP: &HTTPTarget{URL: raw}}}
+		var fe *FieldError
+		if err := s.Normalize(nil); !errors.As(err, &fe) || fe.Field != "target.http.url" {
+			t.Errorf("%s: %v, want a field error on target.http.url", raw, err)
+		}
+		s = &Spec{Tenant: "t", Schedule: Schedule{Type: TypeOneOff, At: &at}, Target: Target{Type: TargetHTTP, HTTP: &HTTPTarget{URL: "https://xn--bcher-kva.example/"}},
+			Notifications: &Notifications{OnFailure: []string{raw}}}
+		if err := s.Normalize(nil); !errors.As(err, &fe) || fe.Field != "notifications.onFailure[0]" {
+			t.Errorf("notification %s: %v", raw, err)
+		}
+	}
+}

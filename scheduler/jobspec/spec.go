@@ -294,8 +294,8 @@ func (n *Notifications) normalize(g *Guard) error {
 		for i, raw := range list {
 			field := fmt.Sprintf("%s[%d]", name, i)
 			u, err := url.Parse(raw)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || len(raw) > 2048 {
-				return fieldErr(field, "must be an absolute http(s) URL without credentials")
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || len(raw) > 2048 || !asciiHost(u.Hostname()) {
+				return fieldErr(field, "must be an absolute http(s) URL without credentials, with an ASCII (xn--) host")
 			}
 			if g != nil {
 				if err := g.CheckURL(raw); err != nil {
@@ -385,6 +385,9 @@ func (t *Target) normalize(g *Guard, kinds map[string]KindValidator) error {
 	u, err := url.Parse(h.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil {
 		return fieldErr("target.http.url", "must be an absolute http(s) URL without credentials")
+	}
+	if !asciiHost(u.Hostname()) {
+		return fieldErr("target.http.url", "the host must be ASCII: write an internationalized name in its xn-- form")
 	}
 	for k, v := range h.Headers {
 		if !headerName.MatchString(k) || strings.ContainsAny(v, "\r\n") {
@@ -659,4 +662,16 @@ func (s *Spec) StartJitter(scheduleID int64, slot time.Time) time.Duration {
 // IdempotencyKey is the key every delivery of a run carries.
 func IdempotencyKey(scheduleID int64, slot time.Time) string {
 	return strconv.FormatInt(scheduleID, 10) + ":" + FormatSlot(slot)
+}
+
+// asciiHost reports whether host is plain ASCII. The guard checks the host
+// as written, but net/http dials a non-ASCII host in its IDNA form, which
+// may be another name ("İ" lowercases to "i" but is not "i" in IDNA).
+func asciiHost(host string) bool {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

@@ -3,6 +3,8 @@ package secret
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path"
@@ -113,7 +115,7 @@ func parseBindings(data []byte) (map[string]binding, error) {
 		}
 		for j, raw := range b.Destinations {
 			d, err := parseDestination(raw)
-			if err != nil {
+			if err != nil { // the raw string is not echoed: it may hold a password
 				return nil, fmt.Errorf("%w: %s.destinations[%d] (%s): %v", ErrBindings, at, j, b.Secret, err)
 			}
 			nb.destinations = append(nb.destinations, d)
@@ -129,17 +131,32 @@ func parseDestination(raw string) (destination, error) {
 	u, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		return destination{}, err
+		return destination{}, errors.New("not a URL")
 	case u.Scheme != "http" && u.Scheme != "https":
-		return destination{}, fmt.Errorf("%q: the scheme must be http or https", raw)
+		return destination{}, errors.New("the scheme must be http or https")
 	case u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
-		return destination{}, fmt.Errorf("%q: want scheme://host[:port][/path], without credentials, query or fragment", raw)
+		return destination{}, errors.New("want scheme://host[:port][/path], without credentials, query or fragment")
+	case !asciiHost(u.Hostname()):
+		return destination{}, errors.New("the host must be ASCII (write an IDN in its xn-- form)")
 	}
 	p, ok := canonicalPath(u)
 	if !ok {
-		return destination{}, fmt.Errorf("%q: the path has dot segments", raw)
+		return destination{}, errors.New("the path must be canonical: no dot or empty segments, ';', '\\' or encoded '/', '\\', '%', '.'")
 	}
 	return destination{scheme: u.Scheme, host: strings.ToLower(u.Hostname()), port: portOf(u), path: p}, nil
+}
+
+// asciiHost reports whether host is plain ASCII. A non-ASCII host is
+// compared here in one form but dialled in its IDNA (xn--) form, which
+// may be another name entirely ("İ" lowercases to "i" but is not "i" in
+// IDNA), so it can never match a destination.
+func asciiHost(host string) bool {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 func portOf(u *url.URL) string {
@@ -149,13 +166,24 @@ func portOf(u *url.URL) string {
 	return defaultPort[u.Scheme]
 }
 
-// canonicalPath is u's decoded path ("/" when empty); ok is false when it
-// holds dot segments or empty segments, which a server may resolve to a
-// path outside a destination.
+// ambiguous are what some servers resolve into path structure although
+// a URL parser does not: path parameters (Tomcat's "..;"), backslashes,
+// and encoded '/', '\', '%' (double decoding) and '.'.
+var ambiguous = []string{";", "\\", "%2f", "%5c", "%25", "%2e"}
+
+// canonicalPath is u's path as it is sent (escaped; "/" when empty); ok
+// is false when it holds dot or empty segments, or anything in ambiguous:
+// a server could resolve such a path outside a destination.
 func canonicalPath(u *url.URL) (string, bool) {
-	p := u.Path
+	p := u.EscapedPath()
 	if p == "" {
 		return "/", true
+	}
+	lower := strings.ToLower(p)
+	for _, a := range ambiguous {
+		if strings.Contains(lower, a) {
+			return "", false
+		}
 	}
 	if !strings.HasPrefix(p, "/") {
 		return "", false
@@ -169,7 +197,7 @@ func canonicalPath(u *url.URL) (string, bool) {
 
 // allows reports whether the target URL is within d.
 func (d destination) allows(u *url.URL) bool {
-	if u.Scheme != d.scheme || strings.ToLower(u.Hostname()) != d.host || portOf(u) != d.port {
+	if u.Scheme != d.scheme || !asciiHost(u.Hostname()) || strings.ToLower(u.Hostname()) != d.host || portOf(u) != d.port {
 		return false
 	}
 	p, ok := canonicalPath(u)
@@ -182,14 +210,18 @@ func (d destination) allows(u *url.URL) bool {
 
 // bindingsSource reads the bindings file, parsing it again only when it
 // changed (a ConfigMap update swaps the file behind a symlink: a new
-// inode, size or modification time).
+// inode, size or modification time). What is wrong with the file is
+// logged (once per change), never returned: the error reaches run
+// records any tenant can read, and the file names every tenant's secrets.
 type bindingsSource struct {
 	path string
+	log  *slog.Logger
 
 	mu     sync.Mutex
 	stamp  stamp
 	parsed map[string]binding
-	err    error
+	err    error  // the detailed error of the current file, logged
+	logged string // the last error logged, so a bad file is logged once
 }
 
 type stamp struct {
@@ -198,30 +230,59 @@ type stamp struct {
 	fi   os.FileInfo
 }
 
+// errUnusable is what callers see of a missing or invalid file.
+var errUnusable = fmt.Errorf("%w: the secret bindings file is missing or invalid (the scheduler's log says why)", ErrBindings)
+
 func (s *bindingsSource) load() (map[string]binding, error) {
 	if s == nil || s.path == "" {
 		return nil, fmt.Errorf("%w: no bindings file is configured (--secret-bindings): every secret must be bound to tenants and destinations", ErrBindings)
 	}
-	fi, err := os.Stat(s.path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBindings, err)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	parsed, err := s.loadLocked()
+	if err != nil {
+		if msg := err.Error(); msg != s.logged {
+			s.logged = msg
+			s.log.Error("secret: bindings unusable; no secret can be used until they are fixed", "file", s.path, "err", err)
+		}
+		return nil, errUnusable
+	}
+	s.logged = ""
+	return parsed, nil
+}
+
+// loadLocked reads the file through one handle, so the stamp and the
+// content are of the same file, and parses it when it changed.
+func (s *bindingsSource) loadLocked() (map[string]binding, error) {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
 	if s.stamp.fi != nil && os.SameFile(s.stamp.fi, fi) && s.stamp.mod.Equal(fi.ModTime()) && s.stamp.size == fi.Size() {
 		return s.parsed, s.err
 	}
-	data, err := os.ReadFile(s.path)
+	data, err := io.ReadAll(io.LimitReader(f, maxBindingsBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBindings, err)
+		return nil, err
+	}
+	if len(data) > maxBindingsBytes {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrBindings, maxBindingsBytes)
+	}
+	if int64(len(data)) != fi.Size() { // written while read: read again next time
+		return nil, fmt.Errorf("%w: the file changed while it was read", ErrBindings)
 	}
 	s.parsed, s.err = parseBindings(data)
-	if s.err != nil {
-		s.err = fmt.Errorf("%s: %w", s.path, s.err)
-	}
 	s.stamp = stamp{mod: fi.ModTime(), size: fi.Size(), fi: fi}
 	return s.parsed, s.err
 }
+
+// maxBindingsBytes bounds the bindings file.
+const maxBindingsBytes = 4 << 20
 
 // authorize checks that tenant may send secret name to rawURL.
 func (s *bindingsSource) authorize(tenant, name, rawURL string) error {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -56,14 +57,18 @@ type Dir struct {
 // NewDir returns a Dir reading from path, giving values out as the
 // bindings file allows; empty path returns nil (not configured). Neither
 // need exist yet (a volume may mount late); without a bindings file no
-// secret can be used.
-func NewDir(path, bindingsFile string) *Dir {
+// secret can be used. What is wrong with the bindings file goes to log
+// (nil: discarded).
+func NewDir(path, bindingsFile string, log *slog.Logger) *Dir {
 	if path == "" {
 		return nil
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	d := &Dir{path: filepath.Clean(path)}
 	if bindingsFile != "" {
-		d.bindings = &bindingsSource{path: filepath.Clean(bindingsFile)}
+		d.bindings = &bindingsSource{path: filepath.Clean(bindingsFile), log: log}
 	}
 	return d
 }

@@ -2,6 +2,7 @@ package secret
 
 import (
 	"errors"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -33,7 +34,7 @@ func TestValue(t *testing.T) {
 		b.WriteString("- {secret: " + n + ", tenants: [t], destinations: [\"https://x.example/\"]}\n")
 	}
 	writeFile(t, bindings, b.String())
-	d := NewDir(dir, bindings)
+	d := NewDir(dir, bindings, nil)
 	const to = "https://x.example/hook"
 	for _, name := range []string{"plain", "nl", "crlf"} {
 		if v, err := d.Resolve("t", name, to); err != nil || v != "abc" {
@@ -53,7 +54,7 @@ func TestValue(t *testing.T) {
 	if _, err := (*Dir)(nil).Resolve("t", "plain", to); !errors.Is(err, ErrNotConfigured) {
 		t.Errorf("nil dir: %v", err)
 	}
-	if NewDir("", bindings) != nil || NewDir("", "").Configured() {
+	if NewDir("", bindings, nil) != nil || NewDir("", "", nil).Configured() {
 		t.Error("empty path must be not configured")
 	}
 }
@@ -75,7 +76,7 @@ func TestBindings(t *testing.T) {
     tenants: [globex]
     destinations: ["https://api.globex.example"]
 `)
-	d := NewDir(dir, bindings)
+	d := NewDir(dir, bindings, nil)
 	for _, c := range []struct {
 		tenant, name, url string
 		want              error
@@ -96,6 +97,16 @@ func TestBindings(t *testing.T) {
 		{"acme", "billing", "https://billing.example.com:8443/hooks/x", ErrDestination},
 		{"acme", "billing", "https://billing.example.com.evil.example/hooks/x", ErrDestination},
 		{"acme", "billing", "http://10.0.0.7/x", ErrDestination}, // port 80, not 8080
+		// What servers may resolve although url.Parse does not (review findings).
+		{"acme", "billing", "https://billing.example.com/hooks/..;/admin", ErrDestination},
+		{"acme", "billing", "https://billing.example.com/hooks/..\\admin", ErrDestination},
+		{"acme", "billing", "https://billing.example.com/hooks/%252e%252e/admin", ErrDestination},
+		{"acme", "billing", "https://billing.example.com/hooks%2Fx", ErrDestination},
+		{"acme", "billing", "https://billing.example.com/hooks/a%5Cb", ErrDestination},
+		// A host that lowercases to the destination but is dialled as
+		// another IDNA name (U+0130 İ).
+		{"acme", "billing", "https://b\u0130lling.example.com/hooks/x", ErrDestination},
+		{"acme", "billing", "https://billing.example.com/hooks/a%20b", nil},
 	} {
 		v, err := d.Resolve(c.tenant, c.name, c.url)
 		if !errors.Is(err, c.want) || (err != nil) != (v == "") {
@@ -103,19 +114,28 @@ func TestBindings(t *testing.T) {
 		}
 	}
 
-	// A broken file fails closed, naming the problem; a fix is read again.
-	writeFile(t, bindings, "bindings:\n  - secret: billing\n    tenants: [acme]\n    destinations: []\n    extra: 1\n")
-	if _, err := d.Resolve("acme", "billing", "https://billing.example.com/hooks/x"); !errors.Is(err, ErrBindings) {
-		t.Fatalf("broken bindings: %v", err)
+	// A broken file fails closed; what is wrong goes to the log only (the
+	// error reaches run records, and the file names every tenant's secrets).
+	var logs strings.Builder
+	d = NewDir(dir, bindings, slog.New(slog.NewTextHandler(&logs, nil)))
+	writeFile(t, bindings, "bindings:\n  - secret: billing\n    tenants: [acme]\n    destinations: ['https://svc:hunter2@globex.example/']\n")
+	for range 3 {
+		_, err := d.Resolve("acme", "billing", "https://billing.example.com/hooks/x")
+		if !errors.Is(err, ErrBindings) || strings.Contains(err.Error(), "globex") || strings.Contains(err.Error(), "bindings[") {
+			t.Fatalf("broken bindings: %v", err)
+		}
+	}
+	if strings.Count(logs.String(), "bindings unusable") != 1 || !strings.Contains(logs.String(), "bindings[0].destinations[0]") || strings.Contains(logs.String(), "hunter2") {
+		t.Fatalf("the broken file must be logged once, naming the entry but not its password:\n%s", logs.String())
 	}
 	writeFile(t, bindings, "bindings: [{secret: billing, tenants: [acme], destinations: ['https://billing.example.com/']}]\n")
 	if _, err := d.Resolve("acme", "billing", "https://billing.example.com/hooks/x"); err != nil {
 		t.Fatalf("fixed bindings: %v", err)
 	}
-	if _, err := NewDir(dir, "").Resolve("acme", "billing", "https://billing.example.com/x"); !errors.Is(err, ErrBindings) {
+	if _, err := NewDir(dir, "", nil).Resolve("acme", "billing", "https://billing.example.com/x"); !errors.Is(err, ErrBindings) {
 		t.Fatalf("no bindings file: %v", err)
 	}
-	if _, err := NewDir(dir, filepath.Join(dir, "absent.yaml")).Resolve("acme", "billing", "https://billing.example.com/x"); !errors.Is(err, ErrBindings) {
+	if _, err := NewDir(dir, filepath.Join(dir, "absent.yaml"), nil).Resolve("acme", "billing", "https://billing.example.com/x"); !errors.Is(err, ErrBindings) {
 		t.Fatalf("missing bindings file: %v", err)
 	}
 }

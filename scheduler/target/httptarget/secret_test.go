@@ -85,7 +85,7 @@ func TestSecretRefHeaderAndRotation(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	tg, err := New(Config{Client: http.DefaultClient, Secrets: secret.NewDir(dir, bind(t, srv.URL, "billing-token"))})
+	tg, err := New(Config{Client: http.DefaultClient, Secrets: secret.NewDir(dir, bind(t, srv.URL, "billing-token"), nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +124,10 @@ func TestSecretRefMissingIsFatalWithoutCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, sec := range []*secret.Dir{
-		secret.NewDir(dir, bind(t, s.srv.URL, "billing-token")), // no such file
-		secret.NewDir(present, otherTenant),                     // another tenant's
-		secret.NewDir(present, bind(t, "https://elsewhere.example/", "billing-token")),
-		secret.NewDir(present, ""), // nothing bound
+		secret.NewDir(dir, bind(t, s.srv.URL, "billing-token"), nil), // no such file
+		secret.NewDir(present, otherTenant, nil),                     // another tenant's
+		secret.NewDir(present, bind(t, "https://elsewhere.example/", "billing-token"), nil),
+		secret.NewDir(present, "", nil), // nothing bound
 		nil,
 	} {
 		tg, err := New(Config{Client: http.DefaultClient, Secrets: sec, BreakerFailures: 1})
