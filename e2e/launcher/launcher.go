@@ -54,6 +54,8 @@ type Process struct {
 	Env  []string
 	// Ready is polled (HTTP GET, 2xx) before the next process starts.
 	Ready string
+	// Dir is the working directory; empty is the launcher's.
+	Dir string
 	// Prepare, when set, runs before the process starts.
 	Prepare func(ctx context.Context) error
 }
@@ -289,7 +291,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	bootstrap := filepath.Join(cfg.Root, "envoy", "bootstrap.yaml")
 	if envoy != "" {
-		p := Process{Name: "envoy", Args: []string{envoy, "-c", bootstrap, "--log-level", "warn"}, Ready: "http://127.0.0.1:9901/ready"}
+		// Envoy runs in Root: the bootstrap names envoy/sds/*.yaml, and
+		// those name .run/pki/*, relative to the working directory.
+		if !filepath.IsAbs(envoy) && strings.ContainsRune(envoy, filepath.Separator) {
+			if envoy, err = filepath.Abs(envoy); err != nil {
+				return err
+			}
+		}
+		p := Process{Name: "envoy", Dir: cfg.Root, Args: []string{envoy, "-c", filepath.Join("envoy", "bootstrap.yaml"), "--log-level", "warn"},
+			Ready: "http://127.0.0.1:9901/ready"}
 		c, err := start(p, logDir)
 		if err != nil {
 			return err
@@ -348,6 +358,7 @@ func start(p Process, logDir string) (*exec.Cmd, error) {
 	}
 	c := exec.Command(p.Args[0], p.Args[1:]...)
 	c.Stdout, c.Stderr = f, f
+	c.Dir = p.Dir
 	c.Env = append(os.Environ(), p.Env...)
 	// Own process group: Ctrl-C reaches the launcher, which stops children in order.
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
