@@ -334,7 +334,7 @@ Portico is running. Every service port speaks TLS; .run/pki/ca.crt is the CA to 
   curl -s -K .run/admin.curlrc https://localhost:18080/admin/v1/clusters | jq          # the demo config
   curl -s -K .run/admin.curlrc https://localhost:18080/admin/v1/config/versions | jq   # its versions
   curl -s -K .run/admin.curlrc https://localhost:18080/admin/v1/nodes | jq             # xDS clients, ACK/NACK
-  curl -s -K .run/admin.curlrc -X POST https://localhost:18080/admin/v1/clusters -H 'Idempotency-Key: k1' \
+  curl -s -K .run/admin.curlrc -X POST https://localhost:18080/admin/v1/clusters -H 'Idempotency-Key: more1' \
        -d '{"name":"more","endpoints":[{"address":"127.0.0.1","port":18901}]}'
   curl -s localhost:10000/echo                            # through Envoy, when it runs
   curl -s --cacert .run/demo-tls/ca.crt https://localhost:10443/public   # HTTPS, certificate by SDS

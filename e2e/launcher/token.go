@@ -15,7 +15,10 @@ import (
 func AdminTokenFile(root string) string { return filepath.Join(root, ".run", "admin-token") }
 
 // AdminCurlrc is a curl config file (curl -K) with the run's CA and the
-// admin token, so every admin example is one short command.
+// admin token, so every admin example is one short command. It sets
+// fail-with-body: an error answer is printed and curl exits non-zero, so a
+// script (or `KEY=$(curl … | jq -r .key)`) stops at a refused call instead
+// of carrying its error body on as data.
 func AdminCurlrc(root string) string { return filepath.Join(root, ".run", "admin.curlrc") }
 
 // ensureAdminToken makes the admin token on the first run (the control
@@ -30,7 +33,8 @@ func ensureAdminToken(root string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rc := fmt.Sprintf("# curl -K %s: the local run's CA and admin token\ncacert = %q\nheader = \"Authorization: Bearer %s\"\n",
+	rc := fmt.Sprintf("# curl -K %s: the local run's CA and admin token; a 4xx or 5xx exits non-zero\n"+
+		"cacert = %q\nheader = \"Authorization: Bearer %s\"\nfail-with-body\n",
 		AdminCurlrc(root), ca, tok.Plaintext)
 	if err := os.WriteFile(AdminCurlrc(root), []byte(rc), 0o600); err != nil {
 		return fmt.Errorf("admin curl config: %w", err)
