@@ -2,12 +2,10 @@ package launcher
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,13 +14,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/pki"
-	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // plaintextPorts are the only ports of make run's processes allowed to
@@ -45,79 +41,36 @@ var roleOf = map[string]identity.Role{
 	"scheduler": identity.Scheduler, "kvnode": identity.KVNode, "cachenode": identity.CacheNode,
 }
 
-// TestEveryMakeRunPortSpeaksTLS runs make run's launcher on this machine
-// (every component as its own OS process, the demo seeded), asks the kernel
-// which TCP ports each process listens on, and requires each one to
-// complete a TLS handshake whose server certificate chains to the run's
-// platform CA and carries the process's role — unless it is one of the
-// documented plaintext health/metrics ports. Ports come from /proc, not
-// from a list in the launcher, so a listener added later cannot slip by.
-func TestEveryMakeRunPortSpeaksTLS(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the whole platform")
-	}
+// everyPortSpeaksTLS asks the kernel which TCP ports each process of the
+// run listens on, and requires each one to complete a TLS handshake whose
+// server certificate chains to the run's platform CA and carries the
+// process's role — unless it is one of the documented plaintext
+// health/metrics ports. Ports come from /proc, not from a list in the
+// launcher, so a listener added later cannot slip by.
+func (r *makeRun) everyPortSpeaksTLS(t *testing.T) {
 	if _, err := os.Stat("/proc/self/net/tcp"); err != nil {
 		skipOrFail(t, "needs Linux /proc to list listening sockets")
 	}
-	for _, port := range []int{18000, 18080, 18300, 18400, 7000} {
-		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err != nil {
-			skipOrFail(t, fmt.Sprintf("port %d is taken (is make run running? make stop): %v", port, err))
-		} else {
-			l.Close()
-		}
-	}
-	t.Setenv("PORTICO_DATABASE_URL", testdeps.Postgres(t))
-	if addr := testdeps.Redis(t); addr != "127.0.0.1:56379" {
-		skipOrFail(t, fmt.Sprintf("make run's ratelimitsvc uses the Redis of make deps (127.0.0.1:56379); this machine's is %s", addr))
-	}
-	root := t.TempDir()
-	start := time.Now()
-	buildBinaries(t, root)
-	t.Logf("built the binaries in %v", time.Since(start).Round(time.Millisecond))
-	start = time.Now()
-
-	var mu sync.Mutex
-	pids := map[string]int{}
-	ready := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{Root: root, NoEnvoy: true, Out: io.Discard,
-			Started: func(name string, pid int) { mu.Lock(); pids[name] = pid; mu.Unlock() },
-			Ready:   func() { close(ready) }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("launcher: %v", err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		done <- err
-		t.Fatalf("make run did not come up: %v", err)
-	case <-time.After(3 * time.Minute):
-		t.Fatal("make run not ready after 3 minutes")
-	}
-	t.Logf("make run was up in %v", time.Since(start).Round(time.Millisecond))
-
-	caPEM, err := os.ReadFile(filepath.Join(PKIDir(root), pki.CACertFile))
+	caPEM, err := os.ReadFile(filepath.Join(PKIDir(r.root), pki.CACertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
-	op, err := tls.LoadX509KeyPair(filepath.Join(PKIDir(root), "operator.crt"), filepath.Join(PKIDir(root), "operator.key"))
+	op, err := tls.LoadX509KeyPair(filepath.Join(PKIDir(r.root), "operator.crt"), filepath.Join(PKIDir(r.root), "operator.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	listening := listeningPorts(t)
-	mu.Lock()
-	defer mu.Unlock()
 	seen := map[int]bool{}
-	for name, pid := range pids {
+	for name, pid := range r.processes() {
+		// Envoy's listeners are the data plane's, made from the demo
+		// config (plaintext :10000 among them); the e2e Envoy tests check
+		// them. This test holds the platform's own processes.
+		if name == "envoy" {
+			continue
+		}
 		ports := listening(pid)
 		if len(ports) == 0 {
 			t.Errorf("%s (pid %d) listens on no TCP port", name, pid)
@@ -247,21 +200,24 @@ func listeningPorts(t *testing.T) func(pid int) []int {
 	}
 }
 
-// buildBinaries builds the commands the launcher starts into root/bin,
-// with the test binary's race setting so the build reuses its compiled
-// packages.
-func buildBinaries(t *testing.T, root string) {
+// buildBinaries builds the commands the launcher starts, and the extra
+// ones named (what the README examples run from bin/), into root/bin, with
+// the test binary's race setting so the build reuses its compiled packages.
+func buildBinaries(t *testing.T, root string, extra []string) {
 	t.Helper()
-	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	repo, err := filepath.Abs(repoRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pkgs []string
+	names := slices.Clone(extra)
 	for _, p := range Processes(root) {
-		name := filepath.Base(p.Args[0])
+		names = append(names, filepath.Base(p.Args[0]))
+	}
+	var pkgs []string
+	for _, name := range names {
 		dirs, _ := filepath.Glob(filepath.Join(repo, "*", "cmd", name))
 		if len(dirs) != 1 {
-			t.Fatalf("no single package for command %s: %v", name, dirs)
+			t.Fatalf("no single package */cmd/%s builds bin/%s: %v", name, name, dirs)
 		}
 		if rel := "./" + strings.TrimPrefix(dirs[0], repo+"/"); !slices.Contains(pkgs, rel) {
 			pkgs = append(pkgs, rel)
