@@ -506,7 +506,7 @@ func TestNodesUnmatchedAndMetrics(t *testing.T) {
 	if items := body["items"].([]any); len(items) != 0 {
 		t.Fatalf("nodes: %v", body)
 	}
-	e.nodes.Connect("gw-1", "portico-gateway", "canary", "spiffe://portico.local/gateway/gw-1")
+	e.nodes.Connect("gw-1", "portico-gateway", "canary", "spiffe://portico.local/gateway/gw-1", false)
 	e.nodes.Nack("gw-1", "type.googleapis.com/envoy.config.route.v3.RouteConfiguration", "7", "bad regex")
 	body = e.expect(e.do("GET", Prefix+"/nodes", "", nil), 200)
 	n := body["items"].([]any)[0].(map[string]any)

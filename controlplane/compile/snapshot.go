@@ -93,6 +93,18 @@ const (
 	numViews
 )
 
+// SecurityChannel reports whether v's clients are on the security channel:
+// they always receive the latest published version, whatever a rollout or
+// the deployment pins other nodes to. That is extauthz's view: JWT
+// providers, API-key shards and revocation lists are credentials and
+// trust anchors, and a revoked token, a deleted key or a rotated provider
+// key must be in force everywhere within seconds, not after a wave bakes.
+// The price is that these kinds skip canarying: they are checked at
+// publish (compile) and a client that rejects one NACKs it and keeps its
+// previous state. Gateways' TLS secrets follow the waves: a certificate
+// change can break a listener like any other config change.
+func (v View) SecurityChannel() bool { return v == ViewExtAuthz }
+
 // viewTypes lists the types each view holds; every other type is served
 // empty (subscribing to it yields an empty answer, not the resources).
 var viewTypes = [numViews][]string{

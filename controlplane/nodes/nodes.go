@@ -37,10 +37,13 @@ type Status struct {
 	Group   string `json:"group"`
 	// Identity is the node's verified workload identity (SPIFFE ID); empty
 	// when the xDS server runs without one (plaintext debugging mode).
-	Identity    string                 `json:"identity,omitempty"`
-	ConnectedAt time.Time              `json:"connectedAt"`
-	Streams     int                    `json:"streams"`
-	Types       map[string]*TypeStatus `json:"types"`
+	Identity string `json:"identity,omitempty"`
+	// SecurityChannel nodes (extauthz) always receive the latest version;
+	// rollouts neither hold them back nor count them (compile.View).
+	SecurityChannel bool                   `json:"securityChannel,omitempty"`
+	ConnectedAt     time.Time              `json:"connectedAt"`
+	Streams         int                    `json:"streams"`
+	Types           map[string]*TypeStatus `json:"types"`
 	// Replica is the control-plane replica serving the node; set by the
 	// fleet view, empty in a single tracker.
 	Replica string `json:"replica,omitempty"`
@@ -77,7 +80,7 @@ func (t *Tracker) Observe(fn Observer) {
 
 // Connect records a stream of node id opening (or re-identifying). Several
 // streams of one node are counted; the node is listed until the last closes.
-func (t *Tracker) Connect(id, cluster, group, identity string) {
+func (t *Tracker) Connect(id, cluster, group, identity string, securityChannel bool) {
 	if group == "" {
 		group = DefaultGroup
 	}
@@ -88,7 +91,7 @@ func (t *Tracker) Connect(id, cluster, group, identity string) {
 		n = &node{Status: Status{ID: id, ConnectedAt: t.timeNow(), Types: map[string]*TypeStatus{}}}
 		t.nodes[id] = n
 	}
-	n.Cluster, n.Group, n.Identity = cluster, group, identity
+	n.Cluster, n.Group, n.Identity, n.SecurityChannel = cluster, group, identity, securityChannel
 	n.Streams++
 }
 

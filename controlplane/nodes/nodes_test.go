@@ -18,8 +18,8 @@ func TestTrackerStreamsAckNack(t *testing.T) {
 		seen = append(seen, node+" "+kind+" "+version)
 	})
 
-	tr.Connect("n1", "portico-gateway", "", "")
-	tr.Connect("n1", "portico-gateway", "canary", "spiffe://portico.local/gateway/n1") // a second stream re-identifies
+	tr.Connect("n1", "portico-gateway", "", "", false)
+	tr.Connect("n1", "portico-gateway", "canary", "spiffe://portico.local/gateway/n1", false) // a second stream re-identifies
 	const cds = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 	tr.Sent("n1", cds, "3")
 	tr.Ack("n1", cds, "3")
@@ -58,7 +58,7 @@ func TestTrackerStreamsAckNack(t *testing.T) {
 	if st, _ := tr.Get("n2"); st.Group != "" {
 		t.Fatal("unknown node has a status")
 	}
-	tr.Connect("n2", "c", "", "")
+	tr.Connect("n2", "c", "", "", false)
 	if st, _ := tr.Get("n2"); st.Group != DefaultGroup {
 		t.Fatalf("default group %q", st.Group)
 	}

@@ -458,8 +458,8 @@ func (c *Controller) report(ctx context.Context, v *view) error {
 		// Non-nil: a NULL array would make the DELETE below keep every row.
 		ids, groups, states, msgs := []string{}, []string{}, []string{}, []string{}
 		for _, n := range c.cfg.Tracker.List() {
-			if !member(r.Waves, r.Wave, n) {
-				continue
+			if n.SecurityChannel || !member(r.Waves, r.Wave, n) {
+				continue // security-channel nodes follow the head, not waves
 			}
 			st, msg := nodeState(n, target)
 			ids, groups, states, msgs = append(ids, n.ID), append(groups, n.Group), append(states, st), append(msgs, msg)

@@ -146,7 +146,7 @@ func (r *replica) step() {
 
 func (r *replica) connect(group string, ids ...string) {
 	for _, id := range ids {
-		r.tracker.Connect(id, "portico-gateway", group, "")
+		r.tracker.Connect(id, "portico-gateway", group, "", false)
 	}
 }
 

@@ -242,10 +242,11 @@ func (s *Server) targetLocked(ctx context.Context, id string) error {
 		return nil
 	}
 	snap := s.latest
-	if s.policy != nil {
+	c := s.conns[id]
+	// The security channel follows the head: no rollout holds it back.
+	if s.policy != nil && (c == nil || !c.view.SecurityChannel()) {
 		st, ok := s.tracker.Get(id)
 		if !ok {
-			c := s.conns[id]
 			st = nodes.Status{ID: id, Cluster: c.cluster, Group: c.group}
 		}
 		if p := s.policy.SnapshotFor(st, s.latest); p != nil {
@@ -254,7 +255,7 @@ func (s *Server) targetLocked(ctx context.Context, id string) error {
 	}
 	if v, ok := snap.(Viewer); ok {
 		view := compile.ViewRouting
-		if c := s.conns[id]; c != nil {
+		if c != nil {
 			view = c.view
 		}
 		snap = v.View(view)
@@ -307,7 +308,7 @@ func (s *Server) identify(id int64, node *core.Node) error {
 	}
 	c.cluster, c.group, c.view, c.identity = node.GetCluster(), group, view, who
 	c.streams++
-	s.tracker.Connect(st.nodeID, c.cluster, c.group, who)
+	s.tracker.Connect(st.nodeID, c.cluster, c.group, who, view.SecurityChannel())
 	if err := s.targetLocked(context.Background(), st.nodeID); err != nil {
 		s.log.Error("xds: cannot target node", "node", st.nodeID, "err", err)
 	}
