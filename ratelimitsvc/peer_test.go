@@ -86,13 +86,61 @@ func startPeer(t testing.TB, bin, redisAddr, keyPrefix, yaml string) rlsv3.RateL
 // the client's transport credentials.
 func startPeerWith(t testing.TB, bin, redisAddr, keyPrefix, yaml string, env []string, creds credentials.TransportCredentials) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	return runPeer(t, bin, redisAddr, keyPrefix, map[string]string{"config.yaml": yaml}, env, creds).client
+}
+
+// peerProc is a running service_cmd.
+type peerProc struct {
+	client rlsv3.RateLimitServiceClient
+	// dir is its config directory: it reloads every file there on a change.
+	dir string
+	// out collects its stdout and stderr (its log).
+	out *lockedBuffer
+}
+
+// lockedBuffer is an io.Writer a test may read while a process writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// putFile replaces dir/name atomically (a rename), so neither service's
+// reload ever reads it half-written.
+func putFile(t testing.TB, dir, name, doc string) {
+	t.Helper()
+	tmp := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(tmp, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runPeer runs service_cmd with files (name → YAML) as its config.
+func runPeer(t testing.TB, bin, redisAddr, keyPrefix string, files map[string]string, env []string, creds credentials.TransportCredentials) *peerProc {
+	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, "ratelimit", "config")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
+	for name, doc := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	grpcPort := freePort(t)
 	cmd := exec.Command(bin)
@@ -104,8 +152,8 @@ func startPeerWith(t testing.TB, bin, redisAddr, keyPrefix, yaml string, env []s
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
 		"CACHE_KEY_PREFIX="+keyPrefix, "LOG_LEVEL=warn")
 	cmd.Env = append(cmd.Env, env...)
-	var stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	stderr := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +176,7 @@ func startPeerWith(t testing.TB, bin, redisAddr, keyPrefix, yaml string, env []s
 			{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}, grpc.WaitForReady(true))
 		cancel()
 		if err == nil {
-			return c
+			return &peerProc{client: c, dir: dir, out: stderr}
 		}
 		select {
 		case <-exited:
@@ -183,7 +231,61 @@ func peerSequence() []*rlsv3.RateLimitRequest {
 	rep(3, rlReq("rl", []string{"qux", "q"}))
 	rep(2, rlReq("rl", []string{"nothing", "here"}))
 	rep(2, rlReq("other-domain", []string{"category", "account"}))
+	// Values declared without rate_limit are whitelisted: an exact value
+	// over a prefix wildcard or the bare key, a wildcard over the bare key,
+	// at any depth (compatYAML).
+	for _, kv := range [][]string{{"user", "u1"}, {"user", "vip"}, {"path", "/api/x"}, {"path", "/api/health"},
+		{"team", "abc"}, {"team", "b"}, {"org", "o1", "user", "u"}, {"org", "o1", "user", "vip"}} {
+		rep(3, rlReq("compat", kv))
+	}
 	return seq
+}
+
+// compatYAML holds the cases beyond envoyproxy/ratelimit's example: values
+// declared without rate_limit beside limited siblings (limits of 2 a
+// minute: the third request tells them apart).
+const compatYAML = `domain: compat
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: user
+    value: vip
+  - key: path
+    value: /api*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /api/health
+  - key: team
+    value: a*
+  - key: team
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: org
+    value: o1
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 2}
+      - key: user
+        value: vip
+`
+
+// selfReplacingYAML is refused by both: its limit replaces its own name.
+const selfReplacingYAML = `domain: self
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1, name: lim, replaces: [{name: lim}]}
+`
+
+// peerSequenceAfterReject runs once both have refused selfReplacingYAML:
+// each still answers from the rules it had (the counts go on), and the
+// refused file's domain is unknown to both.
+func peerSequenceAfterReject() []*rlsv3.RateLimitRequest {
+	return []*rlsv3.RateLimitRequest{
+		rlReq("compat", []string{"user", "u1"}),
+		rlReq("compat", []string{"user", "vip"}),
+		rlReq("rl", []string{"foo", "f1"}),
+		rlReq("self", []string{"k", "v"}),
+		rlReq("self", []string{"k", "v"}),
+	}
 }
 
 func answer(t testing.TB, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitRequest) string {
@@ -200,46 +302,63 @@ func answer(t testing.TB, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitRequ
 	return strings.Join(parts, "/")
 }
 
-// envoyproxy/ratelimit's documented example config gives the same
-// allow/deny sequence (overall and per descriptor) in both services.
+// envoyproxy/ratelimit's documented example config, and compatYAML,
+// give the same allow/deny sequence (overall and per descriptor) in both
+// services; then both refuse a file whose limit replaces itself, keep
+// their rules, and answer alike again.
 func TestPeerSameSequence(t *testing.T) {
 	bin := peerBin(t)
-	example := exampleYAML(t)
+	files := map[string]string{"example.yaml": exampleYAML(t), "compat.yaml": compatYAML}
 	redis := testdeps.Redis(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "example.yaml"), []byte(example), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	seq := peerSequence()
+	seq, after := peerSequence(), peerSequenceAfterReject()
 	// Fixed minute windows from two clocks: a run that straddles a minute
 	// is not comparable, so it is run again on fresh keys.
 	for attempt := range 3 {
 		pfx := fmt.Sprintf("portico:peer:%d:%d:", time.Now().UnixNano(), attempt)
-		ours := start(t, ratelimitsvc.Config{ConfigDir: dir, RedisAddr: redis, RedisTimeout: 2 * time.Second, KeyPrefix: pfx + "ours:"})
-		peer := startPeer(t, bin, redis, pfx+"peer:", example)
+		dir := t.TempDir()
+		for name, doc := range files {
+			putFile(t, dir, name, doc)
+		}
+		ours := start(t, ratelimitsvc.Config{ConfigDir: dir, PollInterval: 20 * time.Millisecond,
+			RedisAddr: redis, RedisTimeout: 2 * time.Second, KeyPrefix: pfx + "ours:"})
+		peer := runPeer(t, bin, redis, pfx+"peer:", files, nil, insecure.NewCredentials())
 		began := time.Now()
 		var diffs []string
 		denied := 0
-		for i, r := range seq {
-			a, b := answer(t, ours.client, r), answer(t, peer, r)
-			if strings.HasPrefix(b, "OVER_LIMIT") {
-				denied++
-			}
-			if a != b {
-				diffs = append(diffs, fmt.Sprintf("#%d %v: portico %s, envoyproxy/ratelimit %s", i, r.GetDescriptors(), a, b))
+		compare := func(phase string, seq []*rlsv3.RateLimitRequest) {
+			for i, r := range seq {
+				a, b := answer(t, ours.client, r), answer(t, peer.client, r)
+				if strings.HasPrefix(b, "OVER_LIMIT") {
+					denied++
+				}
+				if a != b {
+					diffs = append(diffs, fmt.Sprintf("%s#%d %v: portico %s, envoyproxy/ratelimit %s", phase, i, r.GetDescriptors(), a, b))
+				}
 			}
 		}
+		compare("", seq)
+		// Both reject the whole directory on this file and keep what they
+		// had; each says so (a metric here, a log line there).
+		putFile(t, dir, "self.yaml", selfReplacingYAML)
+		putFile(t, peer.dir, "self.yaml", selfReplacingYAML)
+		eventually(t, 10*time.Second, "ratelimitsvc to reject self.yaml", func() bool {
+			return strings.Contains(ours.metrics(t), `portico_ratelimitsvc_rule_updates_total{result="rejected",source="file"} 1`)
+		})
+		eventually(t, 10*time.Second, "envoyproxy/ratelimit to reject self.yaml", func() bool {
+			return strings.Contains(peer.out.String(), "replaces should not contain name of same descriptor")
+		})
+		compare("after self.yaml ", after)
 		if began.Truncate(time.Minute) != time.Now().Truncate(time.Minute) {
 			t.Logf("attempt %d straddled a minute boundary; again", attempt)
 			continue
 		}
 		if len(diffs) > 0 {
-			t.Fatalf("%d of %d answers differ:\n%s", len(diffs), len(seq), strings.Join(diffs, "\n"))
+			t.Fatalf("%d of %d answers differ:\n%s", len(diffs), len(seq)+len(after), strings.Join(diffs, "\n"))
 		}
 		if denied == 0 {
 			t.Fatal("no request was denied: the sequence tests nothing")
 		}
-		t.Logf("%d requests (%d denied), same answers", len(seq), denied)
+		t.Logf("%d requests (%d denied), same answers", len(seq)+len(after), denied)
 		return
 	}
 	t.Fatal("every attempt straddled a minute boundary")
