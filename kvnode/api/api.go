@@ -75,7 +75,8 @@ type Config struct {
 	// presenting this node's certificate. nil calls them over plain http.
 	// A forwarded request carries the caller's Authorization header, so
 	// the leader checks the caller's own credential; a caller that
-	// authenticated with its certificate is vouched for by this node's.
+	// authenticated with its certificate is vouched for by this node's
+	// (and named in HeaderOnBehalfOf, for the record of token writes).
 	PeerTLS *tls.Config
 	// Auth authenticates callers; required unless InsecureNoAuth. See
 	// access.go for what each route needs.

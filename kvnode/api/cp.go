@@ -47,6 +47,12 @@ const (
 	// (a forwarded request is never forwarded again); on the answer it
 	// names the node that served it.
 	HeaderForwarded = "X-KV-Forwarded"
+	// HeaderOnBehalfOf names, on a forwarded request, the caller a
+	// follower vouches for with its own certificate (one that
+	// authenticated with a certificate, not a bearer token): the leader
+	// records it as the author of a token write (tokens.go). Heeded only
+	// from a kvnode certificate.
+	HeaderOnBehalfOf = "X-KV-On-Behalf-Of"
 	// HeaderLeader* name the leader in 503 answers when one is known.
 	HeaderLeaderID       = "X-KV-Leader-Id"
 	HeaderLeaderHTTPAddr = "X-KV-Leader-Http-Addr"
@@ -655,6 +661,8 @@ func (h *cpHandler) forwardThen(w http.ResponseWriter, r *http.Request, uri stri
 	// node's (PeerTLS), this node having checked its keyspaces.
 	if v := r.Header.Values("Authorization"); len(v) > 0 {
 		out.Header["Authorization"] = v
+	} else if p, ok := authn.FromContext(r.Context()); ok {
+		out.Header.Set(HeaderOnBehalfOf, p.Author())
 	}
 	if v := r.Header.Get("If-Match"); v != "" {
 		out.Header.Set("If-Match", v)

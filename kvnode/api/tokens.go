@@ -15,6 +15,7 @@ import (
 
 	"github.com/portico-io/portico/internal/authn"
 	"github.com/portico-io/portico/internal/authz"
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/kvnode/apitoken"
 	"github.com/portico-io/portico/kvnode/cp"
 )
@@ -156,7 +157,7 @@ func (h *tokenHandler) create(w http.ResponseWriter, r *http.Request) {
 	}
 	issued := authn.NewToken()
 	t, rev, err := h.t.Create(r.Context(), apitoken.Token{ID: issued.ID, Name: req.Name, Roles: req.Roles, Keyspaces: req.Keyspaces,
-		CreatedAt: h.now().UTC(), CreatedBy: caller.Author(), ExpiresAt: req.ExpiresAt}, issued.Hash)
+		CreatedAt: h.now().UTC(), CreatedBy: author(r), ExpiresAt: req.ExpiresAt}, issued.Hash)
 	if err != nil {
 		// The secret of a forwarded creation is the leader's, relayed
 		// whether or not this node has applied it yet (it would be lost
@@ -174,8 +175,7 @@ func (h *tokenHandler) revoke(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	caller, _ := authn.FromContext(r.Context())
-	t, rev, err := h.t.Revoke(r.Context(), id, caller.Author())
+	t, rev, err := h.t.Revoke(r.Context(), id, author(r))
 	if err != nil {
 		h.fail(w, r, nil, err, true)
 		return
@@ -220,6 +220,21 @@ func (h *tokenHandler) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, TokenList{Items: items, NextCursor: next})
+}
+
+// author is who a token write is recorded as made by: the caller; for a
+// write a follower forwarded for a caller that authenticated with a
+// certificate (here the follower's kvnode certificate stands in for it),
+// "<the caller the follower names> via <the follower>". Only a kvnode
+// certificate may name another caller, and it names only the author.
+func author(r *http.Request) string {
+	p, _ := authn.FromContext(r.Context())
+	if v := r.Header.Get(HeaderOnBehalfOf); v != "" && r.Header.Get(HeaderForwarded) != "" && p.Kind == authn.KindCert {
+		if id, err := identity.Parse(p.ID); err == nil && id.Role == identity.KVNode {
+			return v + " via " + p.Author()
+		}
+	}
+	return p.Author()
 }
 
 // tokenID validates the {id} path segment: a token id is 16 lowercase hex

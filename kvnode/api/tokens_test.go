@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -298,4 +300,62 @@ func FuzzParseTokenRequest(f *testing.F) {
 			t.Fatalf("accepted expiry %s", req.ExpiresAt)
 		}
 	})
+}
+
+// certCaller authenticates every request as an operator certificate.
+type certCaller struct{}
+
+func (certCaller) Authenticate(*http.Request) (authn.Principal, error) {
+	return authn.Principal{Kind: authn.KindCert, ID: "spiffe://portico.local/operator/alice", Name: "alice", Roles: []string{"admin"}}, nil
+}
+
+// A follower forwarding for a caller that authenticated with a certificate
+// names it; the leader records it as the author only when a kvnode
+// certificate forwarded the request.
+func TestTokenAuthorOfAForwardedCertificateCaller(t *testing.T) {
+	var got http.Header
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer leader.Close()
+	addr := strings.TrimPrefix(leader.URL, "http://")
+	follower, err := New(Config{CP: followerCP{leader: addr}, Tokens: &fakeTokens{leader: addr}, Auth: certCaller{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", TokensPrefix, strings.NewReader(`{"name":"n","roles":["viewer"]}`))
+	req.Host = "localhost"
+	// A verified client certificate (certCaller says whose).
+	req.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}}
+	w := httptest.NewRecorder()
+	if follower.ServeHTTP(w, req); w.Code != http.StatusCreated {
+		t.Fatalf("forwarded: %d %s", w.Code, w.Body)
+	}
+	if got.Get(HeaderOnBehalfOf) != "cert:spiffe://portico.local/operator/alice (alice)" || got.Get("Authorization") != "" {
+		t.Fatalf("leader saw %v", got)
+	}
+
+	kvnode := authn.Principal{Kind: authn.KindCert, ID: "spiffe://portico.local/kvnode/n1", Name: "n1", Roles: []string{"admin"}}
+	operator := authn.Principal{Kind: authn.KindCert, ID: "spiffe://portico.local/operator/bob", Name: "bob", Roles: []string{"admin"}}
+	tok := authn.Principal{Kind: authn.KindToken, ID: "0123456789abcdef", Name: "ci", Roles: []string{"admin"}}
+	for _, tc := range []struct {
+		p                   authn.Principal
+		forwarded, behalfOf string
+		want                string
+	}{
+		{kvnode, "1", "cert:spiffe://portico.local/operator/alice (alice)", "cert:spiffe://portico.local/operator/alice (alice) via cert:spiffe://portico.local/kvnode/n1 (n1)"},
+		{kvnode, "", "cert:spiffe://portico.local/operator/alice (alice)", "cert:spiffe://portico.local/kvnode/n1 (n1)"},
+		{kvnode, "1", "", "cert:spiffe://portico.local/kvnode/n1 (n1)"},
+		{operator, "1", "someone else", "cert:spiffe://portico.local/operator/bob (bob)"},
+		{tok, "1", "someone else", "token:0123456789abcdef (ci)"},
+	} {
+		r := httptest.NewRequest("POST", TokensPrefix, nil)
+		r.Header.Set(HeaderForwarded, tc.forwarded)
+		r.Header.Set(HeaderOnBehalfOf, tc.behalfOf)
+		r = r.WithContext(authn.WithPrincipal(r.Context(), tc.p))
+		if a := author(r); a != tc.want {
+			t.Errorf("%s forwarded=%q on behalf of %q: author %q, want %q", tc.p, tc.forwarded, tc.behalfOf, a, tc.want)
+		}
+	}
 }
