@@ -4,7 +4,9 @@
 // write-only and sealed before they are stored (see secrets.go).
 //
 // Semantics every client relies on: POST requires an Idempotency-Key (same
-// key and body replay the first response; same key, other body: 422);
+// key and body replay the first response; same key, other body: 422),
+// except POST /tokens, whose answer (the token, shown once) is never kept
+// to be replayed;
 // PUT, PATCH and DELETE require If-Match with the ETag from GET (428 when
 // missing, 412 when stale); every accepted change is one new config version,
 // reported in the X-Portico-Config-Version header; invalid input changes
