@@ -238,16 +238,19 @@ func peerSequence() []*rlsv3.RateLimitRequest {
 		{"team", "abc"}, {"team", "b"}, {"org", "o1", "user", "u"}, {"org", "o1", "user", "vip"}} {
 		rep(3, rlReq("compat", kv))
 	}
+	// An unlimited limit's replaces drop the named limit too.
+	rep(3, rlReq("compat", []string{"user", "u2"}, []string{"tier", "free"}))
 	return seq
 }
 
 // compatYAML holds the cases beyond envoyproxy/ratelimit's example: values
 // declared without rate_limit beside limited siblings (limits of 2 a
-// minute: the third request tells them apart).
+// minute: the third request tells them apart), and an unlimited limit
+// that replaces another.
 const compatYAML = `domain: compat
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: minute, requests_per_unit: 2, name: per_user}
   - key: user
     value: vip
   - key: path
@@ -266,6 +269,9 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 2}
       - key: user
         value: vip
+  - key: tier
+    value: free
+    rate_limit: {unlimited: true, replaces: [{name: per_user}]}
 `
 
 // selfReplacingYAML is refused by both: its limit replaces its own name.

@@ -171,15 +171,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if r == nil {
 			continue
 		}
-		if r.Unlimited {
-			resp.Statuses[i].LimitRemaining = math.MaxUint32
-			continue
-		}
+		// An unlimited limit replaces too, as in envoyproxy/ratelimit.
 		for _, n := range r.Replaces {
 			if replaced == nil {
 				replaced = map[string]bool{}
 			}
 			replaced[n] = true
+		}
+		if r.Unlimited {
+			resp.Statuses[i].LimitRemaining = math.MaxUint32
+			continue
 		}
 		matches = append(matches, match{desc: i, rule: r})
 	}

@@ -276,6 +276,32 @@ func TestUnknownAndUnlimited(t *testing.T) {
 	}
 }
 
+// An unlimited limit's replaces drop the named limits as any matched
+// limit's do (envoyproxy/ratelimit collects replaces before it sets
+// unlimited descriptors aside): the replaced limit is neither checked nor
+// consumed.
+func TestUnlimitedReplaces(t *testing.T) {
+	un := rule("free", 0, 0, 0, "tier", "free")
+	un.Unlimited, un.Replaces = true, []string{"per-consumer"}
+	s := newService(t, bucket.NewMemory(), rule("per-consumer", 1, 0, time.Hour, "consumer", ""), un)
+	var got []string
+	for _, r := range []*rlsv3.RateLimitRequest{
+		req("portico", desc("consumer", "c1"), desc("tier", "free")),
+		req("portico", desc("consumer", "c1"), desc("tier", "free")),
+		req("portico", desc("consumer", "c1")),
+		req("portico", desc("consumer", "c1")),
+	} {
+		resp := call(t, s, r)
+		got = append(got, resp.GetOverallCode().String())
+		if len(r.GetDescriptors()) == 2 && resp.GetStatuses()[1].GetLimitRemaining() != math.MaxUint32 {
+			t.Errorf("unlimited status: %v", resp.GetStatuses()[1])
+		}
+	}
+	if want := "OK OK OK OVER_LIMIT"; strings.Join(got, " ") != want {
+		t.Fatalf("got  %s\nwant %s", strings.Join(got, " "), want)
+	}
+}
+
 // An envoyproxy/ratelimit YAML file gives its fixed-window allow/deny
 // sequence, window edges included.
 func TestEnvoyYAMLFixedWindowSequence(t *testing.T) {
