@@ -88,8 +88,8 @@ type Config struct {
 	// ring, under /v1/cp/{keyspace}/{key} and /v1/kv/{keyspace}:{key} alike;
 	// /v1/cp/ answers 404 for any other keyspace. They need the tier
 	// (CP.BindAddr), may not be vector-clock keyspaces, and are named like
-	// api.ParseKeyspace requires ("leases" is reserved). Every node must
-	// declare the same set.
+	// api.ParseKeyspace requires ("leases" and "__tokens", where the API
+	// tokens live, are reserved). Every node must declare the same set.
 	CPKeyspaces []string
 	// NoSync acknowledges writes before fsync (tests and benchmarks only).
 	NoSync bool
