@@ -212,6 +212,8 @@ func peerSequence() []*rlsv3.RateLimitRequest {
 			seq = append(seq, r)
 		}
 	}
+	// An unlimited limit's replaces drop the named limit too (compatYAML).
+	rep(3, rlReq("compat", []string{"user", "u2"}, []string{"tier", "free"}))
 	// category=account (4/min) replaces fake_name (2/min): three pass.
 	rep(3, rlReq("rl", []string{"source_cluster", "proxy", "destination_cluster", "fake"}, []string{"category", "account"}))
 	rep(2, rlReq("rl", []string{"category", "account"}))
@@ -238,8 +240,6 @@ func peerSequence() []*rlsv3.RateLimitRequest {
 		{"team", "abc"}, {"team", "b"}, {"org", "o1", "user", "u"}, {"org", "o1", "user", "vip"}} {
 		rep(3, rlReq("compat", kv))
 	}
-	// An unlimited limit's replaces drop the named limit too.
-	rep(3, rlReq("compat", []string{"user", "u2"}, []string{"tier", "free"}))
 	return seq
 }
 
