@@ -345,7 +345,7 @@ func TestReplicasServeIdenticalSnapshots(t *testing.T) {
 		map[string]any{"address": "127.0.0.1", "port": 18900, "zone": "a"},
 		map[string]any{"address": "127.0.0.2", "port": 18900, "zone": "b", "weight": 3}}})
 	create(t, r2.addrs.Admin, "jwt-providers", map[string]any{"name": "idp", "issuer": "https://idp.test",
-		"jwksUri": "http://127.0.0.1:18950/jwks.json", "algorithms": []string{"RS256"}})
+		"audiences": []string{"portico"}, "jwksUri": "http://127.0.0.1:18950/jwks.json", "allowInsecureLoopback": true, "algorithms": []string{"RS256"}})
 	create(t, r1.addrs.Admin, "routes", map[string]any{"name": "echo", "match": map[string]any{"pathPrefix": "/echo"}, "cluster": "echo",
 		"auth": map[string]any{"mode": "jwt", "provider": "idp", "requiredScopes": []string{"b", "a"}}})
 	create(t, r2.addrs.Admin, "consumers", map[string]any{"name": "acme", "tenant": "acme"})

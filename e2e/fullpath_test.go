@@ -372,7 +372,7 @@ func TestFullConfigPath(t *testing.T) {
 		return api.metric(`portico_controlplane_xds_nacks_total{type="` + strings.TrimPrefix(compile.JwtProviderType, resource.APITypePrefix) + `"}`)
 	}
 	before := nacksOf()
-	bad := api.create("jwt-providers", map[string]any{"name": "broken", "issuer": "https://broken.e2e.test",
+	bad := api.create("jwt-providers", map[string]any{"name": "broken", "issuer": "https://broken.e2e.test", "audiences": []string{"portico"},
 		"inlineJwks": `{"keys":[{"kty":"bogus","kid":"x"}]}`, "algorithms": []string{"RS256"}}, nil)
 	badV := strconv.FormatInt(bad, 10)
 	var nk *nack

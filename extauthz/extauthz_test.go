@@ -275,8 +275,9 @@ func TestWithControlPlane(t *testing.T) {
 		<-tick.C
 	}
 
+	// The JWKS is plain http on loopback: the provider has to say so.
 	mustCreate(t, base, "/jwt-providers", map[string]any{"name": "idp", "issuer": "https://idp.test", "audiences": []string{"portico"},
-		"jwksUri": jwksSrv.URL, "algorithms": []string{"RS256"}}, nil)
+		"jwksUri": jwksSrv.URL, "allowInsecureLoopback": true, "algorithms": []string{"RS256"}}, nil)
 	mustCreate(t, base, "/consumers", map[string]any{"name": "acme", "tenant": "acme", "tier": "pro"}, nil)
 	var created struct{ ID, Key string }
 	mustCreate(t, base, "/consumers/acme/keys", map[string]any{"scopes": []string{"echo:read"}}, &created)
@@ -318,7 +319,7 @@ func TestWithControlPlane(t *testing.T) {
 
 	// NACK: an inline JWKS the control plane accepts (a non-empty key list)
 	// but whose key extauthz cannot parse. The old providers stay in force.
-	mustCreate(t, base, "/jwt-providers", map[string]any{"name": "broken", "issuer": "https://broken.test",
+	mustCreate(t, base, "/jwt-providers", map[string]any{"name": "broken", "issuer": "https://broken.test", "audiences": []string{"portico"},
 		"inlineJwks": `{"keys":[{"kty":"bogus","kid":"x"}]}`, "algorithms": []string{"RS256"}}, nil)
 	nackDeadline := time.Now().Add(30 * time.Second)
 	for {

@@ -20,17 +20,29 @@ func (c *compiler) jwtProviders() []Resource {
 	out := []Resource{}
 	for _, name := range spec.SortedKeys(c.cfg.JWTProviders) {
 		p := c.cfg.JWTProviders[name]
-		out = append(out, &authv1.JwtProvider{
-			Name:             p.Name,
-			Issuer:           p.Issuer,
-			Audiences:        slices.Clone(p.Audiences),
-			JwksUri:          p.JWKSURI,
-			InlineJwks:       p.InlineJWKS,
-			Algorithms:       slices.Clone(p.Algorithms),
-			ClockSkew:        dur(p.ClockSkew.D()),
-			JwksCacheTtl:     dur(p.JWKSCacheTTL.D()),
-			IntrospectionUri: p.IntrospectionURI,
-		})
+		m := &authv1.JwtProvider{
+			Name:                  p.Name,
+			Issuer:                p.Issuer,
+			Audiences:             slices.Clone(p.Audiences),
+			AllowAnyAudience:      p.AllowAnyAudience,
+			JwksUri:               p.JWKSURI,
+			InlineJwks:            p.InlineJWKS,
+			Algorithms:            slices.Clone(p.Algorithms),
+			ClockSkew:             dur(p.ClockSkew.D()),
+			JwksCacheTtl:          dur(p.JWKSCacheTTL.D()),
+			IntrospectionUri:      p.IntrospectionURI,
+			IntrospectionClientId: p.IntrospectionClientID,
+			AllowInsecureLoopback: p.AllowInsecureLoopback,
+		}
+		// Only the secret's name: its value stays in extauthz's secrets
+		// directory and never enters a snapshot.
+		if ref := p.IntrospectionClientSecretRef; ref != nil {
+			m.IntrospectionClientSecretRef = ref.Name
+		}
+		if rl := p.IntrospectionRateLimit; rl != nil {
+			m.IntrospectionRequestsPerSecond, m.IntrospectionBurst = rl.RequestsPerSecond, rl.Burst
+		}
+		out = append(out, m)
 	}
 	return out
 }

@@ -263,15 +263,42 @@ type Route struct {
 
 // JWTProvider is a trusted token issuer.
 type JWTProvider struct {
-	Name             string   `json:"name"`
-	Issuer           string   `json:"issuer"`
+	Name   string `json:"name"`
+	Issuer string `json:"issuer"`
+	// Audiences are the aud values accepted; at least one is required
+	// unless AllowAnyAudience says, explicitly, that any will do.
 	Audiences        []string `json:"audiences,omitempty"`
+	AllowAnyAudience bool     `json:"allowAnyAudience,omitempty"`
 	JWKSURI          string   `json:"jwksUri,omitempty"`
 	InlineJWKS       string   `json:"inlineJwks,omitempty"`
 	Algorithms       []string `json:"algorithms"`
 	ClockSkew        Duration `json:"clockSkew,omitempty"`
 	JWKSCacheTTL     Duration `json:"jwksCacheTtl,omitempty"`
-	IntrospectionURI string   `json:"introspectionUri,omitempty"`
+	// IntrospectionURI is the RFC 7662 endpoint for opaque tokens;
+	// extauthz authenticates to it with client_secret_basic as
+	// IntrospectionClientID, the secret read from the file
+	// IntrospectionClientSecretRef names in extauthz's secrets directory.
+	IntrospectionURI             string                  `json:"introspectionUri,omitempty"`
+	IntrospectionClientID        string                  `json:"introspectionClientId,omitempty"`
+	IntrospectionClientSecretRef *SecretRef              `json:"introspectionClientSecretRef,omitempty"`
+	IntrospectionRateLimit       *IntrospectionRateLimit `json:"introspectionRateLimit,omitempty"`
+	// AllowInsecureLoopback accepts plain http JWKSURI and IntrospectionURI
+	// on a loopback host (development IdPs); they are https otherwise.
+	AllowInsecureLoopback bool `json:"allowInsecureLoopback,omitempty"`
+}
+
+// SecretRef names a secret held outside the config: a file of that name in
+// the consuming service's secrets directory (a mounted Kubernetes Secret),
+// so the value is never stored, audited, served over xDS or returned.
+type SecretRef struct {
+	Name string `json:"name"`
+}
+
+// IntrospectionRateLimit is the token bucket bounding a provider's
+// introspection calls, per extauthz replica (0 = extauthz's default).
+type IntrospectionRateLimit struct {
+	RequestsPerSecond uint32 `json:"requestsPerSecond,omitempty"`
+	Burst             uint32 `json:"burst,omitempty"`
 }
 
 // Consumer is an API client (a tenant's application).

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/portico-io/portico/internal/idp"
 )
 
 // Resource is any managed resource value.
@@ -422,11 +424,24 @@ func (p *JWTProvider) Validate() error {
 	if p.Issuer == "" {
 		return fieldErr("issuer", CodeRequired, "is required")
 	}
+	switch {
+	case p.AllowAnyAudience && len(p.Audiences) > 0:
+		return fieldErr("allowAnyAudience", CodeInvalid, "and audiences are exclusive")
+	case !p.AllowAnyAudience && len(p.Audiences) == 0:
+		return fieldErr("audiences", CodeRequired, "at least one audience is required (allowAnyAudience: true accepts tokens meant for any service)")
+	}
+	for i, a := range p.Audiences {
+		if a == "" {
+			return fieldErr(fmt.Sprintf("audiences[%d]", i), CodeInvalid, "must not be empty")
+		}
+	}
 	if (p.JWKSURI == "") == (p.InlineJWKS == "") {
 		return fieldErr("jwksUri", CodeInvalid, "exactly one of jwksUri and inlineJwks is required")
 	}
-	if p.JWKSURI != "" && !isHTTPURL(p.JWKSURI) {
-		return fieldErr("jwksUri", CodeInvalid, "must be an http(s) URL")
+	if p.JWKSURI != "" {
+		if err := idp.CheckURL(p.JWKSURI, p.AllowInsecureLoopback); err != nil {
+			return fieldErr("jwksUri", CodeInvalid, "%s", idpMessage(err))
+		}
 	}
 	if p.InlineJWKS != "" {
 		var set struct {
@@ -436,8 +451,8 @@ func (p *JWTProvider) Validate() error {
 			return fieldErr("inlineJwks", CodeInvalid, "must be a JWK set with at least one key")
 		}
 	}
-	if p.IntrospectionURI != "" && !isHTTPURL(p.IntrospectionURI) {
-		return fieldErr("introspectionUri", CodeInvalid, "must be an http(s) URL")
+	if err := p.validateIntrospection(); err != nil {
+		return err
 	}
 	if len(p.Algorithms) == 0 {
 		return fieldErr("algorithms", CodeRequired, "at least one algorithm is required")
@@ -456,8 +471,58 @@ func (p *JWTProvider) Validate() error {
 	return nil
 }
 
-func isHTTPURL(s string) bool {
-	return (strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")) && len(s) > len("https://") && !strings.ContainsAny(s, " \n\t")
+// validateIntrospection: an introspecting provider authenticates to its
+// IdP (RFC 7662 §2.1) with a client id and a secret by reference; the
+// client fields mean nothing without introspectionUri.
+func (p *JWTProvider) validateIntrospection() error {
+	if p.IntrospectionURI == "" {
+		switch {
+		case p.IntrospectionClientID != "":
+			return fieldErr("introspectionClientId", CodeInvalid, "needs introspectionUri")
+		case p.IntrospectionClientSecretRef != nil:
+			return fieldErr("introspectionClientSecretRef", CodeInvalid, "needs introspectionUri")
+		case p.IntrospectionRateLimit != nil:
+			return fieldErr("introspectionRateLimit", CodeInvalid, "needs introspectionUri")
+		}
+		return nil
+	}
+	if err := idp.CheckURL(p.IntrospectionURI, p.AllowInsecureLoopback); err != nil {
+		return fieldErr("introspectionUri", CodeInvalid, "%s", idpMessage(err))
+	}
+	if p.IntrospectionClientID == "" {
+		return fieldErr("introspectionClientId", CodeRequired, "is required with introspectionUri (extauthz authenticates with client_secret_basic)")
+	}
+	if !idp.ValidClientID(p.IntrospectionClientID) {
+		return fieldErr("introspectionClientId", CodeInvalid, "must be 1-256 characters without control characters")
+	}
+	ref := p.IntrospectionClientSecretRef
+	if ref == nil {
+		return fieldErr("introspectionClientSecretRef", CodeRequired, "is required with introspectionUri: {\"name\": <file in extauthz's secrets directory>}")
+	}
+	if ref.Name == "" {
+		return fieldErr("introspectionClientSecretRef.name", CodeRequired, "is required")
+	}
+	if !idp.ValidSecretName(ref.Name) {
+		return fieldErr("introspectionClientSecretRef.name", CodeInvalid, "must be a Secret key: 1-253 of [-._a-zA-Z0-9], not . or ..*")
+	}
+	if rl := p.IntrospectionRateLimit; rl != nil {
+		if rl.RequestsPerSecond > idp.MaxRequestsPerSecond {
+			return fieldErr("introspectionRateLimit.requestsPerSecond", CodeInvalid, "must be at most %d", idp.MaxRequestsPerSecond)
+		}
+		if rl.Burst > idp.MaxBurst {
+			return fieldErr("introspectionRateLimit.burst", CodeInvalid, "must be at most %d", idp.MaxBurst)
+		}
+	}
+	return nil
+}
+
+// idpMessage is an idp.CheckURL error without its sentinel's prefix.
+func idpMessage(err error) string {
+	msg := err.Error()
+	for _, e := range []error{idp.ErrInvalid, idp.ErrInsecure} {
+		msg = strings.TrimPrefix(msg, e.Error()+": ")
+	}
+	return msg
 }
 
 func (c *Consumer) Validate() error {

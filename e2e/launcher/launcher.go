@@ -405,8 +405,9 @@ var demo = []struct{ path, body string }{
 	{"/admin/v1/clusters", `{"name":"echo","endpoints":[{"address":"127.0.0.1","port":18900}],
 		"outlierDetection":{"consecutive5xx":5,"interval":"10s","baseEjectionTime":"30s","maxEjectionPercent":50},
 		"circuitBreakers":{"maxRequests":1024,"maxPendingRequests":256,"retryBudget":{"budgetPercent":20}}}`},
+	// A local development IdP: plain http JWKS on loopback, allowed explicitly.
 	{"/admin/v1/jwt-providers", `{"name":"idp","issuer":"https://idp.test","audiences":["portico"],
-		"jwksUri":"http://127.0.0.1:18950/jwks.json","algorithms":["RS256","ES256"]}`},
+		"jwksUri":"http://127.0.0.1:18950/jwks.json","allowInsecureLoopback":true,"algorithms":["RS256","ES256"]}`},
 	{"/admin/v1/routes", `{"name":"echo","match":{"pathPrefix":"/echo"},"cluster":"echo","timeout":"5s",
 		"retries":{"retryOn":["5xx","connect-failure"],"numRetries":2,"perTryTimeout":"1s"},
 		"auth":{"mode":"jwt","provider":"idp","requiredScopes":["echo:read"]},
