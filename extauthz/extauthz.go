@@ -57,6 +57,10 @@ type Config struct {
 	NodeID string
 	// StateDir holds the last applied policy.
 	StateDir string
+	// SecretsDir holds the secrets providers reference by name (their
+	// introspection client secrets), one file each, e.g. a mounted
+	// Kubernetes Secret; see authz.Config.
+	SecretsDir string
 	// MinJWKSRefreshInterval and TokenCacheSize: see authz.Config.
 	MinJWKSRefreshInterval time.Duration
 	TokenCacheSize         int
@@ -107,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	srv := authz.New(authz.Config{
 		TokenCacheSize: cfg.TokenCacheSize, MinJWKSRefreshInterval: cfg.MinJWKSRefreshInterval,
-		Registerer: cfg.Registry, Logger: log,
+		SecretsDir: cfg.SecretsDir, Registerer: cfg.Registry, Logger: log,
 	})
 	tc := cfg.TLS
 	tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_extauthz", log

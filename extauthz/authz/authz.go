@@ -34,6 +34,7 @@ import (
 	"github.com/portico-io/portico/extauthz/introspect"
 	"github.com/portico-io/portico/extauthz/jwks"
 	"github.com/portico-io/portico/extauthz/policy"
+	"github.com/portico-io/portico/extauthz/secretdir"
 	"github.com/portico-io/portico/extauthz/token"
 )
 
@@ -75,6 +76,10 @@ type Config struct {
 	Logger     *slog.Logger
 	// TimeNow is the clock (default time.Now).
 	TimeNow func() time.Time
+	// SecretsDir holds the secrets providers reference by name (their
+	// introspection client secrets), one file each (package secretdir).
+	// Empty: no secret can be read, and opaque tokens are denied.
+	SecretsDir string
 }
 
 // Server is the Authorization service. Create it with New and feed it with
@@ -134,14 +139,22 @@ func (s *Server) SetPolicy(p *policy.Policy) {
 	old := s.state.Load()
 	next := &state{policy: p, sources: make(map[string]*jwks.Source, len(p.Providers)), introspectors: map[string]*introspect.Client{}}
 	for name, prov := range p.Providers {
-		if prov.IntrospectionURI != "" {
-			if old != nil && old.introspectors[name] != nil && old.introspectors[name].URI() == prov.IntrospectionURI {
+		if in := prov.Introspection; in != nil {
+			if old != nil && old.introspectors[name] != nil && *old.policy.Providers[name].Introspection == *in {
+				// Same endpoint, credentials and limits: keep the answers
+				// cached and the bucket (a push must not refill it).
 				next.introspectors[name] = old.introspectors[name]
-			} else if ic, err := introspect.New(introspect.Config{
-				URI: prov.IntrospectionURI, HTTPClient: s.cfg.HTTPClient, TimeNow: s.cfg.TimeNow,
-				OnCall: func(r string) { s.m.introspections.WithLabelValues(r).Inc() },
-			}); err == nil {
+			} else if ic, err := s.introspector(in); err == nil {
 				next.introspectors[name] = ic
+				// Say so now rather than at the first opaque token.
+				if _, err := secretdir.Read(s.cfg.SecretsDir, in.SecretRef); err != nil {
+					s.cfg.Logger.Warn("extauthz: introspection client secret unreadable; opaque tokens are denied until it is",
+						"provider", name, "err", err)
+				}
+			} else {
+				// Unreachable: policy.Build checked the settings. The
+				// provider's opaque tokens are denied.
+				s.cfg.Logger.Error("extauthz: provider introspection", "provider", name, "err", err)
 			}
 		}
 		if old != nil {
@@ -169,6 +182,19 @@ func (s *Server) SetPolicy(p *policy.Policy) {
 	for _, t := range policy.Types {
 		s.m.versions.WithLabelValues(t[strings.LastIndexByte(t, '.')+1:]).Set(p.Version(t))
 	}
+}
+
+// introspector returns a client for a provider's introspection settings;
+// its secret is read from the secrets directory at each call.
+func (s *Server) introspector(in *policy.Introspection) (*introspect.Client, error) {
+	dir, ref := s.cfg.SecretsDir, in.SecretRef
+	return introspect.New(introspect.Config{
+		URI: in.URI, ClientID: in.ClientID,
+		ClientSecret:      func() (string, error) { return secretdir.Read(dir, ref) },
+		RequestsPerSecond: float64(in.RequestsPerSecond), Burst: int(in.Burst),
+		HTTPClient: s.cfg.HTTPClient, TimeNow: s.cfg.TimeNow,
+		OnCall: func(r string) { s.m.introspections.WithLabelValues(r).Inc() },
+	})
 }
 
 // Prefetch fetches the JWKS of every provider that has none yet, so the
@@ -230,7 +256,9 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		return allowResponse(d.id), nil
 	}
 	s.m.checks.WithLabelValues("deny", d.reason).Inc()
-	if d.status >= 500 {
+	// Not per rate-limited denial: a flood of random tokens would become a
+	// flood of log lines (checks_total and introspections_total count them).
+	if d.status >= 500 && d.reason != ReasonIntrospectionRateLimited {
 		s.cfg.Logger.Warn("extauthz: denied on internal error", "route", req.GetAttributes().GetContextExtensions()[CtxRoute], "reason", d.reason, "msg", d.msg)
 	}
 	return denyResponse(d), nil
@@ -372,7 +400,10 @@ func (s *Server) checkOpaque(ctx context.Context, p *policy.Policy, prov *policy
 		return deny(http.StatusUnauthorized, ReasonMalformedToken, "the token is malformed")
 	}
 	r, err := ic.Introspect(ctx, raw)
-	if err != nil {
+	switch {
+	case errors.Is(err, introspect.ErrRateLimited):
+		return deny(http.StatusServiceUnavailable, ReasonIntrospectionRateLimited, "the token could not be checked")
+	case err != nil:
 		return deny(http.StatusServiceUnavailable, ReasonIntrospectionDown, "the token could not be checked")
 	}
 	switch {
@@ -380,7 +411,9 @@ func (s *Server) checkOpaque(ctx context.Context, p *policy.Policy, prov *policy
 		return deny(http.StatusUnauthorized, ReasonInactive, "the token is not active")
 	case r.Issuer != "" && r.Issuer != prov.Issuer:
 		return deny(http.StatusUnauthorized, ReasonWrongIssuer, "the token was issued by an untrusted issuer")
-	case len(r.Audience) > 0 && len(prov.Audiences) > 0 && !slices.ContainsFunc(r.Audience, func(a string) bool { return slices.Contains(prov.Audiences, a) }):
+	// As for JWTs: a provider with audiences accepts only an answer naming
+	// one of them (aud is optional in RFC 7662, and absent means not ours).
+	case !prov.AllowAnyAudience && !slices.ContainsFunc(r.Audience, func(a string) bool { return slices.Contains(prov.Audiences, a) }):
 		return deny(http.StatusUnauthorized, ReasonWrongAudience, "the token is not meant for this audience")
 	case !r.ExpiresAt().IsZero() && now.After(r.ExpiresAt().Add(prov.ClockSkew)):
 		return deny(http.StatusUnauthorized, ReasonExpired, "the token has expired")

@@ -26,7 +26,7 @@ func BenchmarkCheck(b *testing.B) {
 	for i := range fresh {
 		fresh[i] = checkReq("jwt", "idp", "echo:read", bearer(rs256(b, f.claims(func(c map[string]any) { c["jti"] = fmt.Sprint("j", i) }))))
 	}
-	small := authz.New(authz.Config{TimeNow: f.clock.Now, TokenCacheSize: 1})
+	small := authz.New(authz.Config{TimeNow: f.clock.Now, TokenCacheSize: 1, HTTPClient: f.jwks.Client()})
 	small.SetPolicy(f.srv.Policy())
 	cases := []struct {
 		name string

@@ -23,6 +23,7 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	jose "github.com/go-jose/go-jose/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -68,8 +69,8 @@ func (c *clock) Now() time.Time             { return time.Unix(0, c.ns.Load()) }
 func (c *clock) Advance(d time.Duration)    { c.ns.Add(int64(d)) }
 func (c *clock) Unix(d time.Duration) int64 { return c.Now().Add(d).Unix() }
 
-// jwksServer is an httptest JWKS endpoint that counts fetches and can be
-// rotated or taken down.
+// jwksServer is an httptest HTTPS JWKS endpoint that counts fetches and
+// can be rotated or taken down.
 type jwksServer struct {
 	*httptest.Server
 	fetches atomic.Int64
@@ -82,7 +83,7 @@ func newJWKSServer(t testing.TB, ks ...jose.JSONWebKey) *jwksServer {
 	t.Helper()
 	j := &jwksServer{}
 	j.set.Keys = ks
-	j.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	j.Server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		j.fetches.Add(1)
 		j.mu.Lock()
 		defer j.mu.Unlock()
@@ -122,15 +123,18 @@ func anyOf(t testing.TB, m proto.Message) *anypb.Any {
 }
 
 // fixture is a Server with one JWT provider "idp" (RS256, ES256, EdDSA) on a
-// JWKS server and an API key.
+// JWKS server and an API key. Its HTTP client trusts httptest's TLS
+// servers; secretsDir is its secrets directory.
 type fixture struct {
-	srv    *authz.Server
-	clock  *clock
-	jwks   *jwksServer
-	prov   *authv1.JwtProvider
-	keys   []*authv1.ApiKey
-	revoke []*authv1.Revocation
-	ver    int
+	srv        *authz.Server
+	reg        *prometheus.Registry
+	secretsDir string
+	clock      *clock
+	jwks       *jwksServer
+	prov       *authv1.JwtProvider
+	keys       []*authv1.ApiKey
+	revoke     []*authv1.Revocation
+	ver        int
 }
 
 const apiSecret = "pk_test_secret_one"
@@ -146,7 +150,9 @@ func newFixture(t testing.TB) *fixture {
 	}
 	sum := sha256.Sum256([]byte(apiSecret))
 	f.keys = []*authv1.ApiKey{{Id: "key1", Sha256: sum[:], Consumer: "acme", Tenant: "acme-corp", Tier: "pro", Scopes: []string{"echo:read"}}}
-	f.srv = authz.New(authz.Config{TimeNow: f.clock.Now, MinJWKSRefreshInterval: 30 * time.Second})
+	f.reg, f.secretsDir = prometheus.NewRegistry(), t.TempDir()
+	f.srv = authz.New(authz.Config{TimeNow: f.clock.Now, MinJWKSRefreshInterval: 30 * time.Second,
+		HTTPClient: f.jwks.Client(), SecretsDir: f.secretsDir, Registerer: f.reg})
 	f.push(t)
 	return f
 }
@@ -304,6 +310,30 @@ func check(t testing.TB, s *authz.Server, req *authv3.CheckRequest) result {
 		}
 	}
 	return r
+}
+
+// counter returns the value of counter name with labels (0 when absent).
+func counter(t testing.TB, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 var _ = timestamppb.Now

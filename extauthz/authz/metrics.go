@@ -23,7 +23,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 		introspections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_extauthz_introspections_total",
-			Help: "Token introspection calls (RFC 7662) by result (active, inactive, error).",
+			Help: "Token introspection calls (RFC 7662) by result (active, inactive, error), and lookups refused by the provider's call budget (rate_limited).",
 		}, []string{"result"}),
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_extauthz_token_cache_total",

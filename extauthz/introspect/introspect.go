@@ -1,15 +1,20 @@
 // Package introspect validates opaque access tokens with OAuth 2.0 Token
-// Introspection (RFC 7662) against a provider's endpoint.
+// Introspection (RFC 7662) against a provider's endpoint, authenticating
+// with client_secret_basic.
 //
 // Answers are cached by the SHA-256 of the token (never the token itself)
 // until min(exp, MaxTTL), so a revoked opaque token stops working within
-// MaxTTL; concurrent lookups of one token share one call (single-flight).
-// Any failure to get an answer is an error, which callers turn into a deny.
+// MaxTTL. Anyone can send a bearer string, so the endpoint is shielded:
+// concurrent lookups of one token share one call (single-flight), and calls
+// go through a token bucket (RequestsPerSecond, Burst); a lookup that finds
+// it empty fails with ErrRateLimited without calling. Any failure to get an
+// answer is an error, which callers turn into a deny.
 package introspect
 
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -22,6 +27,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"github.com/portico-io/portico/internal/idp"
 )
 
 // Defaults for Config.
@@ -35,14 +42,27 @@ const (
 // Config configures a Client. Zero values take the defaults.
 type Config struct {
 	// URI is the introspection endpoint (required).
-	URI       string
-	MaxTTL    time.Duration
-	Timeout   time.Duration
-	CacheSize int
+	URI string
+	// ClientID and ClientSecret (both required) authenticate every call
+	// with client_secret_basic (RFC 7662 §2.1, RFC 6749 §2.3.1).
+	// ClientSecret is asked for at each call, so a rotated secret needs no
+	// new Client; when it fails, no call is made. The secret is never
+	// logged or put in an error.
+	ClientID     string
+	ClientSecret func() (string, error)
+	// RequestsPerSecond refills the bucket in front of the endpoint
+	// (default idp.DefaultRequestsPerSecond); Burst is its size (default
+	// one second's worth).
+	RequestsPerSecond float64
+	Burst             int
+	MaxTTL            time.Duration
+	Timeout           time.Duration
+	CacheSize         int
 	// HTTPClient defaults to one that follows no redirects.
 	HTTPClient *http.Client
 	// OnCall is called after each call to the endpoint with "active",
-	// "inactive" or "error".
+	// "inactive" or "error", and with "rate_limited" for each call the
+	// bucket refused.
 	OnCall  func(result string)
 	TimeNow func() time.Time
 }
@@ -89,10 +109,11 @@ func (a *audience) UnmarshalJSON(b []byte) error {
 
 // Client introspects tokens at one endpoint. Safe for concurrent use.
 type Client struct {
-	cfg   Config
-	sf    singleflight.Group
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]entry
+	cfg    Config
+	sf     singleflight.Group
+	bucket bucket
+	mu     sync.Mutex
+	cache  map[[sha256.Size]byte]entry
 }
 
 type entry struct {
@@ -104,6 +125,15 @@ type entry struct {
 func New(cfg Config) (*Client, error) {
 	if cfg.URI == "" {
 		return nil, fmt.Errorf("%w: no URI", ErrConfig)
+	}
+	if cfg.ClientID == "" || cfg.ClientSecret == nil {
+		return nil, fmt.Errorf("%w: no client credentials", ErrConfig)
+	}
+	if cfg.RequestsPerSecond <= 0 {
+		cfg.RequestsPerSecond = idp.DefaultRequestsPerSecond
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = max(1, int(cfg.RequestsPerSecond))
 	}
 	if cfg.MaxTTL <= 0 {
 		cfg.MaxTTL = DefaultMaxTTL
@@ -120,7 +150,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TimeNow == nil {
 		cfg.TimeNow = time.Now
 	}
-	return &Client{cfg: cfg, cache: map[[sha256.Size]byte]entry{}}, nil
+	c := &Client{cfg: cfg, cache: map[[sha256.Size]byte]entry{}}
+	c.bucket = bucket{rate: cfg.RequestsPerSecond, size: float64(cfg.Burst), tokens: float64(cfg.Burst), last: cfg.TimeNow()}
+	return c, nil
 }
 
 // URI is the endpoint the client calls.
@@ -137,6 +169,10 @@ func (c *Client) Introspect(ctx context.Context, token string) (*Result, error) 
 		// the cache: check again so one token costs one call.
 		if r := c.cached(key); r != nil {
 			return r, nil
+		}
+		if !c.bucket.take(c.cfg.TimeNow()) {
+			c.report("rate_limited")
+			return nil, ErrRateLimited
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
 		defer cancel()
@@ -197,11 +233,17 @@ func (c *Client) store(key [sha256.Size]byte, e entry) {
 }
 
 func (c *Client) call(ctx context.Context, token string) (*Result, error) {
+	secret, err := c.cfg.ClientSecret()
+	if err != nil {
+		// err names the secret, never its value.
+		return nil, fmt.Errorf("%w: %w", ErrCredentials, err)
+	}
 	form := url.Values{"token": {token}, "token_type_hint": {"access_token"}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.URI, strings.NewReader(form.Encode()))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	req.Header.Set("Authorization", basicAuth(c.cfg.ClientID, secret))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.cfg.HTTPClient.Do(req)
@@ -219,7 +261,46 @@ func (c *Client) call(ctx context.Context, token string) (*Result, error) {
 	return &r, nil
 }
 
+// bucket is a token bucket on the Client's clock: it holds up to size
+// tokens, refills rate per second and starts full.
+type bucket struct {
+	mu     sync.Mutex
+	rate   float64
+	size   float64
+	tokens float64
+	last   time.Time
+}
+
+// take spends one token if there is one.
+func (b *bucket) take(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.After(b.last) {
+		b.tokens = min(b.size, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// basicAuth is client_secret_basic: RFC 6749 §2.3.1 form-urlencodes the
+// id and the secret before they become HTTP Basic's user and password
+// (net/http's SetBasicAuth does not, and a secret with ':', '+' or '%'
+// would then reach the IdP as something else).
+func basicAuth(id, secret string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(id)+":"+url.QueryEscape(secret)))
+}
+
 var (
+	// ErrCredentials means the client secret could not be read, so no
+	// call was made (callers deny).
+	ErrCredentials = errors.New("introspect: client credentials unavailable")
+	// ErrRateLimited means the endpoint's call budget is spent: no call
+	// was made (callers deny).
+	ErrRateLimited = errors.New("introspect: rate limited")
 	// ErrConfig is a bad Config.
 	ErrConfig = errors.New("introspect: bad config")
 	// ErrUnavailable means no answer was obtained (callers deny).

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/portico-io/portico/internal/idp"
 	authv1 "github.com/portico-io/portico/proto/portico/auth/v1"
 )
 
@@ -44,16 +45,36 @@ var Algorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", 
 
 // Provider is one trusted issuer.
 type Provider struct {
-	Name      string
-	Issuer    string
-	Audiences []string
-	// Exactly one of JWKSURI and InlineKeys is set.
-	JWKSURI          string
-	InlineKeys       *jose.JSONWebKeySet
-	Algorithms       []string
-	ClockSkew        time.Duration
-	JWKSCacheTTL     time.Duration
-	IntrospectionURI string
+	Name   string
+	Issuer string
+	// Audiences is empty only when AllowAnyAudience is set.
+	Audiences        []string
+	AllowAnyAudience bool
+	// Exactly one of JWKSURI and InlineKeys is set; URLs are https, or http
+	// to a loopback host when the provider allowed it.
+	JWKSURI      string
+	InlineKeys   *jose.JSONWebKeySet
+	Algorithms   []string
+	ClockSkew    time.Duration
+	JWKSCacheTTL time.Duration
+	// Introspection is nil for a provider without an introspection
+	// endpoint.
+	Introspection *Introspection
+}
+
+// Introspection is how a provider's opaque tokens are checked (RFC 7662).
+// Comparable: equal values can share one client (its cache and bucket).
+type Introspection struct {
+	URI string
+	// ClientID and SecretRef (a file name in the secrets directory)
+	// authenticate extauthz with client_secret_basic.
+	ClientID  string
+	SecretRef string
+	// RequestsPerSecond and Burst size the token bucket in front of the
+	// endpoint (defaults applied: idp.DefaultRequestsPerSecond, and a
+	// burst of one second's worth).
+	RequestsPerSecond uint32
+	Burst             uint32
 }
 
 // AllowsAlg reports whether alg is one of the provider's pinned algorithms.
@@ -222,25 +243,39 @@ func (p *Policy) addProvider(a *anypb.Any) (string, error) {
 		return name, fmt.Errorf("%w: issuer is empty", ErrInvalid)
 	case (m.GetJwksUri() == "") == (m.GetInlineJwks() == ""):
 		return name, fmt.Errorf("%w: exactly one of jwks_uri and inline_jwks must be set", ErrInvalid)
-	case m.GetJwksUri() != "" && !strings.HasPrefix(m.GetJwksUri(), "http://") && !strings.HasPrefix(m.GetJwksUri(), "https://"):
-		return name, fmt.Errorf("%w: jwks_uri must be an http(s) URL", ErrInvalid)
+	case m.GetAllowAnyAudience() && len(m.GetAudiences()) > 0:
+		return name, fmt.Errorf("%w: allow_any_audience and audiences are exclusive", ErrInvalid)
+	case !m.GetAllowAnyAudience() && len(m.GetAudiences()) == 0:
+		return name, fmt.Errorf("%w: no audiences (allow_any_audience must be set to accept any)", ErrInvalid)
+	case slices.Contains(m.GetAudiences(), ""):
+		return name, fmt.Errorf("%w: audiences holds an empty string", ErrInvalid)
 	case len(m.GetAlgorithms()) == 0:
 		return name, fmt.Errorf("%w: no algorithms", ErrInvalid)
+	}
+	if u := m.GetJwksUri(); u != "" {
+		if err := idp.CheckURL(u, m.GetAllowInsecureLoopback()); err != nil {
+			return name, fmt.Errorf("%w: jwks_uri: %w", ErrInvalid, err)
+		}
 	}
 	for _, alg := range m.GetAlgorithms() {
 		if !slices.Contains(Algorithms, alg) {
 			return name, fmt.Errorf("%w: algorithm %q is not supported (want one of %s)", ErrInvalid, alg, strings.Join(Algorithms, ", "))
 		}
 	}
+	in, err := introspection(&m)
+	if err != nil {
+		return name, err
+	}
 	prov := &Provider{
 		Name:             name,
 		Issuer:           m.GetIssuer(),
 		Audiences:        slices.Clone(m.GetAudiences()),
+		AllowAnyAudience: m.GetAllowAnyAudience(),
 		JWKSURI:          m.GetJwksUri(),
 		Algorithms:       slices.Clone(m.GetAlgorithms()),
 		ClockSkew:        DefaultClockSkew,
 		JWKSCacheTTL:     DefaultJWKSCacheTTL,
-		IntrospectionURI: m.GetIntrospectionUri(),
+		Introspection:    in,
 	}
 	if d := m.GetClockSkew(); d != nil {
 		if err := d.CheckValid(); err != nil || d.AsDuration() < 0 {
@@ -263,6 +298,46 @@ func (p *Policy) addProvider(a *anypb.Any) (string, error) {
 	}
 	p.Providers[name] = prov
 	return name, nil
+}
+
+// introspection validates a provider's introspection settings: none at
+// all, or an endpoint with client credentials (the secret by reference).
+func introspection(m *authv1.JwtProvider) (*Introspection, error) {
+	if m.GetIntrospectionUri() == "" {
+		switch {
+		case m.GetIntrospectionClientId() != "":
+			return nil, fmt.Errorf("%w: introspection_client_id without introspection_uri", ErrInvalid)
+		case m.GetIntrospectionClientSecretRef() != "":
+			return nil, fmt.Errorf("%w: introspection_client_secret_ref without introspection_uri", ErrInvalid)
+		case m.GetIntrospectionRequestsPerSecond() != 0 || m.GetIntrospectionBurst() != 0:
+			return nil, fmt.Errorf("%w: introspection_requests_per_second or introspection_burst without introspection_uri", ErrInvalid)
+		}
+		return nil, nil
+	}
+	if err := idp.CheckURL(m.GetIntrospectionUri(), m.GetAllowInsecureLoopback()); err != nil {
+		return nil, fmt.Errorf("%w: introspection_uri: %w", ErrInvalid, err)
+	}
+	if !idp.ValidClientID(m.GetIntrospectionClientId()) {
+		return nil, fmt.Errorf("%w: introspection_client_id must be 1-256 characters without control characters", ErrInvalid)
+	}
+	if !idp.ValidSecretName(m.GetIntrospectionClientSecretRef()) {
+		return nil, fmt.Errorf("%w: introspection_client_secret_ref must name a file in the secrets directory ([-._a-zA-Z0-9], not . or ..*)", ErrInvalid)
+	}
+	in := &Introspection{URI: m.GetIntrospectionUri(), ClientID: m.GetIntrospectionClientId(), SecretRef: m.GetIntrospectionClientSecretRef(),
+		RequestsPerSecond: m.GetIntrospectionRequestsPerSecond(), Burst: m.GetIntrospectionBurst()}
+	switch {
+	case in.RequestsPerSecond > idp.MaxRequestsPerSecond:
+		return nil, fmt.Errorf("%w: introspection_requests_per_second must be at most %d", ErrInvalid, idp.MaxRequestsPerSecond)
+	case in.Burst > idp.MaxBurst:
+		return nil, fmt.Errorf("%w: introspection_burst must be at most %d", ErrInvalid, idp.MaxBurst)
+	}
+	if in.RequestsPerSecond == 0 {
+		in.RequestsPerSecond = idp.DefaultRequestsPerSecond
+	}
+	if in.Burst == 0 {
+		in.Burst = in.RequestsPerSecond
+	}
+	return in, nil
 }
 
 // ParseJWKS parses a JWK set and checks that every key is a public key

@@ -29,7 +29,7 @@ const inlineJWKS = `{"keys":[{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7Ty
 func TestBuildRejects(t *testing.T) {
 	now := time.Now()
 	good := func() *authv1.JwtProvider {
-		return &authv1.JwtProvider{Name: "idp", Issuer: "https://idp", InlineJwks: inlineJWKS, Algorithms: []string{"EdDSA"}}
+		return &authv1.JwtProvider{Name: "idp", Issuer: "https://idp", Audiences: []string{"portico"}, InlineJwks: inlineJWKS, Algorithms: []string{"EdDSA"}}
 	}
 	cases := map[string]func(p *authv1.JwtProvider){
 		"unparsable inline jwks": func(p *authv1.JwtProvider) { p.InlineJwks = `{"keys":[{"kty":"bogus"}]}` },

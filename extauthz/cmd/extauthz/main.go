@@ -25,6 +25,7 @@ func main() {
 	xdsAddr := envflag.String(fs, "xds-addr", "PORTICO_XDS_ADDR", extauthz.DefaultXDSAddr, "control plane xDS address (empty: persisted policy only)")
 	nodeID := envflag.String(fs, "node-id", "PORTICO_NODE_ID", "", "xDS node id (default extauthz-<hostname>)")
 	stateDir := envflag.String(fs, "state-dir", "PORTICO_EXTAUTHZ_STATE_DIR", extauthz.DefaultStateDir, "directory holding the last applied policy")
+	secretsDir := envflag.String(fs, "secrets-dir", "PORTICO_EXTAUTHZ_SECRETS_DIR", "", "directory of secrets providers reference by name (introspection client secrets), one file each")
 	refresh := envflag.Duration(fs, "jwks-min-refresh-interval", "PORTICO_EXTAUTHZ_JWKS_MIN_REFRESH_INTERVAL", jwks.DefaultMinRefreshInterval, "least time between two JWKS fetches of one provider")
 	cacheSize := envflag.Uint(fs, "token-cache-size", "PORTICO_EXTAUTHZ_TOKEN_CACHE_SIZE", 100000, "verified-token cache entries")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
@@ -39,7 +40,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := extauthz.Config{
-		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, XDSAddr: *xdsAddr, NodeID: *nodeID, StateDir: *stateDir,
+		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, XDSAddr: *xdsAddr, NodeID: *nodeID, StateDir: *stateDir, SecretsDir: *secretsDir,
 		MinJWKSRefreshInterval: *refresh, TokenCacheSize: int(*cacheSize), Logger: log,
 		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
 	}
