@@ -83,6 +83,11 @@ type Config struct {
 	// AdminHosts are the names clients reach the admin API by (Host
 	// header); default admin.DefaultAllowedHosts.
 	AdminHosts []string
+	// IdPAllowLoopbackHTTP accepts JWT providers whose endpoints are plain
+	// http on loopback without their own allowInsecureLoopback (set on the
+	// stored provider): a development machine's IdP (make run), never
+	// production.
+	IdPAllowLoopbackHTTP bool
 	// OperatorJWT, when set, accepts bearer JWTs from the operators' IdP
 	// on the admin API, their claims mapped to roles.
 	OperatorJWT *authn.JWTConfig
@@ -188,7 +193,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controlplane: %w", err)
 	}
 	adminHandler, err := admin.New(admin.Config{Store: st, Nodes: fv, Rollouts: ctl, Registry: cfg.Registry, Logger: log, Sealer: sealer,
-		Auth: auth, AllowedHosts: cfg.AdminHosts})
+		Auth: auth, AllowedHosts: cfg.AdminHosts, LoopbackIdPs: cfg.IdPAllowLoopbackHTTP})
 	if err != nil {
 		return fmt.Errorf("controlplane: admin: %w", err)
 	}

@@ -76,6 +76,12 @@ type Config struct {
 	// AllowedHosts are the names clients reach the API by (the Host
 	// header); default DefaultAllowedHosts.
 	AllowedHosts []string
+	// LoopbackIdPs accepts a JWT provider whose JWKS or introspection
+	// endpoint is plain http on a loopback host without the provider
+	// saying allowInsecureLoopback: the API sets it on the stored provider
+	// (visible on GET). For a development machine whose IdP runs beside
+	// the platform (make run); never in production.
+	LoopbackIdPs bool
 }
 
 // DefaultAllowedHosts are the loopback names.
@@ -93,6 +99,7 @@ type Handler struct {
 	router   *authz.Router
 	// patterns mirrors the router's patterns, to answer 405 with Allow.
 	patterns *http.ServeMux
+	loopIdPs bool
 	handler  http.Handler
 	timeNow  func() time.Time
 }
@@ -128,6 +135,7 @@ func New(cfg Config) (*Handler, error) {
 		metrics:  m,
 		patterns: http.NewServeMux(),
 		timeNow:  time.Now,
+		loopIdPs: cfg.LoopbackIdPs,
 	}
 	if cfg.Auth == nil {
 		return nil, errors.New("admin: Auth is required")

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/portico-io/portico/controlplane/spec"
 )
 
@@ -48,5 +50,32 @@ func TestJWTProviderHygieneRefused(t *testing.T) {
 	body := e.expect(e.do("GET", Prefix+"/jwt-providers/dev", "", nil), http.StatusOK)
 	if body["allowInsecureLoopback"] != true || body["allowAnyAudience"] != true {
 		t.Fatalf("opt-ins not kept: %v", body)
+	}
+}
+
+// TestLoopbackIdPsOnADevelopmentMachine: a control plane started with
+// --idp-allow-loopback-http (make run) accepts ARCHITECTURE.md's example
+// provider as written, JWKS over plain http on 127.0.0.1, and stores it
+// marked allowInsecureLoopback; a provider that says false keeps false
+// (and is refused), and a non-loopback http endpoint is still refused.
+func TestLoopbackIdPsOnADevelopmentMachine(t *testing.T) {
+	e := newEnv(t)
+	e.h = newHandler(t, Config{Store: e.store, Nodes: e.nodes, Registry: prometheus.NewRegistry(), LoopbackIdPs: true})
+	e.create("jwt-providers", `{"name":"idp","issuer":"https://idp.test","audiences":["portico"],
+		"jwksUri":"http://127.0.0.1:18950/jwks.json","algorithms":["RS256","ES256"]}`)
+	if body := e.expect(e.do("GET", Prefix+"/jwt-providers/idp", "", nil), http.StatusOK); body["allowInsecureLoopback"] != true {
+		t.Fatalf("the stored provider does not say it allows loopback http: %v", body)
+	}
+	tag := e.do("GET", Prefix+"/jwt-providers/idp", "", nil).Header().Get("ETag")
+	e.expect(e.do("PATCH", Prefix+"/jwt-providers/idp", `{"jwksUri":"http://localhost:18950/jwks.json"}`, hdr("If-Match", tag)), http.StatusOK)
+	head := e.head()
+	e.expectError(e.do("POST", Prefix+"/jwt-providers", `{"name":"no","issuer":"https://idp.test","audiences":["portico"],
+		"jwksUri":"http://127.0.0.1:18950/jwks.json","allowInsecureLoopback":false,"algorithms":["RS256"]}`, newKeyHeader()),
+		http.StatusUnprocessableEntity, spec.CodeInvalid, "jwksUri")
+	e.expectError(e.do("POST", Prefix+"/jwt-providers", `{"name":"remote","issuer":"https://idp.test","audiences":["portico"],
+		"jwksUri":"http://idp.test/jwks.json","algorithms":["RS256"]}`, newKeyHeader()),
+		http.StatusUnprocessableEntity, spec.CodeInvalid, "jwksUri")
+	if h := e.head(); h != head {
+		t.Fatalf("refused providers moved the head to %d", h)
 	}
 }

@@ -66,6 +66,9 @@ func (h *Handler) create(k spec.Kind) HandlerFunc {
 		if body, err = secretInput(k, body); err != nil {
 			return err
 		}
+		if body, err = h.providerInput(k, body); err != nil {
+			return err
+		}
 		res, err := spec.Decode(k, body)
 		if err != nil {
 			return err
@@ -123,6 +126,9 @@ func (h *Handler) replace(k spec.Kind) HandlerFunc {
 			if body, kept, err = keepSealedKey(body, cur); err != nil {
 				return err
 			}
+		}
+		if body, err = h.providerInput(k, body); err != nil {
+			return err
 		}
 		res, err := spec.Decode(k, body)
 		if err != nil {
@@ -186,6 +192,9 @@ func (h *Handler) patch(k spec.Kind) HandlerFunc {
 		}
 		merged, kept, err := keepSealedKey(merged, cur)
 		if err != nil {
+			return err
+		}
+		if merged, err = h.providerInput(k, merged); err != nil {
 			return err
 		}
 		res, err := spec.Decode(k, merged)

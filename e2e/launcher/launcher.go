@@ -69,7 +69,10 @@ func Processes(root string) []Process {
 		// certificate from .run/pki, and the control plane serves each the
 		// view of its role.
 		{Name: "controlplane", Args: append(append([]string{bin("controlplane"), "--log-format=text",
-			"--secret-key-file=" + SecretKeyFile(root), "--admin-token-file=" + AdminTokenFile(root)},
+			"--secret-key-file=" + SecretKeyFile(root), "--admin-token-file=" + AdminTokenFile(root),
+			// The demo IdP (and ARCHITECTURE.md's example provider) serve
+			// their JWKS over plain http on loopback.
+			"--idp-allow-loopback-http"},
 			TLSArgs(root, "controlplane")...), gatewayTLSArgs(root)...),
 			Ready: "https://localhost:18080/readyz"},
 		{Name: "extauthz", Args: append([]string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},

@@ -41,6 +41,7 @@ func main() {
 	gwCert := envflag.String(fs, "gateway-tls-cert-file", "PORTICO_GATEWAY_TLS_CERT_FILE", "", "the gateways' workload certificate, as a path on the gateway hosts: Envoy calls extauthz and ratelimitsvc over mTLS with it (empty: plaintext)")
 	gwKey := envflag.String(fs, "gateway-tls-key-file", "PORTICO_GATEWAY_TLS_KEY_FILE", "", "its key, a path on the gateway hosts")
 	gwCA := envflag.String(fs, "gateway-tls-ca-file", "PORTICO_GATEWAY_TLS_CA_FILE", "", "the platform CA bundle, a path on the gateway hosts")
+	loopIdP := envflag.Bool(fs, "idp-allow-loopback-http", "PORTICO_IDP_ALLOW_LOOPBACK_HTTP", false, "accept JWT providers whose JWKS or introspection endpoint is plain http on a loopback host, marking them allowInsecureLoopback (a development machine's IdP; never in production)")
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve xDS without TLS, trusting what clients claim to be (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
@@ -55,7 +56,7 @@ func main() {
 	cfg.Compile.ListenerPort, cfg.Compile.XFFNumTrustedHops = uint32(*listenerPort), uint32(*xff)
 	cfg.Compile.TracingCollector, cfg.Compile.TracingSamplePercent = *tracing, float64(*sample)
 
-	cfg.TLS, cfg.InsecurePlaintext = tlsFlags.Config(), *plaintext
+	cfg.TLS, cfg.InsecurePlaintext, cfg.IdPAllowLoopbackHTTP = tlsFlags.Config(), *plaintext, *loopIdP
 	cfg.AdminTokenFile, cfg.AdminHosts = *authFlags.TokenFile, authFlags.HostList()
 	if cfg.OperatorJWT, err = authFlags.JWT(func(r string) error { return authz.CheckRoles([]string{r}) }); err != nil {
 		log.Error("controlplane: operator JWTs", "err", err)
