@@ -33,26 +33,13 @@ var (
 
 // Page sizes of List.
 const (
-	DefaultPageSize = 50
-	MaxPageSize     = 200
+	DefaultPageSize = authn.DefaultTokenPage
+	MaxPageSize     = authn.MaxTokenPage
 )
 
-// Token is a token as stored and shown: never the secret.
-type Token struct {
-	ID    string   `json:"id"`
-	Name  string   `json:"name"`
-	Roles []string `json:"roles"`
-	// Tenant confines the token to one scheduler tenant (authn.Principal.Tenant).
-	Tenant     string     `json:"tenant,omitempty"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	CreatedBy  string     `json:"createdBy"`
-	ExpiresAt  *time.Time `json:"expiresAt,omitempty"`
-	RevokedAt  *time.Time `json:"revokedAt,omitempty"`
-	RevokedBy  string     `json:"revokedBy,omitempty"`
-	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
-
-	hash []byte
-}
+// Token is a token as stored and shown: never the secret (Keyspaces is
+// never set: SQL tables hold operator and tenant tokens).
+type Token = authn.TokenInfo
 
 // Table is one token table; safe for concurrent use.
 type Table struct {
@@ -85,9 +72,16 @@ func New(pool *pgxpool.Pool, name string) *Table {
 const columns = `id, hash, name, roles, coalesce(tenant, ''), created_at, created_by, expires_at, revoked_at, coalesce(revoked_by, ''), last_used_at`
 
 func scan(row pgx.Row) (Token, error) {
-	var t Token
-	err := row.Scan(&t.ID, &t.hash, &t.Name, &t.Roles, &t.Tenant, &t.CreatedAt, &t.CreatedBy, &t.ExpiresAt, &t.RevokedAt, &t.RevokedBy, &t.LastUsedAt)
+	t, _, err := scanHash(row)
 	return t, err
+}
+
+// scanHash scans a row with the hash, which only LookupToken needs.
+func scanHash(row pgx.Row) (Token, []byte, error) {
+	var t Token
+	var hash []byte
+	err := row.Scan(&t.ID, &hash, &t.Name, &t.Roles, &t.Tenant, &t.CreatedAt, &t.CreatedBy, &t.ExpiresAt, &t.RevokedAt, &t.RevokedBy, &t.LastUsedAt)
+	return t, hash, err
 }
 
 // nullable stores "" as NULL (no tenant).
@@ -188,15 +182,15 @@ func (t *Table) Revoke(ctx context.Context, id, by string) (Token, error) {
 
 // LookupToken implements authn.TokenStore.
 func (t *Table) LookupToken(ctx context.Context, id string) (authn.StoredToken, error) {
-	tok, err := t.Get(ctx, id)
-	if errors.Is(err, ErrNotFound) {
+	tok, hash, err := scanHash(t.pool.QueryRow(ctx, `SELECT `+columns+` FROM `+t.name+` WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
 		return authn.StoredToken{}, authn.ErrTokenNotFound
 	}
 	if err != nil {
-		return authn.StoredToken{}, err
+		return authn.StoredToken{}, fmt.Errorf("pgtokens: lookup: %w", err)
 	}
 	st := authn.StoredToken{ID: tok.ID, Name: tok.Name, Roles: tok.Roles, Tenant: tok.Tenant, Revoked: tok.RevokedAt != nil}
-	copy(st.Hash[:], tok.hash)
+	copy(st.Hash[:], hash)
 	if tok.ExpiresAt != nil {
 		st.ExpiresAt = *tok.ExpiresAt
 	}

@@ -44,27 +44,14 @@ const Keyspace = "__tokens"
 
 // Page sizes of List.
 const (
-	DefaultPageSize = 50
-	MaxPageSize     = 200
+	DefaultPageSize = authn.DefaultTokenPage
+	MaxPageSize     = authn.MaxTokenPage
 )
 
 // Token is a token's metadata as the admin API shows it: the control
 // plane's token fields plus Keyspaces, never the secret or its hash.
-type Token struct {
-	ID    string   `json:"id"`
-	Name  string   `json:"name"`
-	Roles []string `json:"roles"`
-	// Keyspaces confine the token (authn.Principal.Keyspaces): it then
-	// holds only kv.* there. Absent: not confined, its roles alone decide.
-	Keyspaces []string   `json:"keyspaces,omitempty"`
-	CreatedAt time.Time  `json:"createdAt"`
-	CreatedBy string     `json:"createdBy"`
-	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-	RevokedAt *time.Time `json:"revokedAt,omitempty"`
-	RevokedBy string     `json:"revokedBy,omitempty"`
-	// LastUsedAt is the last use this node saw (see the package doc).
-	LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
-}
+// LastUsedAt is the last use this node saw (see the package doc).
+type Token = authn.TokenInfo
 
 // record is a token as stored in Keyspace.
 type record struct {
