@@ -1,8 +1,9 @@
 // Package testdeps gives integration tests the real services `make deps`
 // starts: a fresh Postgres database per test and the shared Redis. For what
 // the shared servers cannot give, it starts private ones from the same
-// installed programs: redis-server processes (RedisServer) and a Postgres
-// that accepts only verified TLS (PostgresTLS).
+// installed programs: redis-server processes (RedisServer), a Redis Cluster
+// of them (RedisCluster) and a Postgres that accepts only verified TLS
+// (PostgresTLS).
 //
 // When a service does not answer, the test is skipped with a message saying
 // how to start it, except when the CI environment variable is set: then it
