@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/internal/idp"
+	"github.com/portico-io/portico/internal/secretdir"
 )
 
 // Resource is any managed resource value.
@@ -502,7 +503,7 @@ func (p *JWTProvider) validateIntrospection() error {
 	if ref.Name == "" {
 		return fieldErr("introspectionClientSecretRef.name", CodeRequired, "is required")
 	}
-	if !idp.ValidSecretName(ref.Name) {
+	if !secretdir.ValidName(ref.Name) {
 		return fieldErr("introspectionClientSecretRef.name", CodeInvalid, "must be a Secret key: 1-253 of [-._a-zA-Z0-9], not . or ..*")
 	}
 	if rl := p.IntrospectionRateLimit; rl != nil {

@@ -34,8 +34,8 @@ import (
 	"github.com/portico-io/portico/extauthz/introspect"
 	"github.com/portico-io/portico/extauthz/jwks"
 	"github.com/portico-io/portico/extauthz/policy"
-	"github.com/portico-io/portico/extauthz/secretdir"
 	"github.com/portico-io/portico/extauthz/token"
+	"github.com/portico-io/portico/internal/secretdir"
 )
 
 // Context extension keys (controlplane/compile) and modes.

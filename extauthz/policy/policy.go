@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/portico-io/portico/internal/idp"
+	"github.com/portico-io/portico/internal/secretdir"
 	authv1 "github.com/portico-io/portico/proto/portico/auth/v1"
 )
 
@@ -320,7 +321,7 @@ func introspection(m *authv1.JwtProvider) (*Introspection, error) {
 	if !idp.ValidClientID(m.GetIntrospectionClientId()) {
 		return nil, fmt.Errorf("%w: introspection_client_id must be 1-256 characters without control characters", ErrInvalid)
 	}
-	if !idp.ValidSecretName(m.GetIntrospectionClientSecretRef()) {
+	if !secretdir.ValidName(m.GetIntrospectionClientSecretRef()) {
 		return nil, fmt.Errorf("%w: introspection_client_secret_ref must name a file in the secrets directory ([-._a-zA-Z0-9], not . or ..*)", ErrInvalid)
 	}
 	in := &Introspection{URI: m.GetIntrospectionUri(), ClientID: m.GetIntrospectionClientId(), SecretRef: m.GetIntrospectionClientSecretRef(),

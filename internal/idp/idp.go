@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"regexp"
 	"strings"
 )
 
@@ -79,17 +78,6 @@ func IsLoopback(host string) bool {
 		return false
 	}
 	return ip.Unmap().IsLoopback()
-}
-
-// secretName is a Kubernetes Secret key: the secrets directory is meant to
-// be a mounted Secret volume.
-var secretName = regexp.MustCompile(`^[-._a-zA-Z0-9]{1,253}$`)
-
-// ValidSecretName reports whether name may name a file in a secrets
-// directory: a Kubernetes Secret key, and not "." or ".."-prefixed (the
-// kubelet's own entries), so it cannot leave the directory.
-func ValidSecretName(name string) bool {
-	return secretName.MatchString(name) && name != "." && !strings.HasPrefix(name, "..")
 }
 
 // ValidClientID reports whether id may be sent as an OAuth client id: 1-256

@@ -50,12 +50,6 @@ func TestCheckURL(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for name, want := range map[string]bool{"idp-introspection": true, "a.b_C-9": true, ".": false, "..data": false,
-		"../x": false, "a/b": false, "": false, "a b": false} {
-		if ValidSecretName(name) != want {
-			t.Errorf("ValidSecretName(%q) != %v", name, want)
-		}
-	}
 	for id, want := range map[string]bool{"portico": true, "client:1 é": true, "": false, "a\nb": false, "a\x7f": false} {
 		if ValidClientID(id) != want {
 			t.Errorf("ValidClientID(%q) != %v", id, want)

@@ -13,39 +13,29 @@
 package secret
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"regexp"
+
+	"github.com/portico-io/portico/internal/secretdir"
 )
 
 // MaxValueBytes bounds a secret value (it becomes one header).
-const MaxValueBytes = 16 << 10
+const MaxValueBytes = secretdir.MaxValueBytes
 
 var (
 	// ErrNotConfigured: no secrets directory was configured.
-	ErrNotConfigured = errors.New("secret: no secrets directory configured")
+	ErrNotConfigured = secretdir.ErrNotConfigured
 	// ErrNotFound: the directory has no file of that name.
-	ErrNotFound = errors.New("secret: not found")
+	ErrNotFound = secretdir.ErrNotFound
 	// ErrInvalidName: the name cannot be a Kubernetes Secret key.
-	ErrInvalidName = errors.New("secret: invalid name")
+	ErrInvalidName = secretdir.ErrInvalidName
 	// ErrInvalidValue: the file's content cannot be sent as a header value.
-	ErrInvalidValue = errors.New("secret: invalid value")
+	ErrInvalidValue = secretdir.ErrInvalidValue
 )
 
-// validName is a Kubernetes Secret key: [-._a-zA-Z0-9]+, at most 253.
-var validName = regexp.MustCompile(`^[-._a-zA-Z0-9]{1,253}$`)
-
-// ValidName reports whether name may name a secret file. "." and ".."
-// and names starting with ".." (the kubelet's own entries) are refused.
-func ValidName(name string) bool {
-	return validName.MatchString(name) && name != "." && !(len(name) >= 2 && name[:2] == "..")
-}
+// ValidName reports whether name may name a secret file (secretdir.ValidName).
+func ValidName(name string) bool { return secretdir.ValidName(name) }
 
 // Dir reads secrets from one directory under the bindings of one file;
 // the zero value and nil are "not configured". Safe for concurrent use.
@@ -112,53 +102,9 @@ func (d *Dir) Configured() bool { return d != nil && d.path != "" }
 
 // check reports whether the secret exists as a regular file (following
 // symlinks), without reading it.
-func (d *Dir) check(name string) error {
-	if !d.Configured() {
-		return ErrNotConfigured
-	}
-	if !ValidName(name) {
-		return fmt.Errorf("%w: %q", ErrInvalidName, name)
-	}
-	fi, err := os.Stat(filepath.Join(d.path, name))
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.Mode().IsRegular()) {
-		return fmt.Errorf("%w: %q in %s", ErrNotFound, name, d.path)
-	}
-	if err != nil {
-		return fmt.Errorf("secret: %q: %w", name, err)
-	}
-	return nil
-}
+func (d *Dir) check(name string) error { return secretdir.Check(d.path, name) }
 
-// value reads the secret's current value. One trailing newline (CRLF or
-// LF, as editors and `echo` leave) is dropped; any other control byte
-// makes it ErrInvalidValue, so a value can never split a header.
-func (d *Dir) value(name string) (string, error) {
-	if err := d.check(name); err != nil {
-		return "", err
-	}
-	f, err := os.Open(filepath.Join(d.path, name))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("%w: %q in %s", ErrNotFound, name, d.path)
-		}
-		return "", fmt.Errorf("secret: %q: %w", name, err)
-	}
-	defer f.Close()
-	buf, err := io.ReadAll(io.LimitReader(f, MaxValueBytes+3))
-	if err != nil {
-		return "", fmt.Errorf("secret: %q: %w", name, err)
-	}
-	v := bytes.TrimSuffix(bytes.TrimSuffix(buf, []byte("\n")), []byte("\r"))
-	if len(v) > MaxValueBytes {
-		return "", fmt.Errorf("%w: %q is larger than %d bytes", ErrInvalidValue, name, MaxValueBytes)
-	}
-	if len(v) == 0 {
-		return "", fmt.Errorf("%w: %q is empty", ErrInvalidValue, name)
-	}
-	for _, c := range v {
-		if (c < 0x20 && c != '\t') || c == 0x7f {
-			return "", fmt.Errorf("%w: %q contains control characters", ErrInvalidValue, name)
-		}
-	}
-	return string(v), nil
-}
+// value reads the secret's current value (secretdir.Read: one trailing
+// newline dropped, control characters refused, so a value can never split
+// a header).
+func (d *Dir) value(name string) (string, error) { return secretdir.Read(d.path, name) }

@@ -41,3 +41,12 @@ func TestRead(t *testing.T) {
 		t.Errorf("error leaks the value: %v", err)
 	}
 }
+
+func TestValidName(t *testing.T) {
+	for name, want := range map[string]bool{"idp-introspection": true, "a.b_C-9": true, ".": false, "..data": false,
+		"../x": false, "a/b": false, "": false, "a b": false} {
+		if ValidName(name) != want {
+			t.Errorf("ValidName(%q) != %v", name, want)
+		}
+	}
+}
