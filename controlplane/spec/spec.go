@@ -436,6 +436,9 @@ type Listener struct {
 	// MaxRequestBytes caps request bodies on this listener for routes
 	// without their own maxRequestBytes (0: the control plane's default).
 	MaxRequestBytes uint32 `json:"maxRequestBytes,omitempty"`
+	// PreAuthLimit limits requests per client address before
+	// authentication (nil: the control plane's setting for ingress_http).
+	PreAuthLimit *PreAuthLimit `json:"preAuthLimit,omitempty"`
 }
 
 // Config is every live resource at one config version. Maps are keyed by

@@ -176,6 +176,11 @@ func (l *Listener) Validate() error {
 	if l.MaxRequestHeadersKB > 8192 {
 		return fieldErr("maxRequestHeadersKb", CodeInvalid, "must be at most 8192 (Envoy's limit)")
 	}
+	if l.PreAuthLimit != nil {
+		if err := l.PreAuthLimit.Validate(); err != nil {
+			return prefixed("preAuthLimit.", err)
+		}
+	}
 	t := l.TLS
 	if t == nil {
 		return nil
