@@ -68,6 +68,9 @@ type Config struct {
 	Logger   *slog.Logger
 	// MaxBodyBytes caps request bodies; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxImportBytes caps the body of POST /consumers:import; 0 means
+	// DefaultMaxImportBytes.
+	MaxImportBytes int64
 	// Sealer encrypts secrets' private keys at rest; nil refuses inline
 	// private keys (secrets referencing files still work).
 	Sealer Sealer
@@ -95,8 +98,10 @@ type Handler struct {
 	sealer   Sealer
 	log      *slog.Logger
 	maxBody  int64
-	metrics  *metrics
-	router   *authz.Router
+	// maxImport caps the import's body (it carries up to MaxImportKeys).
+	maxImport int64
+	metrics   *metrics
+	router    *authz.Router
 	// patterns mirrors the router's patterns, to answer 405 with Allow.
 	patterns *http.ServeMux
 	loopIdPs bool
@@ -115,6 +120,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxBodyBytes < 0 {
 		return nil, errors.New("admin: MaxBodyBytes must not be negative")
 	}
+	if cfg.MaxImportBytes == 0 {
+		cfg.MaxImportBytes = DefaultMaxImportBytes
+	}
+	if cfg.MaxImportBytes < 0 {
+		return nil, errors.New("admin: MaxImportBytes must not be negative")
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
@@ -126,16 +137,17 @@ func New(cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{
-		store:    cfg.Store,
-		nodes:    cfg.Nodes,
-		rollouts: cfg.Rollouts,
-		sealer:   cfg.Sealer,
-		log:      cfg.Logger,
-		maxBody:  cfg.MaxBodyBytes,
-		metrics:  m,
-		patterns: http.NewServeMux(),
-		timeNow:  time.Now,
-		loopIdPs: cfg.LoopbackIdPs,
+		store:     cfg.Store,
+		nodes:     cfg.Nodes,
+		rollouts:  cfg.Rollouts,
+		sealer:    cfg.Sealer,
+		log:       cfg.Logger,
+		maxBody:   cfg.MaxBodyBytes,
+		maxImport: cfg.MaxImportBytes,
+		metrics:   m,
+		patterns:  http.NewServeMux(),
+		timeNow:   time.Now,
+		loopIdPs:  cfg.LoopbackIdPs,
 	}
 	if cfg.Auth == nil {
 		return nil, errors.New("admin: Auth is required")
@@ -192,6 +204,9 @@ func (h *Handler) routes() {
 	h.Handle("POST "+keys, authz.SecurityWrite, h.createKey)
 	h.Handle("GET "+keys+"/{id}", authz.SecurityRead, h.getKey)
 	h.Handle("DELETE "+keys+"/{id}", authz.SecurityWrite, h.revokeKey)
+	// Consumers and their keys (as hashes) in bulk, as one version: keys
+	// are credentials, so security.write.
+	h.Handle("POST "+Prefix+"/consumers:import", authz.SecurityWrite, h.importConsumers)
 
 	h.tokenRoutes()
 

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"strconv"
@@ -46,20 +45,19 @@ func writeRaw(w http.ResponseWriter, status int, body []byte) {
 // default for -d (application/x-www-form-urlencoded), so that the documented
 // `curl -d '{...}'` commands work; the body is parsed as strict JSON anyway.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return h.readBodyLimit(w, r, h.maxBody)
+}
+
+// checkContentType refuses a Content-Type that is not JSON (or curl's -d
+// default; see readBody).
+func checkContentType(r *http.Request) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json") && mt != "application/x-www-form-urlencoded") {
-			return nil, &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType, Message: "Content-Type must be application/json"}
+			return &Error{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType, Message: "Content-Type must be application/json"}
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err != nil {
-		return nil, err
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, nil
-	}
-	return body, nil
+	return nil
 }
 
 // jsonObject checks that body is well-formed JSON (400 otherwise) holding an

@@ -379,29 +379,35 @@ func (s *Store) write(ctx context.Context, meta Meta, respond Responder,
 	v := headVersion + 1
 	p.next.Version = v
 
-	n := len(p.writes)
-	kinds, names, actions := make([]string, n), make([]string, n), make([]string, n)
-	bodies, diffs := make([]*string, n), make([]string, n)
-	for i, w := range p.writes {
-		kinds[i], names[i], actions[i] = string(w.kind), w.name, w.action
-		if w.after != nil {
-			b := string(w.after)
-			bodies[i] = &b
-		}
-		d, err := json.Marshal(struct {
-			Before json.RawMessage `json:"before"`
-			After  json.RawMessage `json:"after"`
-		}{w.before, w.after})
-		if err != nil {
-			return Result{}, fmt.Errorf("store: encode diff: %w", err)
-		}
-		diffs[i] = string(d)
-	}
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO controlplane.config_versions (version, author, reason, rollback_of) VALUES ($1, $2, $3, $4)`,
 		v, meta.Author, meta.Reason, p.rollbackOf)
 	b.Queue(`UPDATE controlplane.config_head SET version = $1`, v)
-	if n > 0 {
+	switch n := len(p.writes); {
+	case n >= copyThreshold:
+		// The version row first: resource and audit rows reference it.
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return Result{}, fmt.Errorf("store: write version %d: %w", v, err)
+		}
+		if err := writeRowsCopy(ctx, tx, v, meta, p.writes); err != nil {
+			return Result{}, err
+		}
+		b = &pgx.Batch{}
+	case n > 0:
+		kinds, names, actions := make([]string, n), make([]string, n), make([]string, n)
+		bodies, diffs := make([]*string, n), make([]string, n)
+		for i, w := range p.writes {
+			kinds[i], names[i], actions[i] = string(w.kind), w.name, w.action
+			if w.after != nil {
+				b := string(w.after)
+				bodies[i] = &b
+			}
+			d, err := diffJSON(w)
+			if err != nil {
+				return Result{}, err
+			}
+			diffs[i] = string(d)
+		}
 		b.Queue(`UPDATE controlplane.resources r SET version_to = $1
 			FROM unnest($2::text[], $3::text[]) AS c(kind, name)
 			WHERE r.kind = c.kind AND r.name = c.name AND r.version_to IS NULL`, v, kinds, names)
