@@ -213,6 +213,8 @@ func (h *Handler) routes() {
 	h.Handle("GET "+Prefix+"/config/versions", authz.ConfigRead, h.listVersions)
 	h.Handle("GET "+Prefix+"/config/versions/{n}", authz.ConfigRead, h.getVersion)
 	h.Handle("POST "+Prefix+"/config/rollback", authz.RolloutWrite, h.rollback)
+	// security.write too when the batch touches security kinds (apply.go).
+	h.Handle("POST "+Prefix+ApplyPath, authz.ConfigWrite, h.applyConfig)
 	h.Handle("GET "+Prefix+"/audit", authz.SecurityRead, h.listAudit)
 	h.Handle("GET "+Prefix+"/nodes", authz.ConfigRead, h.listNodes)
 	h.rolloutRoutes()

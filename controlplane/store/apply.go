@@ -25,6 +25,11 @@ const (
 // IfMatchAny as Change.IfMatch requires only that the resource exists.
 const IfMatchAny = "*"
 
+// IfMatchUpsert as Change.IfMatch states the desired end state, whatever
+// the current one: a put creates or replaces the resource, and a delete of
+// an absent resource changes nothing (declarative apply).
+const IfMatchUpsert = "upsert"
+
 // Change is one resource write in a change set.
 type Change struct {
 	Kind spec.Kind
@@ -73,6 +78,21 @@ type Result struct {
 	Replayed bool
 	Status   int
 	Body     []byte
+	// Base is the version the changes were planned against (the head
+	// before the write); Diffs are the resources written, in change order.
+	// Neither is set on a replay.
+	Base  int64
+	Diffs []Diff
+}
+
+// Diff is one resource a write changed (or, planned, would change): its
+// stored JSON before and after (nil when absent). Secrets' sealed keys are
+// in it: callers showing it must redact them.
+type Diff struct {
+	Kind          spec.Kind
+	Name          string
+	Action        string
+	Before, After []byte
 }
 
 // write is one resource row a version writes.
@@ -98,6 +118,17 @@ type plan struct {
 // Apply returns ErrNoChange and makes no version. respond may be nil when
 // meta has no idempotency key.
 func (s *Store) Apply(ctx context.Context, meta Meta, changes []Change, respond Responder) (Result, error) {
+	return s.apply(ctx, meta, changes, respond, false)
+}
+
+// Plan checks changes exactly as Apply does, against the head, and returns
+// what Apply would write (Result.Base and Result.Diffs) without writing
+// anything: a dry run. It takes no lock and records no idempotency key.
+func (s *Store) Plan(ctx context.Context, changes []Change) (Result, error) {
+	return s.apply(ctx, Meta{}, changes, nil, true)
+}
+
+func (s *Store) apply(ctx context.Context, meta Meta, changes []Change, respond Responder, dry bool) (Result, error) {
 	if len(changes) == 0 {
 		return Result{}, ErrNoChange
 	}
@@ -113,7 +144,7 @@ func (s *Store) Apply(ctx context.Context, meta Meta, changes []Change, respond 
 		}
 		seen[k] = true
 	}
-	return s.write(ctx, meta, respond, func(ctx context.Context, tx pgx.Tx, head *spec.Config) (*plan, error) {
+	return s.writeWith(ctx, meta, respond, writeOpts{dry: dry, diffs: true}, func(ctx context.Context, tx pgx.Tx, head *spec.Config) (*plan, error) {
 		return planChanges(ctx, tx, head, changes)
 	})
 }
@@ -169,7 +200,11 @@ func planChanges(ctx context.Context, tx pgx.Tx, head *spec.Config, changes []Ch
 	for i, c := range changes {
 		from, exists := current[[2]string{string(c.Kind), c.Name}]
 		ref := fmt.Sprintf("%s/%s", c.Kind, c.Name)
+		if c.IfMatch == IfMatchUpsert && !exists && c.Resource == nil {
+			continue // already absent
+		}
 		switch {
+		case c.IfMatch == IfMatchUpsert:
 		case c.IfMatch == "" && c.Resource != nil:
 			if exists {
 				return nil, fmt.Errorf("%w: %s", ErrAlreadyExists, ref)
@@ -323,20 +358,38 @@ func kindNames(c *spec.Config, k spec.Kind) []string {
 // commit.
 func (s *Store) write(ctx context.Context, meta Meta, respond Responder,
 	build func(context.Context, pgx.Tx, *spec.Config) (*plan, error)) (Result, error) {
+	return s.writeWith(ctx, meta, respond, writeOpts{}, build)
+}
+
+// writeOpts are write's variants: dry stops after validation, in a
+// read-only snapshot that takes no lock; diffs fills Result.Diffs (kept
+// off for bulk writes, where they would cost memory per resource).
+type writeOpts struct {
+	dry, diffs bool
+}
+
+func (s *Store) writeWith(ctx context.Context, meta Meta, respond Responder, o writeOpts,
+	build func(context.Context, pgx.Tx, *spec.Config) (*plan, error)) (Result, error) {
+	dry := o.dry
 	if s.ctx.Err() != nil {
 		return Result{}, ErrClosed
 	}
 	if meta.Author == "" {
 		meta.Author = DefaultAuthor
 	}
-	tx, err := s.pool.Begin(ctx)
+	opts, lock := pgx.TxOptions{}, ` FOR UPDATE`
+	if dry {
+		opts, lock = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, ""
+		meta.Idempotency = nil
+	}
+	tx, err := s.pool.BeginTx(ctx, opts)
 	if err != nil {
 		return Result{}, fmt.Errorf("store: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
 	var headVersion int64
-	if err := tx.QueryRow(ctx, `SELECT version FROM controlplane.config_head FOR UPDATE`).Scan(&headVersion); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT version FROM controlplane.config_head`+lock).Scan(&headVersion); err != nil {
 		return Result{}, fmt.Errorf("store: lock head: %w", err)
 	}
 	if idem := meta.Idempotency; idem != nil {
@@ -375,6 +428,16 @@ func (s *Store) write(ctx context.Context, meta Meta, respond Responder,
 		if err := s.cfg.Check(p.next); err != nil {
 			return Result{}, err
 		}
+	}
+	var planned []Diff
+	if o.diffs {
+		planned = make([]Diff, len(p.writes))
+		for i, w := range p.writes {
+			planned[i] = Diff{Kind: w.kind, Name: w.name, Action: w.action, Before: w.before, After: w.after}
+		}
+	}
+	if dry {
+		return Result{Base: headVersion, Diffs: planned}, nil
 	}
 	v := headVersion + 1
 	p.next.Version = v
@@ -421,7 +484,7 @@ func (s *Store) write(ctx context.Context, meta Meta, respond Responder,
 	}
 	b.Queue(`INSERT INTO controlplane.outbox (version) VALUES ($1)`, v)
 	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(v, 10))
-	var res = Result{Version: v, ETags: p.etags}
+	var res = Result{Version: v, ETags: p.etags, Base: headVersion, Diffs: planned}
 	if idem := meta.Idempotency; idem != nil {
 		status, body := 0, []byte{}
 		if respond != nil {
