@@ -228,7 +228,11 @@ func Run(ctx context.Context, cfg Config) error {
 		adminLis.Close()
 		return fmt.Errorf("controlplane: xds listener: %w", err)
 	}
-	var grpcOpts []grpc.ServerOption
+	// The send limit matches the clients' receive limit (gRPC's default
+	// send limit has none): an oversized response then fails at the server
+	// too, not only at the client. Requests get the same room (delta
+	// subscriptions name every resource a client holds).
+	grpcOpts := []grpc.ServerOption{grpc.MaxSendMsgSize(xds.MaxMsgBytes), grpc.MaxRecvMsgSize(xds.MaxMsgBytes)}
 	if tlsFiles != nil {
 		// Every platform role may connect; the view it gets is its role's.
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.ServerConfig(identity.Policy{}))))

@@ -66,6 +66,9 @@ type Config struct {
 	TokenCacheSize         int
 	// XDSMinBackoff and XDSMaxBackoff bound reconnect delays.
 	XDSMinBackoff, XDSMaxBackoff time.Duration
+	// XDSMaxRecvMsgBytes bounds one xDS response (default
+	// xdsclient.DefaultMaxRecvMsgBytes): every ApiKeyShard arrives in one.
+	XDSMaxRecvMsgBytes int
 	// TLS names this workload's certificate files (role extauthz): the
 	// ext_authz port admits gateway identities only, and the xDS client
 	// presents it. Without files, InsecurePlaintext must be set.
@@ -171,7 +174,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return xdsclient.Run(gctx, xdsclient.Config{
 				Addr: cfg.XDSAddr, Node: &corev3.Node{Id: cfg.NodeID, Cluster: NodeCluster, UserAgentName: "portico-extauthz"},
 				Types: policy.Types, Apply: ap.apply, MinBackoff: cfg.XDSMinBackoff, MaxBackoff: cfg.XDSMaxBackoff,
-				TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, Logger: log,
+				TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, MaxRecvMsgBytes: cfg.XDSMaxRecvMsgBytes, Logger: log,
 			})
 		})
 	}

@@ -82,6 +82,9 @@ type Config struct {
 	// token buckets, tenants) or source.ConfigType (the standard
 	// RateLimitConfig, fixed windows as in envoyproxy/ratelimit).
 	XDSType string
+	// XDSMaxRecvMsgBytes bounds one xDS response (default
+	// xdsclient.DefaultMaxRecvMsgBytes).
+	XDSMaxRecvMsgBytes int
 	// NodeID identifies this replica to the control plane (default
 	// ratelimitsvc-<hostname>-<pid>).
 	NodeID string
@@ -232,7 +235,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var ads *source.ADS
 	if cfg.XDSAddr != "" {
 		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, TypeURL: cfg.XDSType, StateDir: cfg.StateDir, Sink: sink, Logger: log,
-			TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext}
+			TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, MaxRecvMsgBytes: cfg.XDSMaxRecvMsgBytes}
 		if _, err := ads.LoadState(); err != nil {
 			// A bad copy on disk must not keep the service down; xDS replaces it.
 			log.Error("ignoring persisted rate-limit rules", "err", err)

@@ -40,6 +40,11 @@ import (
 	"github.com/portico-io/portico/internal/identity"
 )
 
+// MaxMsgBytes bounds one xDS message either way: it equals the receive
+// limit of Portico's own clients (xdsclient.DefaultMaxRecvMsgBytes), since a
+// state-of-the-world response carries every resource of a type at once.
+const MaxMsgBytes = 64 << 20
+
 // GroupMetadataKey is the node metadata field naming a node's rollout group.
 const GroupMetadataKey = "portico.group"
 

@@ -42,6 +42,12 @@ import (
 const (
 	DefaultMinBackoff = 250 * time.Millisecond
 	DefaultMaxBackoff = 30 * time.Second
+	// DefaultMaxRecvMsgBytes bounds one response. State of the world sends
+	// every resource of a type in one response (all 256 ApiKeyShards at
+	// once): gRPC's own 4 MiB default is reached near 54,000 plain API keys
+	// and far sooner with scopes, so the default leaves room for about a
+	// million plain keys.
+	DefaultMaxRecvMsgBytes = 64 << 20
 )
 
 // ApplyFunc applies the full state of one type. A non-nil error rejects it
@@ -65,8 +71,12 @@ type Config struct {
 	TLS *tlsfiles.Files
 	// InsecurePlaintext talks to a plaintext control plane (debugging).
 	InsecurePlaintext bool
-	DialOptions       []grpc.DialOption
-	Logger            *slog.Logger
+	// MaxRecvMsgBytes is the largest response accepted (default
+	// DefaultMaxRecvMsgBytes); the server's send limit must be at least as
+	// large. A larger response fails the stream with ResourceExhausted.
+	MaxRecvMsgBytes int
+	DialOptions     []grpc.DialOption
+	Logger          *slog.Logger
 }
 
 // Run keeps a stream to the server until ctx is done; it returns nil then.
@@ -90,8 +100,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxRecvMsgBytes <= 0 {
+		cfg.MaxRecvMsgBytes = DefaultMaxRecvMsgBytes
+	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxRecvMsgBytes)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Addr, opts...)

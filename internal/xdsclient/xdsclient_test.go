@@ -126,3 +126,66 @@ func TestAckNackReconnect(t *testing.T) {
 		t.Fatalf("resubscription versions %v", got)
 	}
 }
+
+// startFake serves a fakeADS on loopback until the test ends.
+func startFake(t *testing.T) (*fakeADS, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeADS{reqs: make(chan *discovery.DiscoveryRequest, 16), resps: make(chan *discovery.DiscoveryResponse), hangup: make(chan struct{})}
+	g := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, f)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return f, lis.Addr().String()
+}
+
+// runClient runs the client until the test ends.
+func runClient(t *testing.T, cfg xdsclient.Config) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- xdsclient.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// bigResponse is a response of about n bytes.
+func bigResponse(version string, n int) *discovery.DiscoveryResponse {
+	return &discovery.DiscoveryResponse{TypeUrl: typeA, VersionInfo: version, Nonce: "n-" + version,
+		Resources: []*anypb.Any{{TypeUrl: typeA, Value: make([]byte, n)}}}
+}
+
+func TestReceiveLimit(t *testing.T) {
+	// The default takes a response past gRPC's own 4 MiB.
+	f, addr := startFake(t)
+	applied := make(chan int, 4)
+	runClient(t, xdsclient.Config{Addr: addr, Types: []string{typeA}, InsecurePlaintext: true,
+		Apply: func(_, _ string, res []*anypb.Any) error { applied <- len(res[0].GetValue()); return nil }})
+	recv(t, f.reqs)
+	f.resps <- bigResponse("1", 6<<20)
+	if r := recv(t, f.reqs); r.GetVersionInfo() != "1" || r.GetErrorDetail() != nil {
+		t.Fatalf("ACK %v", r)
+	}
+	if n := <-applied; n != 6<<20 {
+		t.Fatalf("applied %d bytes", n)
+	}
+
+	// A smaller configured limit refuses it: the stream fails, nothing is
+	// applied, and the client resubscribes with what it holds.
+	f2, addr2 := startFake(t)
+	runClient(t, xdsclient.Config{Addr: addr2, Types: []string{typeA}, InsecurePlaintext: true, MaxRecvMsgBytes: 1 << 20,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		Apply: func(_, _ string, res []*anypb.Any) error { t.Error("applied a response over the limit"); return nil }})
+	recv(t, f2.reqs)
+	f2.resps <- bigResponse("1", 2<<20)
+	if r := recv(t, f2.reqs); r.GetResponseNonce() != "" || r.GetVersionInfo() != "" {
+		t.Fatalf("after an oversized response: %v, want a fresh subscription", r)
+	}
+}

@@ -59,6 +59,9 @@ type ADS struct {
 	// InsecurePlaintext.
 	TLS               *tlsfiles.Files
 	InsecurePlaintext bool
+	// MaxRecvMsgBytes bounds one response (default
+	// xdsclient.DefaultMaxRecvMsgBytes).
+	MaxRecvMsgBytes int
 
 	lastGood atomic.Pointer[string]
 }
@@ -113,7 +116,7 @@ func (a *ADS) Run(ctx context.Context) error {
 		Node:  &corev3.Node{Id: a.NodeID, Cluster: NodeCluster, UserAgentName: "portico-ratelimitsvc"},
 		Types: []string{a.typeURL()}, Versions: held, Apply: a.applyResponse,
 		MinBackoff: 100 * time.Millisecond, MaxBackoff: maxB,
-		TLS: a.TLS, InsecurePlaintext: a.InsecurePlaintext, Logger: a.logger(),
+		TLS: a.TLS, InsecurePlaintext: a.InsecurePlaintext, MaxRecvMsgBytes: a.MaxRecvMsgBytes, Logger: a.logger(),
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/xdsclient"
 )
 
 func main() {
@@ -28,6 +29,7 @@ func main() {
 	secretsDir := envflag.String(fs, "secrets-dir", "PORTICO_EXTAUTHZ_SECRETS_DIR", "", "directory of secrets providers reference by name (introspection client secrets), one file each")
 	refresh := envflag.Duration(fs, "jwks-min-refresh-interval", "PORTICO_EXTAUTHZ_JWKS_MIN_REFRESH_INTERVAL", jwks.DefaultMinRefreshInterval, "least time between two JWKS fetches of one provider")
 	cacheSize := envflag.Uint(fs, "token-cache-size", "PORTICO_EXTAUTHZ_TOKEN_CACHE_SIZE", 100000, "verified-token cache entries")
+	maxRecv := envflag.Uint(fs, "xds-max-recv-msg-bytes", "PORTICO_XDS_MAX_RECV_MSG_BYTES", xdsclient.DefaultMaxRecvMsgBytes, "largest xDS response accepted (every API-key shard arrives in one)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
@@ -42,7 +44,7 @@ func main() {
 	cfg := extauthz.Config{
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, XDSAddr: *xdsAddr, NodeID: *nodeID, StateDir: *stateDir, SecretsDir: *secretsDir,
 		MinJWKSRefreshInterval: *refresh, TokenCacheSize: int(*cacheSize), Logger: log,
-		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext,
+		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext, XDSMaxRecvMsgBytes: int(*maxRecv),
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

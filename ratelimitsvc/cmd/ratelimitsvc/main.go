@@ -13,6 +13,7 @@ import (
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/xdsclient"
 	"github.com/portico-io/portico/ratelimitsvc"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/source"
@@ -37,6 +38,7 @@ func main() {
 	xdsType := envflag.String(fs, "xds-type", "PORTICO_RATELIMIT_XDS_TYPE", source.RuleType, "xDS type to subscribe to: "+source.RuleType+" or "+source.ConfigType)
 	nodeID := envflag.String(fs, "node-id", "PORTICO_NODE_ID", "", "xDS node id (default ratelimitsvc-<host>-<pid>)")
 	stateDir := envflag.String(fs, "state-dir", "PORTICO_RATELIMIT_STATE_DIR", ratelimitsvc.DefaultStateDir, "directory for the last good xDS rules")
+	maxRecv := envflag.Uint(fs, "xds-max-recv-msg-bytes", "PORTICO_XDS_MAX_RECV_MSG_BYTES", xdsclient.DefaultMaxRecvMsgBytes, "largest xDS response accepted")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
@@ -52,7 +54,7 @@ func main() {
 	}
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.RedisAddr, cfg.RedisTimeout = *grpcAddr, *httpAddr, *redisAddr, *redisTimeout
 	cfg.ConfigDir, cfg.PollInterval, cfg.XDSAddr, cfg.XDSType, cfg.NodeID, cfg.StateDir = *configDir, *poll, *xdsAddr, *xdsType, *nodeID, *stateDir
-	cfg.Replicas = int(*replicas)
+	cfg.Replicas, cfg.XDSMaxRecvMsgBytes = int(*replicas), int(*maxRecv)
 	cfg.RedisMasterName, cfg.RedisCluster, cfg.RedisUsername = *redisMaster, *redisCluster, *redisUser
 	cfg.RedisPassword, cfg.RedisSentinelPassword = redisPassword, sentinelPassword
 	cfg.Logger = log
