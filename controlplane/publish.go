@@ -23,10 +23,12 @@ import (
 // that fails to load or compile is retried on the next notification or poll
 // while clients keep the last published snapshot.
 type publisher struct {
-	st   *store.Store
-	xs   *xds.Server
-	opts compile.Options
-	log  *slog.Logger
+	st *store.Store
+	xs *xds.Server
+	// compiler reuses the ApiKeyShards of the last version it compiled,
+	// so one key change rebuilds one shard, not every key.
+	compiler *compile.Compiler
+	log      *slog.Logger
 
 	published atomic.Int64
 	first     chan struct{}
@@ -38,7 +40,7 @@ type publisher struct {
 
 func newPublisher(st *store.Store, xs *xds.Server, opts compile.Options, reg prometheus.Registerer, log *slog.Logger) *publisher {
 	p := &publisher{
-		st: st, xs: xs, opts: opts, log: log,
+		st: st, xs: xs, compiler: compile.NewCompiler(opts), log: log,
 		first: make(chan struct{}),
 		compileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "portico_controlplane_compile_seconds",
@@ -109,7 +111,7 @@ func (p *publisher) snapshot(ctx context.Context, v int64) (cache.ResourceSnapsh
 			return nil, fmt.Errorf("load version %d: %w", v, err)
 		}
 	}
-	snap, err := compile.Compile(cfg, p.opts)
+	snap, err := p.compiler.Compile(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("compile version %d: %w", v, err)
 	}

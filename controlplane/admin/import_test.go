@@ -154,7 +154,7 @@ func TestImportNeedsSecurityWrite(t *testing.T) {
 				r.Consumers[0].Name = "next-" + string(role)
 				for i := range r.Consumers[0].Keys {
 					r.Consumers[0].Keys[i].ID += "-" + string(role)
-					r.Consumers[0].Keys[i].SHA256 = hashHex(string(role)+fmt.Sprint(i))
+					r.Consumers[0].Keys[i].SHA256 = hashHex(string(role) + fmt.Sprint(i))
 				}
 			})
 		}

@@ -226,6 +226,12 @@ func splitHostPort(addr string) (string, uint32, error) {
 // resource passes ValidateAll and the snapshot is Consistent, or Compile
 // returns an error wrapping ErrInvalidOutput.
 func Compile(cfg *spec.Config, opts Options) (*Snapshot, error) {
+	return compileConfig(cfg, opts, nil)
+}
+
+// compileConfig is Compile, reusing the ApiKeyShards of an earlier
+// compile kept in shards (nil: none; see Compiler).
+func compileConfig(cfg *spec.Config, opts Options, shards *shardCache) (*Snapshot, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("%w: nil config", ErrInvalidConfig)
 	}
@@ -257,6 +263,10 @@ func Compile(cfg *spec.Config, opts Options) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	keyShards, known, err := c.apiKeyShardsReusing(shards)
+	if err != nil {
+		return nil, err
+	}
 	res := map[string][]Resource{
 		ClusterType:         clusters,
 		EndpointType:        endpoints,
@@ -264,12 +274,12 @@ func Compile(cfg *spec.Config, opts Options) (*Snapshot, error) {
 		RouteType:           {routes},
 		SecretType:          secrets,
 		JwtProviderType:     c.jwtProviders(),
-		ApiKeyShardType:     c.apiKeyShards(),
+		ApiKeyShardType:     keyShards,
 		RevocationListType:  {c.revocations()},
 		RateLimitRuleType:   c.rateLimitRules(),
 		RateLimitConfigType: c.rateLimitConfigs(),
 	}
-	return newSnapshot(strconv.FormatInt(cfg.Version, 10), res)
+	return newSnapshotKnown(strconv.FormatInt(cfg.Version, 10), res, known)
 }
 
 type compiler struct {

@@ -1,10 +1,8 @@
 package compile
 
 import (
-	"encoding/hex"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
@@ -43,52 +41,6 @@ func (c *compiler) jwtProviders() []Resource {
 			m.IntrospectionRequestsPerSecond, m.IntrospectionBurst = rl.RequestsPerSecond, rl.Burst
 		}
 		out = append(out, m)
-	}
-	return out
-}
-
-// ShardName is the ApiKeyShard holding the key whose SHA-256 is sha256Hex.
-func ShardName(sha256Hex string) string {
-	return APIKeyShardPrefix + strings.ToLower(sha256Hex[:2])
-}
-
-// apiKeyShards groups keys by the first byte of their hash so that one key
-// change re-sends 1/256 of the keys; only non-empty shards exist. Tenant and
-// tier come from the consumer so extauthz needs no second lookup.
-func (c *compiler) apiKeyShards() []Resource {
-	shards := map[string]*authv1.ApiKeyShard{}
-	// Map order here; each shard is sorted by id below, which is cheaper
-	// than sorting every key of the config at once.
-	for _, k := range c.cfg.APIKeys {
-		sum, err := hex.DecodeString(k.SHA256)
-		if err != nil || len(sum) != 32 {
-			continue // unreachable after spec validation
-		}
-		key := &authv1.ApiKey{
-			Id:       k.Name,
-			Sha256:   sum,
-			Consumer: k.Consumer,
-			Scopes:   slices.Clone(k.Scopes),
-		}
-		if cons := c.cfg.Consumers[k.Consumer]; cons != nil {
-			key.Tenant, key.Tier = cons.Tenant, cons.Tier
-		}
-		if k.ExpiresAt != nil {
-			key.ExpiresAt = timestamppb.New(*k.ExpiresAt)
-		}
-		name := ShardName(k.SHA256)
-		s := shards[name]
-		if s == nil {
-			s = &authv1.ApiKeyShard{Name: name}
-			shards[name] = s
-		}
-		s.Keys = append(s.Keys, key)
-	}
-	out := []Resource{}
-	for _, name := range spec.SortedKeys(shards) {
-		s := shards[name]
-		slices.SortFunc(s.Keys, func(a, b *authv1.ApiKey) int { return strings.Compare(a.Id, b.Id) })
-		out = append(out, s)
 	}
 	return out
 }

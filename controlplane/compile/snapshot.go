@@ -122,6 +122,14 @@ type validator interface{ ValidateAll() error }
 // consistency and precomputes the delta version map, so that the snapshot is
 // never written to after it is returned.
 func newSnapshot(version string, res map[string][]Resource) (*Snapshot, error) {
+	return newSnapshotKnown(version, res, nil)
+}
+
+// newSnapshotKnown is newSnapshot for resources some of which were
+// validated and hashed already (by an earlier compile that produced the
+// very same message): known maps them to their hash, and they are neither
+// validated nor marshalled again.
+func newSnapshotKnown(version string, res map[string][]Resource, known map[Resource]string) (*Snapshot, error) {
 	s := &Snapshot{
 		version:    version,
 		items:      make(map[string]map[string]types.ResourceWithTTL, len(res)),
@@ -143,17 +151,15 @@ func newSnapshot(version string, res map[string][]Resource) (*Snapshot, error) {
 			if _, dup := byName[name]; dup {
 				return nil, fmt.Errorf("%w: duplicate %s %q", ErrInvalidOutput, typeURL, name)
 			}
-			if v, ok := r.(validator); ok {
-				if err := v.ValidateAll(); err != nil {
-					return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidOutput, typeURL, name, err)
+			h, ok := known[r]
+			if !ok {
+				var err error
+				if h, err = checkAndHash(typeURL, name, r); err != nil {
+					return nil, err
 				}
 			}
-			b, err := cache.MarshalResource(r)
-			if err != nil {
-				return nil, fmt.Errorf("%w: marshal %s %q: %w", ErrInvalidOutput, typeURL, name, err)
-			}
 			byName[name] = types.ResourceWithTTL{Resource: r}
-			hashes[name] = cache.HashResource(b)
+			hashes[name] = h
 		}
 		s.items[typeURL] = byName
 		s.versionMap[typeURL] = hashes
@@ -179,6 +185,21 @@ func newSnapshot(version string, res map[string][]Resource) (*Snapshot, error) {
 	}
 	s.views = views
 	return s, nil
+}
+
+// checkAndHash validates r (ValidateAll) and returns the hash of its
+// deterministic encoding: its version in delta xDS.
+func checkAndHash(typeURL, name string, r Resource) (string, error) {
+	if v, ok := r.(validator); ok {
+		if err := v.ValidateAll(); err != nil {
+			return "", fmt.Errorf("%w: %s %q: %w", ErrInvalidOutput, typeURL, name, err)
+		}
+	}
+	b, err := cache.MarshalResource(r)
+	if err != nil {
+		return "", fmt.Errorf("%w: marshal %s %q: %w", ErrInvalidOutput, typeURL, name, err)
+	}
+	return cache.HashResource(b), nil
 }
 
 // view returns the snapshot restricted to what v may receive. Types it
