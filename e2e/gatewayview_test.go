@@ -1,13 +1,16 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	mutationv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
@@ -30,8 +33,8 @@ import (
 )
 
 // gatewayView is what an Envoy gateway runs with at one config version, as
-// fetched over ADS: the ingress route configuration, the domain of the
-// listener's ratelimit filter, and where the extauthz and ratelimit
+// fetched over ADS: the ingress route configuration, the listener's
+// ratelimit filters (one per stage), and where the extauthz and ratelimit
 // clusters point.
 //
 // It is not a proxy: it only reads the compiled resources and derives from
@@ -41,7 +44,11 @@ import (
 // noticed here instead of being silently misread.
 type gatewayView struct {
 	routes *routev3.RouteConfiguration
+	// domain is the ratelimit filters' domain (every stage's is the same).
 	domain string
+	// rateLimit is the ratelimit filter of each stage: a route's rate
+	// limits are read only by the filter of the stage they carry.
+	rateLimit map[uint32]rateLimitFilter
 	// strip is the listener's header_mutation: request headers removed
 	// before any other filter runs.
 	strip []*mutationv3.HeaderMutation
@@ -50,6 +57,17 @@ type gatewayView struct {
 	xRateLimitHeaders bool
 	extauthzAddr      string
 	ratelimitAddr     string
+}
+
+// rateLimitFilter is one instance of Envoy's ratelimit filter.
+type rateLimitFilter struct {
+	name    string
+	timeout time.Duration
+	// failureModeDeny: when ratelimitsvc cannot be reached or does not
+	// answer within timeout, Envoy answers statusOnError (500 unless the
+	// filter sets status_on_error) instead of letting the request through.
+	failureModeDeny bool
+	statusOnError   int
 }
 
 func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayView {
@@ -77,10 +95,12 @@ func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayVie
 	if got := hcm.GetRds().GetRouteConfigName(); got != compile.RouteConfigName {
 		t.Fatalf("%s routes with %q, want %s", compile.ListenerName, got, compile.RouteConfigName)
 	}
-	// Envoy runs HTTP filters in order; this view assumes ext_authz runs
-	// before ratelimit (so the identity headers it adds are what the
-	// rate-limit actions read) and that neither is disabled by default.
+	// Envoy runs HTTP filters in order; this view assumes header_mutation
+	// runs first, that ext_authz runs before the ratelimit filters (so the
+	// identity headers it adds are what the rate-limit actions read), and
+	// that none is disabled by default.
 	var order []string
+	g.rateLimit = map[uint32]rateLimitFilter{}
 	for _, f := range hcm.GetHttpFilters() {
 		switch f.GetName() {
 		case compile.FilterHeaderMutation:
@@ -100,23 +120,39 @@ func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayVie
 			if c := ea.GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != compile.ExtAuthzCluster || f.GetDisabled() || ea.GetFailureModeAllow() {
 				t.Fatalf("ext_authz filter: cluster %q, disabled %v, failure_mode_allow %v", c, f.GetDisabled(), ea.GetFailureModeAllow())
 			}
-		case compile.FilterRateLimit:
+		case compile.FilterRateLimit, compile.FilterRateLimitFailClosed:
 			rl := &ratelimitv3.RateLimit{}
 			if err := f.GetTypedConfig().UnmarshalTo(rl); err != nil {
 				t.Fatal(err)
 			}
-			if c := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != compile.RateLimitCluster || f.GetDisabled() || rl.GetStage() != 0 {
-				t.Fatalf("ratelimit filter: cluster %q, disabled %v, stage %d", c, f.GetDisabled(), rl.GetStage())
+			if c := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName(); c != compile.RateLimitCluster || f.GetDisabled() {
+				t.Fatalf("ratelimit filter %s: cluster %q, disabled %v", f.GetName(), c, f.GetDisabled())
 			}
+			if _, dup := g.rateLimit[rl.GetStage()]; dup || (g.domain != "" && rl.GetDomain() != g.domain) {
+				t.Fatalf("ratelimit filter %s: stage %d taken twice, or domain %q beside %q", f.GetName(), rl.GetStage(), rl.GetDomain(), g.domain)
+			}
+			if rl.GetRequestType() != "" || rl.GetFailureModeDenyPercent() != nil || rl.GetFilterEnabled() != nil || rl.GetFilterEnforced() != nil ||
+				len(rl.GetRateLimits()) > 0 || rl.GetRateLimitedStatus() != nil || rl.GetRateLimitedAsResourceExhausted() {
+				t.Fatalf("ratelimit filter %s uses what this view does not read: %v", f.GetName(), rl)
+			}
+			x := rateLimitFilter{name: f.GetName(), timeout: 20 * time.Millisecond, failureModeDeny: rl.GetFailureModeDeny(), statusOnError: http.StatusInternalServerError}
+			if rl.GetTimeout() != nil {
+				x.timeout = rl.GetTimeout().AsDuration()
+			}
+			if rl.GetStatusOnError() != nil {
+				x.statusOnError = int(rl.GetStatusOnError().GetCode())
+			}
+			g.rateLimit[rl.GetStage()] = x
 			g.domain = rl.GetDomain()
-			g.xRateLimitHeaders = rl.GetEnableXRatelimitHeaders() == ratelimitv3.RateLimit_DRAFT_VERSION_03
+			g.xRateLimitHeaders = g.xRateLimitHeaders || rl.GetEnableXRatelimitHeaders() == ratelimitv3.RateLimit_DRAFT_VERSION_03
 		default:
 			continue
 		}
 		order = append(order, f.GetName())
 	}
-	if !slices.Equal(order, []string{compile.FilterHeaderMutation, compile.FilterExtAuthz, compile.FilterRateLimit}) {
-		t.Fatalf("HTTP filters %v, want header_mutation, ext_authz, ratelimit", order)
+	if len(order) < 3 || !slices.Equal(order[:3], []string{compile.FilterHeaderMutation, compile.FilterExtAuthz, compile.FilterRateLimit}) ||
+		(len(order) > 3 && !slices.Equal(order[3:], []string{compile.FilterRateLimitFailClosed})) {
+		t.Fatalf("HTTP filters %v, want header_mutation, ext_authz, ratelimit[, ratelimit fail-closed]", order)
 	}
 
 	for name, addr := range map[string]*string{compile.ExtAuthzCluster: &g.extauthzAddr, compile.RateLimitCluster: &g.ratelimitAddr} {
@@ -380,6 +416,29 @@ func applyAllowed(t *testing.T, r *httpRequest, ok *authv3.OkHttpResponse) {
 	}
 }
 
+// rateLimitFilterOf is the ratelimit filter that reads route rt's rate
+// limits: the one whose stage they carry. A route whose rate limits span
+// stages, or carry a stage no filter has (Envoy would silently never send
+// them), fails the test.
+func (g *gatewayView) rateLimitFilterOf(t *testing.T, rt *routev3.Route) rateLimitFilter {
+	t.Helper()
+	rls := rt.GetRoute().GetRateLimits()
+	if len(rls) == 0 {
+		t.Fatalf("route %s has no rate limits", rt.GetName())
+	}
+	stage := rls[0].GetStage().GetValue()
+	for _, rl := range rls {
+		if rl.GetStage().GetValue() != stage {
+			t.Fatalf("route %s: rate limits on stages %d and %d (two ShouldRateLimit calls)", rt.GetName(), stage, rl.GetStage().GetValue())
+		}
+	}
+	f, ok := g.rateLimit[stage]
+	if !ok {
+		t.Fatalf("route %s: rate limits on stage %d, which no ratelimit filter reads", rt.GetName(), stage)
+	}
+	return f
+}
+
 // rateLimitRequest is the RateLimitRequest Envoy's ratelimit filter sends
 // for r on route rt (after ext_authz), or nil when no descriptor applies.
 func (g *gatewayView) rateLimitRequest(t *testing.T, rt *routev3.Route, r *httpRequest) *rlsv3.RateLimitRequest {
@@ -391,9 +450,12 @@ func (g *gatewayView) rateLimitRequest(t *testing.T, rt *routev3.Route, r *httpR
 	if action.GetIncludeVhRateLimits() != nil && action.GetIncludeVhRateLimits().GetValue() {
 		t.Fatalf("route %s includes virtual-host rate limits; this view does not read them", rt.GetName())
 	}
+	if len(action.GetRateLimits()) > 0 {
+		g.rateLimitFilterOf(t, rt)
+	}
 	req := &rlsv3.RateLimitRequest{Domain: g.domain}
 	for _, rl := range action.GetRateLimits() {
-		if rl.GetStage().GetValue() != 0 || rl.GetDisableKey() != "" || rl.GetLimit() != nil || rl.GetHitsAddend() != nil || rl.GetApplyOnStreamDone() {
+		if rl.GetDisableKey() != "" || rl.GetLimit() != nil || rl.GetHitsAddend() != nil || rl.GetApplyOnStreamDone() {
 			t.Fatalf("route %s: rate limit %v uses what this view does not read", rt.GetName(), rl)
 		}
 		if d := descriptor(t, rt, rl.GetActions(), r); d != nil {
@@ -470,4 +532,48 @@ func (g *gatewayView) clientRateLimitHeaders(resp *rlsv3.RateLimitResponse) []st
 		}
 	}
 	return out
+}
+
+// rateLimitOutcome is what the gateway's ratelimit filter does with one
+// request.
+type rateLimitOutcome struct {
+	filter rateLimitFilter
+	req    *rlsv3.RateLimitRequest // nil: no descriptor, no call
+	resp   *rlsv3.RateLimitResponse
+	err    error // the call failed or was late
+	// status is what Envoy answers the client instead of forwarding the
+	// request; 0 when the request goes on.
+	status int
+}
+
+// limit makes the ShouldRateLimit call Envoy would make for r on route rt
+// through rls, with the timeout of the route's filter (or, when within is
+// set, that long: a test that wants answers, not timing, on a loaded
+// machine), and applies the filter's answer: OVER_LIMIT is a 429; a failed
+// or late call is statusOnError under failure_mode_deny and lets the
+// request through otherwise.
+func (g *gatewayView) limit(t *testing.T, rls rlsv3.RateLimitServiceClient, rt *routev3.Route, r *httpRequest, within time.Duration) rateLimitOutcome {
+	t.Helper()
+	var o rateLimitOutcome
+	if o.req = g.rateLimitRequest(t, rt, r); o.req == nil {
+		return o
+	}
+	o.filter = g.rateLimitFilterOf(t, rt)
+	if within == 0 {
+		within = o.filter.timeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	o.resp, o.err = rls.ShouldRateLimit(ctx, o.req)
+	switch {
+	case o.err != nil && o.filter.failureModeDeny:
+		o.status = o.filter.statusOnError
+	case o.err != nil:
+	case o.resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+		o.status = http.StatusTooManyRequests
+	case o.resp.GetOverallCode() != rlsv3.RateLimitResponse_OK:
+		// Envoy's gRPC client reads UNKNOWN as an error.
+		t.Fatalf("route %s: ShouldRateLimit answered %v", rt.GetName(), o.resp.GetOverallCode())
+	}
+	return o
 }

@@ -26,8 +26,9 @@ import (
 // resource validation: LDS API listener, RDS, CDS, EDS) and routes an RPC
 // with it. The config also carries everything the Envoy gateway needs
 // (optional filters, FilterConfig-wrapped per-route configs, retries, rate
-// limits, buffer limits, websocket, header canaries, method matchers, a
-// MAGLEV/TLS cluster grpc never asks for); any NACK fails the test.
+// limits on the fail-closed stage, buffer limits, websocket, header
+// canaries, method matchers, a MAGLEV/TLS cluster grpc never asks for); any
+// NACK fails the test.
 func TestProxylessGRPCAcceptsSnapshot(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -79,6 +80,10 @@ func TestProxylessGRPCAcceptsSnapshot(t *testing.T) {
 	cfg.Routes["web"] = &spec.Route{Name: "web", Cluster: "gateway-only", WebSocket: true,
 		Match:  spec.RouteMatch{Hosts: []string{"www.portico.test"}, PathPrefix: "/web", Methods: []string{"GET", "POST"}, Headers: []spec.HeaderMatch{{Name: "x-a", Regex: "b+"}}},
 		Canary: &spec.HeaderCanary{Header: "x-canary", Value: "1", Cluster: "grpc-main"}}
+	// A CLOSED rule: grpc-all's rate limits go to stage 1, and the API
+	// listeners carry the fail-closed ratelimit filter too (optional).
+	cfg.RateLimitRules["per-consumer"] = &spec.RateLimitRule{Name: "per-consumer", Domain: DefaultRateLimitDomain,
+		Descriptors: []spec.RuleDescriptor{{Key: "consumer"}}, Limit: 5, Window: spec.Duration(time.Second), FailMode: spec.FailClosed}
 	snap, err := Compile(cfg, Options{DefaultMaxRequestBytes: 4096, XFFNumTrustedHops: 2})
 	if err != nil {
 		t.Fatal(err)

@@ -35,8 +35,13 @@ import (
 const (
 	FilterHeaderMutation = "envoy.filters.http.header_mutation"
 	FilterExtAuthz       = "envoy.filters.http.ext_authz"
-	FilterRateLimit      = "envoy.filters.http.ratelimit"
-	FilterBuffer         = "envoy.filters.http.buffer"
+	// FilterRateLimit and FilterRateLimitFailClosed are the two instances
+	// of Envoy's ratelimit filter, on stages RateLimitStageOpen and
+	// RateLimitStageClosed (failclosed.go). Envoy picks the implementation
+	// by the typed_config's type, so the second may have a name of its own.
+	FilterRateLimit           = "envoy.filters.http.ratelimit"
+	FilterRateLimitFailClosed = "envoy.filters.http.ratelimit.fail_closed"
+	FilterBuffer              = "envoy.filters.http.buffer"
 	// FilterAdmissionControl and FilterAdaptiveConcurrency are in the chain
 	// only when a route turns them on, disabled by default.
 	FilterAdmissionControl    = "envoy.filters.http.admission_control"
@@ -47,6 +52,10 @@ const (
 	stdoutLogger     = "envoy.access_loggers.stdout"
 	extAuthzTimeout  = 200 * time.Millisecond
 	rateLimitTimeout = 20 * time.Millisecond
+	// rateLimitClosedTimeout is longer: past it a fail-closed route refuses
+	// the request (a failed login or payment) instead of letting it through
+	// unchecked, so a short hiccup should not count as an outage.
+	rateLimitClosedTimeout = 50 * time.Millisecond
 )
 
 // PorticoHeaderPrefix marks headers only Portico (extauthz) may set; the
@@ -181,6 +190,11 @@ func (c *compiler) needsBuffer() bool {
 //
 // headersKB and bodyBytes are the listener's header cap and default body
 // limit (0 bodyBytes: only routes with their own limit have one).
+//
+// Order: header_mutation (client copies of Portico's headers go before
+// anything reads them), ext_authz, then the ratelimit filters (their
+// descriptors read the identity headers ext_authz sets), the overload and
+// buffer filters, the router.
 func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnectionManager, error) {
 	type filter struct {
 		name     string
@@ -198,20 +212,10 @@ func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnec
 			FailureModeAllow:       false,
 			IncludePeerCertificate: false,
 		}, false},
-		{FilterRateLimit, &ratelimitv3.RateLimit{
-			Domain:          c.opts.RateLimitDomain,
-			Timeout:         durationpb.New(rateLimitTimeout),
-			FailureModeDeny: false,
-			RateLimitService: &ratelimitconfv3.RateLimitServiceConfig{
-				GrpcService: &corev3.GrpcService{
-					TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: RateLimitCluster}},
-				},
-				TransportApiVersion: corev3.ApiVersion_V3,
-			},
-			// No EnableXRatelimitHeaders: ratelimitsvc returns X-RateLimit-*
-			// (and Retry-After) for the most restrictive rule itself; Envoy's
-			// own draft-03 set would give clients every header twice.
-		}, false},
+		{FilterRateLimit, c.rateLimitFilter(false), false},
+	}
+	if c.usesFailClosed() {
+		filters = append(filters, filter{FilterRateLimitFailClosed, c.rateLimitFilter(true), false})
 	}
 	ov := c.usesOverload()
 	if ov.AdmissionControl {
@@ -287,6 +291,37 @@ func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnec
 		h.XffNumTrustedHops = 0
 	}
 	return h, nil
+}
+
+// rateLimitFilter is the ratelimit filter of the open stage, or with
+// closed of the fail-closed one (see RateLimitStageOpen).
+func (c *compiler) rateLimitFilter(closed bool) *ratelimitv3.RateLimit {
+	rl := &ratelimitv3.RateLimit{
+		Domain:          c.opts.RateLimitDomain,
+		Stage:           RateLimitStageOpen,
+		Timeout:         durationpb.New(rateLimitTimeout),
+		FailureModeDeny: false,
+		RateLimitService: &ratelimitconfv3.RateLimitServiceConfig{
+			GrpcService: &corev3.GrpcService{
+				TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: RateLimitCluster}},
+			},
+			TransportApiVersion: corev3.ApiVersion_V3,
+		},
+		// No EnableXRatelimitHeaders: ratelimitsvc returns X-RateLimit-*
+		// (and Retry-After) for the most restrictive rule itself; Envoy's
+		// own draft-03 set would give clients every header twice.
+	}
+	if closed {
+		rl.Stage = RateLimitStageClosed
+		rl.Timeout = durationpb.New(rateLimitClosedTimeout)
+		rl.FailureModeDeny = true
+		// 503, not Envoy's default 500: the limiter is unavailable, the
+		// request was not processed and may be retried; and not 429,
+		// which would tell the client it went over its limit.
+		rl.StatusOnError = &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable}
+		rl.StatPrefix = "fail_closed"
+	}
+	return rl
 }
 
 func headerMutation() *headermutationv3.HeaderMutation {

@@ -226,6 +226,7 @@ func (c *compiler) routes(r *spec.Route) ([]*routev3.Route, error) {
 	if err != nil {
 		return nil, err
 	}
+	stage := c.rateLimitStage(r)
 	var out []*routev3.Route
 	for _, v := range variants(r) {
 		m, err := routeMatch(r, v)
@@ -235,7 +236,7 @@ func (c *compiler) routes(r *spec.Route) ([]*routev3.Route, error) {
 		out = append(out, &routev3.Route{
 			Name:                   r.Name + v.suffix,
 			Match:                  m,
-			Action:                 &routev3.Route_Route{Route: routeAction(r, v)},
+			Action:                 &routev3.Route_Route{Route: routeAction(r, v, stage)},
 			RequestHeadersToAdd:    headersToAdd(r),
 			RequestHeadersToRemove: headersToRemove(r),
 			TypedPerFilterConfig:   perFilter,
@@ -311,7 +312,9 @@ func methodMatcher(methods []string) *routev3.HeaderMatcher {
 	return &routev3.HeaderMatcher{Name: ":method", HeaderMatchSpecifier: stringMatch(sm)}
 }
 
-func routeAction(r *spec.Route, v variant) *routev3.RouteAction {
+// routeAction compiles the action of variant v of r; its rate limits go to
+// rateLimitStage (failclosed.go).
+func routeAction(r *spec.Route, v variant, rateLimitStage uint32) *routev3.RouteAction {
 	a := &routev3.RouteAction{}
 	switch {
 	case v.canary:
@@ -350,6 +353,9 @@ func routeAction(r *spec.Route, v variant) *routev3.RouteAction {
 	}
 	for _, rl := range r.RateLimits {
 		out := &routev3.RateLimit{}
+		if rateLimitStage != RateLimitStageOpen {
+			out.Stage = wrapperspb.UInt32(rateLimitStage)
+		}
 		for _, d := range rl.Descriptors {
 			out.Actions = append(out.Actions, rateLimitAction(d))
 		}
