@@ -2,7 +2,9 @@
 // counters, in memory or in Redis, with identical semantics. One Check
 // decides a whole request: it evaluates every item and commits only if no
 // vetoing item is denied (check-all-then-commit), so a denied request
-// consumes nothing.
+// consumes nothing. On a Redis Cluster that is atomic per hash slot: items
+// of several slots are committed slot by slot and given back when another
+// slot denies (see Redis.checkSpread for the exact guarantee).
 //
 // Arithmetic is in integers so that Go (int64) and Redis Lua (float64)
 // agree exactly: a token bucket stores tokens × window-in-ms ("units"), so
@@ -30,8 +32,9 @@ const (
 
 // Item is one bucket a request touches.
 type Item struct {
-	// Key names the bucket. Within one Check, keys should share a Redis
-	// Cluster hash tag; callers build them.
+	// Key names the bucket; callers build them. On a Redis Cluster, the
+	// keys of one Check that share a hash tag are decided by one script,
+	// the keys of each other tag by one more.
 	Key      string
 	Kind     Kind
 	Limit    uint64

@@ -48,36 +48,64 @@ func prefix(t testing.TB) string {
 	return "portico:test:" + t.Name() + ":" + hex.EncodeToString(b[:]) + ":"
 }
 
-// backends returns the memory store and a Redis store, both on clk.
-func backends(t *testing.T, clk *clock) map[string]store {
+// backends returns the memory store, a Redis store and, when cluster is
+// set, a store on that Redis Cluster, all on clk.
+func backends(t *testing.T, clk *clock, cluster redis.UniversalClient) map[string]store {
 	mem := bucket.NewMemory()
 	mem.Now = clk.Now
 	addr := testdeps.Redis(t)
 	c := bucket.NewRedisClient(addr)
 	t.Cleanup(func() { _ = c.Close() })
+	st := map[string]store{"memory": mem, "redis": redisStore(t, c, clk)}
+	if cluster != nil {
+		st["cluster"] = redisStore(t, cluster, clk)
+	}
+	return st
+}
+
+func redisStore(t *testing.T, c redis.UniversalClient, clk *clock) *bucket.Redis {
+	t.Helper()
 	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: c, Timeout: 2 * time.Second, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]store{"memory": mem, "redis": rd}
+	return rd
 }
 
-// TestScripts runs every testdata script against both stores with injected
-// time. Script lines:
+// redisCluster starts a 3-primary Redis Cluster for t and returns a client
+// of it (seeded with every primary, as a deployment would be).
+func redisCluster(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	var seeds []string
+	for _, p := range testdeps.RedisCluster(t, 3) {
+		seeds = append(seeds, p.Addr)
+	}
+	c := bucket.NewClient(bucket.ClientConfig{Addr: strings.Join(seeds, ",")})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestScripts runs every testdata script against the memory store, Redis
+// and a Redis Cluster, with injected time. Every rule's bucket has a hash
+// tag of its own, so on the Cluster a check of several rules is decided
+// slot by slot (and given back when denied) — with the same answers.
+// Script lines:
 //
 //	rule <name> tb|fw|sw limit=N [burst=N] window=D
 //	advance D
 //	check <name,...> [cost=N] [lease=N] [shadow=name,...]
 //	=> <expected decision>
 func TestScripts(t *testing.T) {
+	t.Parallel() // each starts a Cluster of its own: overlap the starts
 	files, _ := filepath.Glob("testdata/*.txt")
 	if len(files) == 0 {
 		t.Fatal("no scripts")
 	}
+	cluster := redisCluster(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			clk := &clock{}
-			for name, st := range backends(t, clk) {
+			for name, st := range backends(t, clk, cluster) {
 				t.Run(name, func(t *testing.T) {
 					clk.ms.Store(base.UnixMilli())
 					runScript(t, f, st, clk, prefix(t))
@@ -104,7 +132,7 @@ func runScript(t *testing.T, file string, st store, clk *clock, pfx string) {
 		f := strings.Fields(line)
 		switch f[0] {
 		case "rule":
-			it := bucket.Item{Key: pfx + "{t}:" + f[1], Veto: true}
+			it := bucket.Item{Key: pfx + "{" + f[1] + "}", Veto: true}
 			switch f[2] {
 			case "fw":
 				it.Kind = bucket.FixedWindow
@@ -278,15 +306,19 @@ func TestRedisNoScriptReloads(t *testing.T) {
 	}
 }
 
-// TestMemoryMatchesRedis drives both stores with the same random requests
-// (every kind, odd limits and windows, costs, leases, shadow items, time
-// jumps within and across windows) and requires identical decisions: the Go
-// arithmetic and check.lua must never drift apart.
+// TestMemoryMatchesRedis drives the three stores with the same random
+// requests (every kind, odd limits and windows, costs, leases, shadow items,
+// time jumps within and across windows) and requires identical decisions:
+// the Go arithmetic and check.lua must never drift apart, and on the Cluster,
+// where the buckets of one request lie in several slots, giving back the
+// commits of a denied request (refund.lua) must leave every bucket as if it
+// had never been checked.
 func TestMemoryMatchesRedis(t *testing.T) {
+	t.Parallel() // each starts a Cluster of its own: overlap the starts
 	clk := &clock{}
 	clk.ms.Store(base.UnixMilli() + 12_345)
-	st := backends(t, clk)
-	mem, rd := st["memory"], st["redis"]
+	st := backends(t, clk, redisCluster(t))
+	mem := st["memory"]
 	pfx := prefix(t)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -295,7 +327,7 @@ func TestMemoryMatchesRedis(t *testing.T) {
 	var pool []bucket.Item
 	for i := range 12 {
 		it := bucket.Item{
-			Key:    fmt.Sprintf("%s{t}:%d", pfx, i),
+			Key:    fmt.Sprintf("%s{%d}", pfx, i),
 			Kind:   bucket.Kind(i % 3),
 			Limit:  1 + rng.Uint64N(20),
 			Window: windows[rng.IntN(len(windows))],
@@ -325,13 +357,20 @@ func TestMemoryMatchesRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := rd.Check(ctx, req)
-		if err != nil {
-			t.Fatal(err)
+		for _, name := range []string{"redis", "cluster"} {
+			b, err := st[name].Check(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(a) != fmt.Sprint(b) {
+				t.Fatalf("step %d (seed %d): %+v\nmemory  %+v\n%-7s %+v", step, seed, req, a, name, b)
+			}
 		}
-		if fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Fatalf("step %d (seed %d): %+v\nmemory %+v\nredis  %+v", step, seed, req, a, b)
-		}
+	}
+	given, failed := st["cluster"].(*bucket.Redis).Refunds()
+	t.Logf("cluster refunds: %d given, %d failed", given, failed)
+	if given == 0 || failed != 0 {
+		t.Fatalf("cluster refunds: %d given, %d failed; want some given and none failed", given, failed)
 	}
 }
 
@@ -365,6 +404,67 @@ func TestMemoryConcurrentMultiKey(t *testing.T) {
 	wg.Wait()
 	for k := range keys {
 		d, _ := m.Check(context.Background(), []bucket.Item{item(k, 0)})
+		used := int64(limit - d.Results[0].Remaining)
+		if used != taken[k].Load() || used > limit {
+			t.Errorf("key %d: store used %d, committed requests took %d (limit %d)", k, used, taken[k].Load(), limit)
+		}
+	}
+}
+
+// TestClusterConcurrentMultiSlot is TestMemoryConcurrentMultiKey on a Redis
+// Cluster with every key in a slot of its own: requests over two slots at
+// once, many denied (and given back) as keys run dry. In the end every
+// key's count equals the committed requests that include it, never above
+// its limit: no overshoot, and every denied request's commits were given
+// back.
+func TestClusterConcurrentMultiSlot(t *testing.T) {
+	t.Parallel() // each starts a Cluster of its own: overlap the starts
+	c := redisCluster(t)
+	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: c, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pfx := prefix(t)
+	// A day to refill one token bucket: nothing refills during the test.
+	const limit, keys = 150, 8
+	item := func(k int, cost uint64) bucket.Item {
+		return bucket.Item{Key: fmt.Sprintf("%s{%d}", pfx, k), Limit: limit, Capacity: limit, Window: limit * 24 * time.Hour, Cost: cost, Veto: true}
+	}
+	var wg sync.WaitGroup
+	var taken [keys]atomic.Int64
+	var denied atomic.Int64
+	for g := range 32 {
+		wg.Go(func() {
+			for i := range 40 {
+				a, b := (g+i)%keys, (g*7+i*3)%keys
+				if a == b {
+					b = (b + 1) % keys
+				}
+				d, err := rd.Check(context.Background(), []bucket.Item{item(a, 1), item(b, 1)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Committed {
+					taken[a].Add(1)
+					taken[b].Add(1)
+				} else {
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	given, failed := rd.Refunds()
+	t.Logf("%d requests denied, %d refunds given, %d failed", denied.Load(), given, failed)
+	if denied.Load() == 0 || given == 0 || failed != 0 {
+		t.Fatalf("want denials and refunds, none failed")
+	}
+	for k := range keys {
+		d, err := rd.Check(context.Background(), []bucket.Item{item(k, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
 		used := int64(limit - d.Results[0].Remaining)
 		if used != taken[k].Load() || used > limit {
 			t.Errorf("key %d: store used %d, committed requests took %d (limit %d)", k, used, taken[k].Load(), limit)

@@ -1,13 +1,16 @@
 -- Check-all-then-commit over every bucket of one request (see bucket.go;
 -- this must stay equivalent to eval there).
--- KEYS[i]: bucket keys, sharing one hash tag.
+-- KEYS[i]: bucket keys, all in one hash slot (on a Cluster, Redis refuses
+--   anything else).
 -- ARGV[1]: now in ms, or "" to use Redis TIME (the production path).
 -- ARGV[2+7(i-1) ..]: kind ("t" token bucket | "f" fixed window | "s" sliding
 --   window counter), limit,
 --   capacity, window ms, cost, veto ("1" = a denial blocks the commit),
 --   lease (extra tokens to take on commit, as many as are left, at most this).
--- Returns {committed, then per key: allowed, remaining, retry ms, reset ms,
---   leased}.
+-- Returns {committed, now ms, then per key: allowed, remaining, retry ms,
+--   reset ms, leased, reset ms before this call}. The last one and now are for
+--   a caller that may have to give a commit back (refund.lua): a request
+--   whose keys span several slots is committed slot by slot.
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -28,6 +31,12 @@ local function fdiv(a, b)
   local q = math.floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
+end
+
+-- slidingReset is when a sliding window's estimate reaches zero (bucket.go).
+local function slidingReset(cur, prev, e, win)
+  if cur > 0 then return 2 * win - e elseif prev > 0 then return win - e end
+  return 0
 end
 
 local n = #KEYS
@@ -81,7 +90,7 @@ for i = 1, n do
   st[i] = r
 end
 
-local out = { commit and 1 or 0 }
+local out = { commit and 1 or 0, now }
 for i = 1, n do
   local r = st[i]
   local done = commit and r.allowed
@@ -99,9 +108,10 @@ for i = 1, n do
       v = v - leased * r.win
     end
   end
-  local rem, retry, reset
+  local rem, retry, reset, before
   if r.kind == 'f' then
     local endms = (r.w + 1) * r.win - now
+    before = endms
     if done then
       redis.call('HSET', KEYS[i], 'w', r.w, 'c', v)
       redis.call('PEXPIRE', KEYS[i], math.max(endms, 1000))
@@ -120,8 +130,7 @@ for i = 1, n do
     end
     local used = r.prev * (r.win - r.e) + cur * r.win
     rem = fdiv(math.max(0, r.capU - used), r.win)
-    reset = 0
-    if cur > 0 then reset = 2 * r.win - r.e elseif r.prev > 0 then reset = r.win - r.e end
+    reset, before = slidingReset(cur, r.prev, r.e, r.win), slidingReset(r.cur, r.prev, r.e, r.win)
     retry = 0
     if not r.allowed then
       local at
@@ -140,7 +149,7 @@ for i = 1, n do
       redis.call('PEXPIRE', KEYS[i], math.max(2 * ceildiv(r.capU, r.limit), 1000))
     end
     rem = math.floor(v / r.win)
-    reset = ceildiv(r.capU - v, r.limit)
+    reset, before = ceildiv(r.capU - v, r.limit), ceildiv(r.capU - r.old, r.limit)
     retry = 0
     if not r.allowed then retry = ceildiv(r.costU - r.old, r.limit) end
   end
@@ -149,5 +158,6 @@ for i = 1, n do
   out[#out + 1] = retry
   out[#out + 1] = reset
   out[#out + 1] = leased
+  out[#out + 1] = before
 end
 return out

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
@@ -50,21 +51,27 @@ type RedisConfig struct {
 
 // Redis is the shared store: one EVALSHA per Check runs check.lua, which
 // evaluates every item and commits only if all vetoing items allow. Time
-// comes from Redis TIME, so gateway clocks do not matter.
+// comes from Redis TIME, so gateway clocks do not matter. On a Cluster, a
+// script may only touch keys of one hash slot: a Check whose keys have
+// several hash tags runs one script per tag and gives back the commits of
+// a denied request (checkSpread, which states what that guarantees).
 //
-// Each shard (the master owning the request's hash slot; the one server
+// Each shard (on a Cluster the master owning a slot; the one server
 // otherwise) has a circuit breaker, so an outage costs one timeout per
 // probe, not one per request: while it is open, Check fails at once with
 // ErrBreakerOpen, and the first success after a probe closes it.
 type Redis struct {
-	cfg      RedisConfig
-	sha      string
-	cluster  *redis.ClusterClient
-	breakers sync.Map // shard name -> circuitbreaker.CircuitBreaker[any]
+	cfg       RedisConfig
+	sha       string
+	refundSHA string
+	cluster   *redis.ClusterClient
+	breakers  sync.Map // shard name -> circuitbreaker.CircuitBreaker[any]
+
+	refundsGiven, refundsFailed atomic.Uint64
 }
 
 // NewRedis returns a store on cfg.Client. It does not contact Redis: the
-// script is loaded on first NOSCRIPT.
+// scripts are loaded on first NOSCRIPT.
 func NewRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("bucket: RedisConfig.Client is required")
@@ -78,7 +85,7 @@ func NewRedis(cfg RedisConfig) (*Redis, error) {
 	if cfg.BreakerDelay <= 0 {
 		cfg.BreakerDelay = DefaultBreakerDelay
 	}
-	r := &Redis{cfg: cfg, sha: redis.NewScript(checkLua).Hash()}
+	r := &Redis{cfg: cfg, sha: redis.NewScript(checkLua).Hash(), refundSHA: redis.NewScript(refundLua).Hash()}
 	r.cluster, _ = cfg.Client.(*redis.ClusterClient)
 	return r, nil
 }
@@ -172,31 +179,66 @@ func NewClient(cfg ClientConfig) redis.UniversalClient {
 func NewRedisClient(addr string) redis.UniversalClient { return NewClient(ClientConfig{Addr: addr}) }
 
 // Check runs the script once (plus SCRIPT LOAD and one retry on NOSCRIPT),
-// unless the shard's breaker is open. Errors wrap ErrBackend (and
-// ErrBreakerOpen when the breaker refused the call).
+// unless the shard's breaker is open. On a Cluster, items whose keys have
+// different hash tags are decided by checkSpread instead. Errors wrap
+// ErrBackend (and ErrBreakerOpen when a breaker refused the call).
 func (r *Redis) Check(ctx context.Context, items []Item) (Decision, error) {
 	if len(items) == 0 {
 		return Decision{Committed: true}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	if r.cluster != nil {
+		if groups := tagGroups(items); groups != nil {
+			return r.checkSpread(ctx, items, groups)
+		}
+	}
 	shard := r.shard(ctx, items[0].Key)
 	cb := r.breaker(shard)
 	if !cb.TryAcquirePermit() {
 		return Decision{}, fmt.Errorf("%w: shard %s: %w", ErrBackend, shard, ErrBreakerOpen)
 	}
-	d, err := r.check(ctx, items)
+	rep, err := r.check(ctx, items)
 	if err != nil {
 		// Every failure counts, a cancelled caller's too: a half-open probe
 		// must record an outcome or the breaker would never decide.
 		cb.RecordFailure()
-		return d, err
+		return Decision{}, err
 	}
 	cb.RecordSuccess()
+	d := Decision{Committed: rep.committed(), Results: make([]Result, len(items))}
+	for i := range items {
+		d.Results[i] = rep.result(i)
+	}
 	return d, nil
 }
 
-func (r *Redis) check(ctx context.Context, items []Item) (Decision, error) {
+// reply is check.lua's answer: committed, now (ms), then replyWidth values
+// per item.
+type reply []int64
+
+const replyWidth = 6
+
+func (p reply) committed() bool { return p[0] == 1 }
+func (p reply) now() int64      { return p[1] }
+
+func (p reply) result(i int) Result {
+	o := 2 + replyWidth*i
+	return Result{
+		Allowed:    p[o] == 1,
+		Remaining:  uint64(max(0, p[o+1])),
+		RetryAfter: time.Duration(p[o+2]) * time.Millisecond,
+		ResetAfter: time.Duration(p[o+3]) * time.Millisecond,
+		Leased:     uint64(max(0, p[o+4])),
+	}
+}
+
+// resetBefore is item i's ResetAfter as it was before this call committed.
+func (p reply) resetBefore(i int) time.Duration {
+	return time.Duration(p[2+replyWidth*i+5]) * time.Millisecond
+}
+
+func (r *Redis) check(ctx context.Context, items []Item) (reply, error) {
 	keys := make([]string, len(items))
 	args := make([]any, 1, 1+7*len(items))
 	args[0] = ""
@@ -205,50 +247,54 @@ func (r *Redis) check(ctx context.Context, items []Item) (Decision, error) {
 	}
 	for i, it := range items {
 		keys[i] = it.Key
-		kind := "t"
-		switch it.Kind {
-		case FixedWindow:
-			kind = "f"
-		case SlidingWindow:
-			kind = "s"
-		}
 		veto := "0"
 		if it.Veto {
 			veto = "1"
 		}
-		args = append(args, kind, it.Limit, it.Capacity, it.Window.Milliseconds(), it.Cost, veto, it.Lease)
+		args = append(args, it.Kind.code(), it.Limit, it.Capacity, it.Window.Milliseconds(), it.Cost, veto, it.Lease)
 	}
-	res, err := r.cfg.Client.EvalSha(ctx, r.sha, keys, args...).Result()
+	res, err := r.eval(ctx, r.sha, checkLua, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	vals, ok := res.([]any)
+	if !ok || len(vals) != 2+replyWidth*len(items) {
+		return nil, fmt.Errorf("%w: unexpected script reply %v", ErrBackend, res)
+	}
+	n := make(reply, len(vals))
+	for i, v := range vals {
+		if n[i], ok = v.(int64); !ok {
+			return nil, fmt.Errorf("%w: unexpected script reply %v", ErrBackend, res)
+		}
+	}
+	return n, nil
+}
+
+// eval runs a script by its SHA, loading it on NOSCRIPT (after a restart
+// or failover; on a Cluster, SCRIPT LOAD goes to every primary) and trying
+// once more.
+func (r *Redis) eval(ctx context.Context, sha, src string, keys []string, args []any) (any, error) {
+	res, err := r.cfg.Client.EvalSha(ctx, sha, keys, args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		if err = r.cfg.Client.ScriptLoad(ctx, checkLua).Err(); err == nil {
-			res, err = r.cfg.Client.EvalSha(ctx, r.sha, keys, args...).Result()
+		if err = r.cfg.Client.ScriptLoad(ctx, src).Err(); err == nil {
+			res, err = r.cfg.Client.EvalSha(ctx, sha, keys, args...).Result()
 		}
 	}
 	if err != nil {
-		return Decision{}, fmt.Errorf("%w: %w", ErrBackend, err)
+		return nil, fmt.Errorf("%w: %w", ErrBackend, err)
 	}
-	vals, ok := res.([]any)
-	if !ok || len(vals) != 1+5*len(items) {
-		return Decision{}, fmt.Errorf("%w: unexpected script reply %v", ErrBackend, res)
+	return res, nil
+}
+
+// code is the kind as check.lua and refund.lua spell it.
+func (k Kind) code() string {
+	switch k {
+	case FixedWindow:
+		return "f"
+	case SlidingWindow:
+		return "s"
 	}
-	n := make([]int64, len(vals))
-	for i, v := range vals {
-		if n[i], ok = v.(int64); !ok {
-			return Decision{}, fmt.Errorf("%w: unexpected script reply %v", ErrBackend, res)
-		}
-	}
-	d := Decision{Committed: n[0] == 1, Results: make([]Result, len(items))}
-	for i := range items {
-		o := 1 + 5*i
-		d.Results[i] = Result{
-			Allowed:    n[o] == 1,
-			Remaining:  uint64(max(0, n[o+1])),
-			RetryAfter: time.Duration(n[o+2]) * time.Millisecond,
-			ResetAfter: time.Duration(n[o+3]) * time.Millisecond,
-			Leased:     uint64(max(0, n[o+4])),
-		}
-	}
-	return d, nil
+	return "t"
 }
 
 // Ping checks that Redis answers, for readiness.
