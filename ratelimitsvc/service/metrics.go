@@ -25,8 +25,9 @@ type metrics struct {
 }
 
 // newMetrics registers the metrics; degraded, when set, reports how many
-// backend shards are degraded (breaker not closed).
-func newMetrics(reg prometheus.Registerer, degraded func() float64) (*metrics, error) {
+// backend shards are degraded (breaker not closed), and refunds how many
+// commits of requests denied across Redis Cluster slots were given back.
+func newMetrics(reg prometheus.Registerer, degraded func() float64, refunds func() (given, failed uint64)) (*metrics, error) {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_ratelimitsvc_decisions_total",
@@ -65,7 +66,19 @@ func newMetrics(reg prometheus.Registerer, degraded func() float64) (*metrics, e
 		Name: "portico_ratelimitsvc_degraded",
 		Help: "Bucket store shards whose circuit breaker is open or half-open; while above 0, requests to them are decided by fail mode.",
 	}, degraded)
-	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.breakerRejected, m.leaseLocal, gauge, m.latency, m.replicas} {
+	if refunds == nil {
+		refunds = func() (uint64, uint64) { return 0, 0 }
+	}
+	refundOpts := func(result string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{
+			Name:        "portico_ratelimitsvc_refunds_total",
+			Help:        "Redis Cluster slots whose commit was given back because another slot of the request denied it (or failed), by result (given, failed: those tokens stay consumed).",
+			ConstLabels: prometheus.Labels{"result": result},
+		}
+	}
+	given := prometheus.NewCounterFunc(refundOpts("given"), func() float64 { g, _ := refunds(); return float64(g) })
+	failed := prometheus.NewCounterFunc(refundOpts("failed"), func() float64 { _, f := refunds(); return float64(f) })
+	for _, c := range []prometheus.Collector{m.decisions, m.backendErrors, m.degraded, m.breakerRejected, m.leaseLocal, gauge, m.latency, m.replicas, given, failed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("service: metrics: %w", err)
 		}

@@ -48,7 +48,8 @@ type Config struct {
 	Rules *rules.Live
 	// Backend stores buckets (required).
 	Backend Backend
-	// KeyPrefix starts every bucket key (default DefaultKeyPrefix).
+	// KeyPrefix starts every bucket key (default DefaultKeyPrefix); no
+	// braces: the key's hash tag follows it.
 	KeyPrefix string
 	// Registerer receives the metrics (default: a private registry).
 	Registerer prometheus.Registerer
@@ -79,6 +80,12 @@ var _ Publisher = (*throttle.Queue)(nil)
 type degradedReporter interface{ Degraded() int }
 
 var _ degradedReporter = (*bucket.Redis)(nil)
+
+// refundReporter is implemented by backends that decide a request slot by
+// slot on a Redis Cluster and give back the commits of a denied one.
+type refundReporter interface{ Refunds() (given, failed uint64) }
+
+var _ refundReporter = (*bucket.Redis)(nil)
 
 // Service is the RateLimitService. It is safe for concurrent use.
 type Service struct {
@@ -117,6 +124,10 @@ func New(cfg Config) (*Service, error) {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = DefaultKeyPrefix
 	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		// Redis Cluster would hash the prefix's braces: every bucket in one slot.
+		return nil, fmt.Errorf("service: Config.KeyPrefix %q must not contain { or }", cfg.KeyPrefix)
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -130,7 +141,11 @@ func New(cfg Config) (*Service, error) {
 	if d, ok := cfg.Backend.(degradedReporter); ok {
 		degraded = func() float64 { return float64(d.Degraded()) }
 	}
-	m, err := newMetrics(cfg.Registerer, degraded)
+	var refunds func() (uint64, uint64)
+	if r, ok := cfg.Backend.(refundReporter); ok {
+		refunds = r.Refunds
+	}
+	m, err := newMetrics(cfg.Registerer, degraded, refunds)
 	if err != nil {
 		return nil, err
 	}
@@ -459,23 +474,23 @@ func clampCost(it bucket.Item, cost uint64) uint64 {
 	return min(cost, most+1)
 }
 
-// key names a bucket: prefix{domain}:rule:window-ms:k=v&k=v. Every key of a
-// request shares the hash tag {domain}, so one script can touch them all on
-// a Redis Cluster (at the cost of one slot per domain; per-tenant tags are a
-// later increment). A new limit or burst keeps the bucket (capacity is a
-// script argument); a new window starts a fresh one, because stored tokens
-// are scaled by the window.
+// key names a bucket: prefix{domain|k=v&k=v}:rule:window-ms, everything
+// between the braces query-escaped. The hash tag is the domain and the
+// descriptor's entries as the bucket counts them (a shared wildcard's
+// pattern, not the value), so on a Redis Cluster the buckets of different
+// callers spread over the slots while a bucket's key depends on nothing but
+// the bucket: whatever other descriptors come along in a request, and in
+// whichever order, a limit is counted in one place. A request whose
+// descriptors differ is decided slot by slot (bucket.Redis). A new limit or
+// burst keeps the bucket (capacity is a script argument); a new window
+// starts a fresh one, because stored tokens are scaled by the window.
 func (s *Service) key(domain string, r *rules.Rule, es []*rlsEntry) string {
 	var b strings.Builder
 	b.Grow(len(s.cfg.KeyPrefix) + len(domain) + len(r.ID) + 32)
 	b.WriteString(s.cfg.KeyPrefix)
 	b.WriteByte('{')
-	b.WriteString(domain)
-	b.WriteString("}:")
-	b.WriteString(r.ID)
-	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(r.Window.Milliseconds(), 10))
-	b.WriteByte(':')
+	b.WriteString(url.QueryEscape(domain))
+	b.WriteByte('|')
 	for i, e := range es {
 		if i > 0 {
 			b.WriteByte('&')
@@ -488,6 +503,10 @@ func (s *Service) key(domain string, r *rules.Rule, es []*rlsEntry) string {
 			b.WriteString(url.QueryEscape(e.GetValue()))
 		}
 	}
+	b.WriteString("}:")
+	b.WriteString(r.ID)
+	b.WriteByte(':')
+	b.WriteString(strconv.FormatInt(r.Window.Milliseconds(), 10))
 	return b.String()
 }
 

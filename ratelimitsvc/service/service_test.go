@@ -679,3 +679,13 @@ func TestThrottleEvents(t *testing.T) {
 		t.Fatalf("events %q, want %q", got, want)
 	}
 }
+
+// Braces in the key prefix would become every bucket's Redis Cluster hash
+// tag, putting them all in one slot: refused.
+func TestKeyPrefixWithoutBraces(t *testing.T) {
+	for _, p := range []string{"app{x}:", "app}:"} {
+		if _, err := service.New(service.Config{Rules: rules.NewLive(), Backend: bucket.NewMemory(), KeyPrefix: p}); err == nil {
+			t.Errorf("KeyPrefix %q accepted", p)
+		}
+	}
+}

@@ -3,10 +3,17 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-io/portico/internal/testdeps"
@@ -16,131 +23,98 @@ import (
 	"github.com/portico-io/portico/ratelimitsvc/service"
 )
 
-// startCluster starts n redis-server processes and joins them into a
-// Cluster of n masters. Full coverage is not required, so the masters left
-// keep serving their slots while one is down — what a limiter wants.
-func startCluster(t *testing.T, n int) []*testdeps.RedisProc {
-	var procs []*testdeps.RedisProc
-	args := []string{"--cluster", "create"}
-	for range n {
-		p := testdeps.RedisServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "1000", "--cluster-require-full-coverage", "no")
-		procs = append(procs, p)
-		args = append(args, p.Addr)
-	}
-	if out, err := procs[0].CLI(append(args, "--cluster-replicas", "0", "--cluster-yes")...); err != nil {
-		t.Fatalf("cluster create: %v\n%s", err, out)
-	}
-	waitClusterOK(t, procs...)
-	return procs
-}
-
-func waitClusterOK(t *testing.T, procs ...*testdeps.RedisProc) {
-	t.Helper()
-	xdstest.Eventually(t, 20*time.Second, "cluster_state:ok on every node", func() bool {
-		for _, p := range procs {
-			if out, err := p.CLI("cluster", "info"); err != nil || !strings.Contains(out, "cluster_state:ok") {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// On a Redis Cluster every request's keys share the domain's hash tag, so
-// one script call decides a multi-descriptor request. When the master of
-// one domain's slot dies, that domain fails open to local buckets (its
-// breaker opens) while domains on the other masters keep their shared
+// On a Redis Cluster the buckets of different callers lie on different
+// masters. When one master dies, the buckets on it fail open to local ones
+// (its breaker opens) while buckets on the other masters keep their shared
 // state; when it returns, the breaker closes without a restart.
 func TestRedisCluster(t *testing.T) {
-	procs := startCluster(t, 3)
+	procs := testdeps.RedisCluster(t, 3)
 	client := bucket.NewClient(bucket.ClientConfig{Addr: procs[0].Addr, Cluster: true})
 	t.Cleanup(func() { _ = client.Close() })
+	warmUp(t, client)
 	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: client, Timeout: 300 * time.Millisecond, BreakerDelay: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rs []*rules.Rule
-	domains := []string{"alpha", "bravo", "charlie", "delta", "echo", "foxtrot"}
-	for _, d := range domains {
-		per := rule(d+"-consumer", 3, 0, time.Hour, "consumer", "")
-		path := rule(d+"-path", 100, 0, time.Hour, "path", "")
-		per.Domain, path.Domain = d, d
-		rs = append(rs, per, path)
-	}
-	s := newService(t, rd, rs...)
-	ctx := context.Background()
-	owner := map[string]string{}
-	for _, d := range domains {
-		m, err := client.(*redis.ClusterClient).MasterForKey(ctx, "{"+d+"}")
-		if err != nil {
-			t.Fatal(err)
-		}
-		owner[d] = m.Options().Addr
-		// Two descriptors, one script: three requests pass, the fourth is
+	s := newService(t, rd, rule("per-consumer", 3, 0, time.Hour, "consumer", ""), rule("per-path", 100, 0, time.Hour, "path", ""))
+	const consumers = 30
+	for i := range consumers {
+		// Two descriptors, two slots: three requests pass, the fourth is
 		// denied and consumes nothing from the path limit.
-		r := req(d, desc("consumer", "acme"), desc("path", "/x"))
+		r := req("portico", desc("consumer", fmt.Sprintf("c%02d", i)), desc("path", "/x"))
 		var got []string
 		for range 4 {
 			got = append(got, call(t, s, r).GetOverallCode().String())
 		}
 		if strings.Join(got, " ") != "OK OK OK OVER_LIMIT" {
-			t.Fatalf("domain %s on %s: %v", d, owner[d], got)
-		}
-		if st := call(t, s, req(d, desc("path", "/x"))).GetStatuses()[0]; st.GetLimitRemaining() != 96 {
-			t.Fatalf("domain %s: path remaining %d, want 96 (the denied request consumed nothing)", d, st.GetLimitRemaining())
+			t.Fatalf("consumer c%02d: %v", i, got)
 		}
 	}
-	served := map[string]bool{}
-	for _, a := range owner {
-		served[a] = true
-	}
-	if len(served) < 2 {
-		t.Fatalf("all domains hashed to one master %v; the test needs two", owner)
+	if st := call(t, s, req("portico", desc("path", "/x"))).GetStatuses()[0]; st.GetLimitRemaining() != 100-3*consumers-1 {
+		t.Fatalf("path remaining %d, want %d (the denied requests consumed nothing)", st.GetLimitRemaining(), 100-3*consumers-1)
 	}
 
-	// Kill the master of alpha's slot.
-	var dead *testdeps.RedisProc
+	// Which master holds each consumer's bucket.
+	owner := map[string]string{}
+	consumerKey := regexp.MustCompile(`consumer=(c\d\d)\}`)
 	for _, p := range procs {
-		if p.Addr == owner["alpha"] {
-			dead = p
+		out, err := p.CLI("--scan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range consumerKey.FindAllStringSubmatch(out, -1) {
+			owner[m[1]] = p.Addr
 		}
 	}
+	dead := procs[0]
+	var onDead, onLive []string
+	for i := range consumers {
+		c := fmt.Sprintf("c%02d", i)
+		switch owner[c] {
+		case "":
+			t.Fatalf("no bucket of %s on any master", c)
+		case dead.Addr:
+			onDead = append(onDead, c)
+		default:
+			onLive = append(onLive, c)
+		}
+	}
+	if len(onDead) < 2 || len(onLive) == 0 {
+		t.Fatalf("consumers on the master to kill %v, on the others %v; the test needs two and one", onDead, onLive)
+	}
+
 	dead.Kill()
-	fresh := req("alpha", desc("consumer", "fresh"))
 	for i := range 3 { // local bucket at 3/1 replicas
-		if resp := call(t, s, fresh); resp.GetOverallCode() != OK {
-			t.Fatalf("alpha request %d with its master down: %v, want OK (fail open)", i, resp.GetOverallCode())
+		if resp := call(t, s, req("portico", desc("consumer", onDead[0]))); resp.GetOverallCode() != OK {
+			t.Fatalf("%s request %d with its master down: %v, want OK (fail open)", onDead[0], i, resp.GetOverallCode())
 		}
 	}
 	if rd.Degraded() != 1 {
 		t.Fatalf("degraded shards %d, want 1", rd.Degraded())
 	}
-	for _, d := range domains {
-		if owner[d] == dead.Addr {
-			continue
-		}
-		// acme is spent in the shared bucket: a local fallback would admit it.
-		if resp := call(t, s, req(d, desc("consumer", "acme"))); resp.GetOverallCode() != OVER {
-			t.Fatalf("domain %s on a live master: %v, want OVER_LIMIT from the shared bucket", d, resp.GetOverallCode())
+	for _, c := range onLive {
+		// Spent in the shared bucket: a local fallback would admit it.
+		if resp := call(t, s, req("portico", desc("consumer", c))); resp.GetOverallCode() != OVER {
+			t.Fatalf("%s on a live master: %v, want OVER_LIMIT from the shared bucket", c, resp.GetOverallCode())
 		}
 	}
 
 	// The master returns (empty: no persistence); the breaker's probe
-	// closes it and alpha is shared again.
+	// closes it and its buckets are shared again.
 	dead.Start()
-	waitClusterOK(t, procs...)
-	xdstest.Eventually(t, 20*time.Second, "alpha back on Redis", func() bool {
-		call(t, s, req("alpha", desc("path", "/probe")))
+	testdeps.WaitClusterOK(t, procs...)
+	xdstest.Eventually(t, 20*time.Second, "the returned master's breaker closed", func() bool {
+		call(t, s, req("portico", desc("consumer", onDead[1])))
 		return rd.Degraded() == 0
 	})
-	back := req("alpha", desc("consumer", "back"))
+	// onDead[0] spent its local bucket during the outage; on the returned
+	// (empty) master it starts afresh.
 	var got []string
 	for range 4 {
-		got = append(got, call(t, s, back).GetOverallCode().String())
+		got = append(got, call(t, s, req("portico", desc("consumer", onDead[0]))).GetOverallCode().String())
 	}
 	if strings.Join(got, " ") != "OK OK OK OVER_LIMIT" {
-		t.Fatalf("alpha after recovery: %v", got)
+		t.Fatalf("%s after recovery: %v", onDead[0], got)
 	}
 }
 
@@ -157,6 +131,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	sentinel := testdeps.RedisSentinel(t, "rl", master, time.Second)
 	client := bucket.NewClient(bucket.ClientConfig{Addr: sentinel.Addr, MasterName: "rl"})
 	t.Cleanup(func() { _ = client.Close() })
+	warmUp(t, client)
 	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: client, Timeout: 300 * time.Millisecond, BreakerDelay: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -197,3 +172,176 @@ func TestRedisSentinelFailover(t *testing.T) {
 }
 
 var _ service.Backend = (*bucket.Redis)(nil)
+
+// TestRedisClusterSpreadsCallers: on a 3-primary Cluster, callers' buckets
+// spread over every primary, and each limit is counted once, exactly,
+// whatever other descriptors come along in a request and in whichever
+// order: a denied request consumes nothing from its other buckets, even
+// when they live in another slot. Many callers run at once, each sending
+// the same sequence of request shapes:
+//
+//	D [consumer=c, op=write] [consumer=c]   op: 2 per caller (sliding window)
+//	A [consumer=c]                          consumer: 5 per caller (token bucket)
+//	B [consumer=c] [consumer=c, path=/p]    path: 1000 per caller
+//	C [route=r] [consumer=c]                route: shared, never reached
+func TestRedisClusterSpreadsCallers(t *testing.T) {
+	procs := testdeps.RedisCluster(t, 3)
+	var seeds []string
+	for _, p := range procs {
+		seeds = append(seeds, p.Addr)
+	}
+	client := bucket.NewClient(bucket.ClientConfig{Addr: strings.Join(seeds, ",")})
+	t.Cleanup(func() { _ = client.Close() })
+	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: client, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perConsumer := rule("consumer", 5, 0, time.Hour, "consumer", "")
+	op := rule("op", 2, 0, time.Hour, "consumer", "", "op", "write")
+	op.Algorithm = rules.SlidingWindow
+	path := rule("path", 1000, 0, time.Hour, "consumer", "", "path", "")
+	route := rule("route", 1_000_000, 0, time.Hour, "route", "r")
+	route.Algorithm = rules.FixedWindow
+	live := rules.NewLive()
+	if err := live.Update(rules.SourceXDS, "1", []*rules.Rule{perConsumer, op, path, route}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s, err := service.New(service.Config{Rules: live, Backend: rd, KeyPrefix: prefix(t), Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const callers, workers = 120, 16
+	type shape struct {
+		name  string
+		build func(c string) *rlsv3.RateLimitRequest
+	}
+	d := shape{"D", func(c string) *rlsv3.RateLimitRequest {
+		return req("portico", desc("consumer", c, "op", "write"), desc("consumer", c))
+	}}
+	a := shape{"A", func(c string) *rlsv3.RateLimitRequest { return req("portico", desc("consumer", c)) }}
+	b := shape{"B", func(c string) *rlsv3.RateLimitRequest {
+		return req("portico", desc("consumer", c), desc("consumer", c, "path", "/p"))
+	}}
+	cc := shape{"C", func(c string) *rlsv3.RateLimitRequest { return req("portico", desc("route", "r"), desc("consumer", c)) }}
+	seq := []shape{d, d, d, d, a, b, cc, a, cc, b}
+	// op admits 2; the consumer's 5 are spent by D D A B C, and the denied
+	// D's gave back what they took from the consumer.
+	const want = "D:OK D:OK D:OVER_LIMIT D:OVER_LIMIT A:OK B:OK C:OK A:OVER_LIMIT C:OVER_LIMIT B:OVER_LIMIT"
+	hour := time.Now().Truncate(time.Hour)
+	got := make([]string, callers)
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < callers; i = int(next.Add(1) - 1) {
+				c := fmt.Sprintf("caller-%03d", i)
+				var out []string
+				for _, sh := range seq {
+					resp, err := s.ShouldRateLimit(context.Background(), sh.build(c))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					out = append(out, sh.name+":"+resp.GetOverallCode().String())
+				}
+				got[i] = strings.Join(out, " ")
+			}
+		})
+	}
+	wg.Wait()
+	admittedC := 0
+	for i, g := range got {
+		if g != want {
+			t.Errorf("caller-%03d:\n got  %s\n want %s", i, g, want)
+		}
+		admittedC += strings.Count(g, "C:OK")
+	}
+	// A failing store would fall back to local buckets, which give the same
+	// answers here: every request must have been decided by the cluster.
+	if n := counter(t, reg, "portico_ratelimitsvc_decisions_total", "fail_open", "local_over_limit"); n != 0 {
+		t.Errorf("%v decisions by fail mode; the cluster must decide every request", n)
+	}
+
+	// Each caller's two denied D requests (op denied in one slot) and two
+	// denied B or C requests (consumer denied) gave back the other slot.
+	if given, failed := rd.Refunds(); given != 4*callers || failed != 0 {
+		t.Errorf("refunds: %d given, %d failed; want %d given", given, failed, 4*callers)
+	}
+	if got := counter(t, reg, "portico_ratelimitsvc_refunds_total", "given"); got != 4*callers {
+		t.Errorf("portico_ratelimitsvc_refunds_total{result=given} %v, want %d", got, 4*callers)
+	}
+
+	// Every primary holds a fair part of the buckets (about a third each).
+	total := 0
+	sizes := map[string]int{}
+	for _, p := range procs {
+		out, err := p.CLI("dbsize")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(out))
+		sizes[p.Addr] = n
+		total += n
+	}
+	t.Logf("keys per primary: %v (total %d)", sizes, total)
+	for addr, n := range sizes {
+		if n < total/6 {
+			t.Errorf("primary %s holds %d of %d keys: the buckets do not spread over the cluster", addr, n, total)
+		}
+	}
+
+	// The shared route bucket counted exactly the admitted C requests: the
+	// denied ones were given back (fixed window: unless the hour turned).
+	if st := call(t, s, req("portico", desc("route", "r"))).GetStatuses()[0]; time.Now().Truncate(time.Hour).Equal(hour) {
+		if want := uint32(1_000_000 - admittedC - 1); st.GetLimitRemaining() != want {
+			t.Errorf("route remaining %d, want %d (%d admitted C requests and this one)", st.GetLimitRemaining(), want, admittedC)
+		}
+	}
+}
+
+// warmUp connects client to every master (asking the Sentinel or loading
+// the slot map first) without the store's short timeout: on a loaded test
+// machine a cold first call can outlast it and fail open, which these tests
+// would misread as a wrong answer.
+func warmUp(t *testing.T, client redis.UniversalClient) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	if c, ok := client.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Ping(ctx).Err() })
+	} else {
+		err = client.Ping(ctx).Err()
+	}
+	if err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+}
+
+// counter sums the counters name{result=<one of results>} in g.
+func counter(t *testing.T, g prometheus.Gatherer, name string, results ...string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, found := 0.0, false
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && slices.Contains(results, l.GetValue()) {
+					sum, found = sum+m.GetCounter().GetValue(), true
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no metric %s{result=%v}", name, results)
+	}
+	return sum
+}
