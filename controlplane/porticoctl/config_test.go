@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,9 +14,11 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/adminclient"
+	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/cptest"
 	"github.com/portico-io/portico/controlplane/pkitest"
 	"github.com/portico-io/portico/controlplane/porticoctl"
+	"github.com/portico-io/portico/controlplane/store"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlstest"
@@ -27,12 +30,14 @@ type cp struct {
 	t     *testing.T
 	flags []string
 	cl    *adminclient.Client
+	db    string
 }
 
 func startCP(t *testing.T) *cp {
 	t.Helper()
 	p := tlstest.New(t)
-	in := cptest.Start(t, controlplane.Config{DatabaseURL: testdeps.Postgres(t), TLS: p.Files(t, identity.ControlPlane, "cp")})
+	db := testdeps.Postgres(t)
+	in := cptest.Start(t, controlplane.Config{DatabaseURL: db, TLS: p.Files(t, identity.ControlPlane, "cp")})
 	tokFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokFile, []byte(in.Token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -42,7 +47,7 @@ func startCP(t *testing.T) *cp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cp{t: t, cl: cl, flags: []string{"--server", server, "--token-file", tokFile, "--cacert", p.CAFile()}}
+	return &cp{t: t, cl: cl, db: db, flags: []string{"--server", server, "--token-file", tokFile, "--cacert", p.CAFile()}}
 }
 
 // run runs porticoctl against the control plane and returns its output.
@@ -71,6 +76,27 @@ func (c *cp) mustRun(args ...string) string {
 		c.t.Fatalf("porticoctl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return out
+}
+
+// snapshot compiles the head config straight from the database.
+func (c *cp) snapshot() *compile.Snapshot {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{DatabaseURL: c.db})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer st.Close()
+	cfg, err := st.ConfigAt(ctx, c.head())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	snap, err := compile.Compile(cfg, compile.Options{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return snap
 }
 
 func (c *cp) head() int64 {
@@ -260,8 +286,9 @@ func TestApplyRefusesUnauthorizedTokens(t *testing.T) {
 }
 
 // Export then apply into an empty database reproduces the same config
-// (the whole config view of the head, every kind), and exporting both
-// gives the same files byte for byte.
+// (the whole config view of the head, every kind) and the same compiled
+// snapshot (every resource's content hash), and exporting both gives the
+// same files byte for byte.
 func TestExportApplyReproducesConfig(t *testing.T) {
 	src := startCP(t)
 	src.mustRun("apply", "-f", configDir(t))
@@ -293,6 +320,18 @@ func TestExportApplyReproducesConfig(t *testing.T) {
 	jb, _ := json.Marshal(b)
 	if !bytes.Equal(ja, jb) {
 		t.Fatalf("configs differ:\nsource %s\ncopy   %s", ja, jb)
+	}
+	// The compiled snapshots hold the same resources: same content hashes.
+	sa, sb := src.snapshot(), dst.snapshot()
+	for _, typ := range []string{compile.ClusterType, compile.EndpointType, compile.ListenerType, compile.RouteType,
+		compile.SecretType, compile.JwtProviderType, compile.ApiKeyShardType, compile.RevocationListType,
+		compile.RateLimitConfigType, compile.RateLimitRuleType} {
+		if !maps.Equal(sa.GetVersionMap(typ), sb.GetVersionMap(typ)) {
+			t.Errorf("%s hashes differ:\nsource %v\ncopy   %v", typ, sa.GetVersionMap(typ), sb.GetVersionMap(typ))
+		}
+	}
+	if len(sa.GetVersionMap(compile.ClusterType)) == 0 || len(sa.GetVersionMap(compile.RevocationListType)) == 0 {
+		t.Fatal("the snapshots hold no clusters or revocations")
 	}
 	again := filepath.Join(t.TempDir(), "again")
 	dst.mustRun("export", "-d", again)
