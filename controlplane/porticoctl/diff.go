@@ -59,7 +59,7 @@ func splitLines(s string) []string {
 }
 
 // lineDiff is a unified-style diff of a and b ("  " same, "- " removed,
-// "+ " added) keeping ctx lines of context around changes ("..." between
+// "+ " added; removals before additions) keeping ctx lines of context around changes ("..." between
 // hunks). Resources are small: a quadratic LCS is fine.
 func lineDiff(a, b []string, ctx int) []string {
 	n, m := len(a), len(b)
@@ -84,7 +84,7 @@ func lineDiff(a, b []string, ctx int) []string {
 			all = append(all, "  "+a[i])
 			i++
 			j++
-		case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
+		case j < m && (i == n || lcs[i][j+1] > lcs[i+1][j]):
 			all = append(all, "+ "+b[j])
 			j++
 		default:
