@@ -69,6 +69,11 @@ type Config struct {
 	// XDSMaxRecvMsgBytes bounds one xDS response (default
 	// xdsclient.DefaultMaxRecvMsgBytes): every ApiKeyShard arrives in one.
 	XDSMaxRecvMsgBytes int
+	// XDSStaleAfter is how long the policy may be out of sync with the
+	// control plane before /readyz fails (default
+	// xdsclient.DefaultStaleAfter); a response that cannot be received
+	// fails it at once. Decisions continue on the last good policy.
+	XDSStaleAfter time.Duration
 	// TLS names this workload's certificate files (role extauthz): the
 	// ext_authz port admits gateway identities only, and the xDS client
 	// presents it. Without files, InsecurePlaintext must be set.
@@ -156,6 +161,22 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	})
+	// Staleness is never silent: /readyz fails, naming since when and why,
+	// once the policy has been out of sync for XDSStaleAfter (or at once
+	// when a response cannot be received), and the metrics
+	// portico_extauthz_policy_stale{,_seconds} say so. Decisions go on
+	// with the last good policy (static stability); only the gRPC health
+	// status Envoy sees stays SERVING, so a control-plane problem alone
+	// never turns into failure_mode_deny at the gateways.
+	var fresh *xdsclient.Health
+	if cfg.XDSAddr != "" {
+		fresh = xdsclient.NewHealth()
+		fresh.StaleAfter = cfg.XDSStaleAfter
+		if err := fresh.Register(cfg.Registry, "portico_extauthz_policy"); err != nil {
+			return fmt.Errorf("extauthz: %w", err)
+		}
+		checks.Add("policy-xds", fresh.Check)
+	}
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("extauthz: grpc listener: %w", err)
@@ -174,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return xdsclient.Run(gctx, xdsclient.Config{
 				Addr: cfg.XDSAddr, Node: &corev3.Node{Id: cfg.NodeID, Cluster: NodeCluster, UserAgentName: "portico-extauthz"},
 				Types: policy.Types, Apply: ap.apply, MinBackoff: cfg.XDSMinBackoff, MaxBackoff: cfg.XDSMaxBackoff,
-				TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, MaxRecvMsgBytes: cfg.XDSMaxRecvMsgBytes, Logger: log,
+				TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, MaxRecvMsgBytes: cfg.XDSMaxRecvMsgBytes, Health: fresh, Logger: log,
 			})
 		})
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/portico-io/portico/internal/httpserver"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/xdsclient"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/peers"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
@@ -85,6 +86,11 @@ type Config struct {
 	// XDSMaxRecvMsgBytes bounds one xDS response (default
 	// xdsclient.DefaultMaxRecvMsgBytes).
 	XDSMaxRecvMsgBytes int
+	// XDSStaleAfter is how long the xDS rules may be out of sync with the
+	// control plane before /readyz fails (default
+	// xdsclient.DefaultStaleAfter); a response that cannot be received
+	// fails it at once. Limits continue on the last good rules.
+	XDSStaleAfter time.Duration
 	// NodeID identifies this replica to the control plane (default
 	// ratelimitsvc-<hostname>-<pid>).
 	NodeID string
@@ -246,6 +252,14 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			return nil
 		})
+		// Staleness is never silent (as in extauthz): /readyz and
+		// portico_ratelimitsvc_rules_stale{,_seconds} say since when and why.
+		ads.Health = xdsclient.NewHealth()
+		ads.Health.StaleAfter = cfg.XDSStaleAfter
+		if err := ads.Health.Register(cfg.Registry, "portico_ratelimitsvc_rules"); err != nil {
+			return fmt.Errorf("ratelimitsvc: %w", err)
+		}
+		checks.Add("xds-rules-fresh", ads.Health.Check)
 	}
 
 	glis, err := net.Listen("tcp", cfg.GRPCAddr)

@@ -333,6 +333,23 @@ func TestControlPlaneRules(t *testing.T) {
 	if got := again.check(t, "portico", "consumer", "other"); got != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("other consumer after restart: %v", got)
 	}
+
+	// Down for longer than XDSStaleAfter: /readyz says the rules are stale
+	// and why, and the limits keep being enforced from them.
+	again.stop()
+	staleCfg := cfg
+	staleCfg.XDSStaleAfter = 300 * time.Millisecond
+	stale := start(t, staleCfg)
+	var failed struct{ Failed map[string]string }
+	eventually(t, 10*time.Second, "/readyz to report stale rules", func() bool {
+		return getJSON(t, "http://"+stale.addrs.HTTP+"/readyz", &failed) == http.StatusServiceUnavailable
+	})
+	if why := failed.Failed["xds-rules-fresh"]; !strings.HasPrefix(why, "policy stale since ") || !strings.Contains(why, "Unavailable") {
+		t.Fatalf("/readyz failures %v", failed.Failed)
+	}
+	if got := stale.check(t, "portico", "consumer", "acme"); got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("with stale rules: %v", got)
+	}
 }
 
 // 50 goroutines on 4 replicas sharing Redis hammer one key: no overshoot

@@ -3,9 +3,16 @@
 // URL the last version it ACKed and the last version it NACKed with the
 // error it gave. The xDS server feeds it; the admin API and the rollout
 // controller read it.
+//
+// A node whose streams keep ending before it answers what it was sent (a
+// response larger than it can receive, one the server could not send) is
+// failing: it is listed with State "failing" and its last stream error,
+// even between its reconnects, for FailureRetention after its last stream
+// closed, until it ACKs again.
 package nodes
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -13,6 +20,29 @@ import (
 
 // DefaultGroup is the group of a node whose metadata names none.
 const DefaultGroup = "default"
+
+// Node states.
+const (
+	StateOK      = "ok"
+	StateFailing = "failing"
+)
+
+// FailingAfter is how many stream failures in a row make a node failing:
+// one alone may be a client restarting mid-response.
+const FailingAfter = 2
+
+// DefaultFailureRetention is how long a failing node stays listed after its
+// last stream closed (its reconnect backoff may reach tens of seconds).
+const DefaultFailureRetention = 10 * time.Minute
+
+// StreamFailure is the last time a node's stream ended before the node
+// answered what it was sent.
+type StreamFailure struct {
+	Error string    `json:"error"`
+	At    time.Time `json:"at"`
+	// Count is the failures in a row; an ACK of a type that failed resets it.
+	Count int `json:"count"`
+}
 
 // Nack is the last rejection of a type by a node.
 type Nack struct {
@@ -44,6 +74,13 @@ type Status struct {
 	ConnectedAt     time.Time              `json:"connectedAt"`
 	Streams         int                    `json:"streams"`
 	Types           map[string]*TypeStatus `json:"types"`
+	// State is StateFailing after FailingAfter stream failures in a row,
+	// else StateOK. A failing node is listed with Streams 0 between its
+	// reconnects.
+	State string `json:"state"`
+	// LastStreamError is the node's last stream failure, until it ACKs
+	// a type that failed.
+	LastStreamError *StreamFailure `json:"lastStreamError,omitempty"`
 	// Replica is the control-plane replica serving the node; set by the
 	// fleet view, empty in a single tracker.
 	Replica string `json:"replica,omitempty"`
@@ -60,15 +97,44 @@ type Observer func(nodeID, typeURL, version string, nack bool)
 
 // Tracker is safe for concurrent use.
 type Tracker struct {
+	// FailureRetention: see DefaultFailureRetention; set before use.
+	FailureRetention time.Duration
+
 	mu        sync.Mutex
 	nodes     map[string]*node
+	failures  map[string]*failure
 	observers []Observer
 	timeNow   func() time.Time
 }
 
+// failure is a node's run of stream failures; gone is its status when its
+// last stream closed (nil while connected).
+type failure struct {
+	StreamFailure
+	types []string
+	gone  *Status
+}
+
 // NewTracker returns an empty tracker.
 func NewTracker() *Tracker {
-	return &Tracker{nodes: map[string]*node{}, timeNow: time.Now}
+	return &Tracker{nodes: map[string]*node{}, failures: map[string]*failure{}, timeNow: time.Now}
+}
+
+// StreamFailed records that a stream of node id ended (or could not send)
+// before the node answered what it was sent of typeURLs; message says what.
+// Call it before Disconnect of that stream. The run of failures ends when
+// the node ACKs one of those types.
+func (t *Tracker) StreamFailed(id string, typeURLs []string, message string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f, ok := t.failures[id]
+	if !ok {
+		f = &failure{}
+		t.failures[id] = f
+	}
+	f.Error, f.At = message, t.timeNow()
+	f.Count++
+	f.types = typeURLs
 }
 
 // Observe registers fn for every later ACK and NACK.
@@ -93,6 +159,9 @@ func (t *Tracker) Connect(id, cluster, group, identity string, securityChannel b
 	}
 	n.Cluster, n.Group, n.Identity, n.SecurityChannel = cluster, group, identity, securityChannel
 	n.Streams++
+	if f, ok := t.failures[id]; ok {
+		f.gone = nil
+	}
 }
 
 // Disconnect records one stream of node id closing.
@@ -106,6 +175,11 @@ func (t *Tracker) Disconnect(id string) {
 	n.Streams--
 	if n.Streams <= 0 {
 		delete(t.nodes, id)
+		if f, ok := t.failures[id]; ok {
+			st := n.copy()
+			st.Streams = 0
+			f.gone = &st
+		}
 	}
 }
 
@@ -142,6 +216,10 @@ func (t *Tracker) Ack(id, typeURL, version string) {
 	ts.AckedVersion, ts.AckedAt = version, t.timeNow()
 	if ts.SentVersion == version {
 		ts.SentVersion = ""
+	}
+	// An ACK of a type that failed proves the node receives it now.
+	if f, ok := t.failures[id]; ok && slices.Contains(f.types, typeURL) {
+		delete(t.failures, id)
 	}
 	obs := t.observers
 	t.mu.Unlock()
@@ -188,29 +266,66 @@ func (t *Tracker) NackedVersion(id, typeURL string) (string, bool) {
 func (t *Tracker) Get(id string) (Status, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n, ok := t.nodes[id]
-	if !ok {
-		return Status{}, false
+	t.pruneLocked()
+	if n, ok := t.nodes[id]; ok {
+		return t.withFailureLocked(n.copy()), true
 	}
-	return n.copy(), true
+	if f, ok := t.failures[id]; ok && f.gone != nil && f.Count >= FailingAfter {
+		return t.withFailureLocked(copyStatus(*f.gone)), true
+	}
+	return Status{}, false
 }
 
 // List returns a copy of every node's status, ordered by id.
 func (t *Tracker) List() []Status {
 	t.mu.Lock()
+	t.pruneLocked()
 	out := make([]Status, 0, len(t.nodes))
 	for _, n := range t.nodes {
-		out = append(out, n.copy())
+		out = append(out, t.withFailureLocked(n.copy()))
+	}
+	for id, f := range t.failures {
+		if _, ok := t.nodes[id]; !ok && f.gone != nil && f.Count >= FailingAfter {
+			out = append(out, t.withFailureLocked(copyStatus(*f.gone)))
+		}
 	}
 	t.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 
-func (n *node) copy() Status {
-	s := n.Status
-	s.Types = make(map[string]*TypeStatus, len(n.Types))
-	for k, v := range n.Types {
+// pruneLocked forgets failures of nodes gone for FailureRetention.
+func (t *Tracker) pruneLocked() {
+	keep := t.FailureRetention
+	if keep <= 0 {
+		keep = DefaultFailureRetention
+	}
+	for id, f := range t.failures {
+		if f.gone != nil && t.timeNow().Sub(f.At) > keep {
+			delete(t.failures, id)
+		}
+	}
+}
+
+// withFailureLocked sets s's State and LastStreamError.
+func (t *Tracker) withFailureLocked(s Status) Status {
+	s.State = StateOK
+	if f, ok := t.failures[s.ID]; ok {
+		sf := f.StreamFailure
+		s.LastStreamError = &sf
+		if f.Count >= FailingAfter {
+			s.State = StateFailing
+		}
+	}
+	return s
+}
+
+func (n *node) copy() Status { return copyStatus(n.Status) }
+
+func copyStatus(s Status) Status {
+	src := s.Types
+	s.Types = make(map[string]*TypeStatus, len(src))
+	for k, v := range src {
 		c := *v
 		if v.Nack != nil {
 			nk := *v.Nack

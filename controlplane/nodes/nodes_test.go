@@ -63,3 +63,57 @@ func TestTrackerStreamsAckNack(t *testing.T) {
 		t.Fatalf("default group %q", st.Group)
 	}
 }
+
+func TestTrackerStreamFailures(t *testing.T) {
+	tr := NewTracker()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	tr.timeNow = func() time.Time { return now }
+	const keys = "type.googleapis.com/portico.auth.v1.ApiKeyShard"
+
+	// One failure (a client restarting mid-response) is shown, not failing.
+	tr.Connect("ea", "portico-extauthz", "", "", true)
+	tr.Sent("ea", keys, "7")
+	tr.StreamFailed("ea", []string{keys}, "stream closed before the node answered ApiKeyShard version 7")
+	tr.Disconnect("ea")
+	if _, ok := tr.Get("ea"); ok {
+		t.Fatal("a node gone after one failure is still listed")
+	}
+	// It reconnects and fails again: failing, and listed between reconnects.
+	tr.Connect("ea", "portico-extauthz", "", "", true)
+	if st, _ := tr.Get("ea"); st.State != StateOK || st.LastStreamError == nil || st.LastStreamError.Count != 1 {
+		t.Fatalf("connected after one failure: %+v", st)
+	}
+	now = now.Add(time.Second)
+	tr.StreamFailed("ea", []string{keys}, "stream closed before the node answered ApiKeyShard version 7 (2 bytes)")
+	tr.Disconnect("ea")
+	list := tr.List()
+	if len(list) != 1 || list[0].ID != "ea" || list[0].State != StateFailing || list[0].Streams != 0 ||
+		list[0].LastStreamError.Count != 2 || !list[0].LastStreamError.At.Equal(now) {
+		t.Fatalf("failing node between reconnects: %+v", list)
+	}
+	// Still failing while connected, whatever other type it ACKs; an ACK
+	// of the type that failed clears it.
+	tr.Connect("ea", "portico-extauthz", "", "", true)
+	tr.Ack("ea", "type.googleapis.com/portico.auth.v1.RevocationList", "8")
+	if st, _ := tr.Get("ea"); st.State != StateFailing || st.Streams != 1 {
+		t.Fatalf("failing node reconnected: %+v", st)
+	}
+	tr.Ack("ea", keys, "8")
+	if st, _ := tr.Get("ea"); st.State != StateOK || st.LastStreamError != nil {
+		t.Fatalf("after an ACK: %+v", st)
+	}
+
+	// A failing node that never comes back is forgotten after the retention.
+	tr.Connect("gw", "portico-gateway", "", "", false)
+	for range FailingAfter {
+		tr.StreamFailed("gw", []string{keys}, "x")
+	}
+	tr.Disconnect("gw")
+	if st, ok := tr.Get("gw"); !ok || st.State != StateFailing {
+		t.Fatalf("gone failing node: %+v %v", st, ok)
+	}
+	now = now.Add(DefaultFailureRetention + time.Second)
+	if _, ok := tr.Get("gw"); ok || len(tr.List()) != 1 {
+		t.Fatalf("failing node kept past the retention: %+v", tr.List())
+	}
+}

@@ -16,6 +16,9 @@ type metrics struct {
 	acks      *prometheus.CounterVec
 	nacks     *prometheus.CounterVec
 	responses *prometheus.CounterVec
+	// streamFailures counts streams closed before their node answered a
+	// response.
+	streamFailures prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,12 +35,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "portico_controlplane_xds_nacks_total", Help: "NACKs received, by resource type."}, []string{"type"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_controlplane_xds_responses_total", Help: "Discovery responses sent, by resource type."}, []string{"type"}),
+		streamFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "portico_controlplane_xds_stream_failures_total",
+			Help: "xDS streams that closed before their node answered a response (e.g. one over its receive limit); /admin/v1/nodes lists a node failing repeatedly as failing."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_controlplane_xds_refused_streams_total",
 			Help: "Streams refused: identity (no verified identity), cluster (a node cluster reserved for another role), node_id (a node id another identity holds)."}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.nodes, m.version, m.acks, m.nacks, m.responses, m.refused)
+		reg.MustRegister(m.streams, m.nodes, m.version, m.acks, m.nacks, m.responses, m.refused, m.streamFailures)
 	}
 	return m
 }

@@ -9,13 +9,18 @@
 //     version at once, looping thousands of times a second); the node keeps
 //     its last good config until a different version is published;
 //   - a Policy choosing each node's snapshot, so rollouts can hold some
-//     node groups on an older version.
+//     node groups on an older version;
+//   - stream failures: a stream that ends before the node answered a
+//     response (one larger than the node can receive, or than this server
+//     may send) is recorded in the tracker, which lists a node failing that
+//     way repeatedly as failing (nodes.StateFailing).
 package xds
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 
@@ -152,7 +157,13 @@ type stream struct {
 	last map[string]sent
 }
 
-type sent struct{ nonce, version string }
+// sent is the last response of one type on a stream: its nonce, version
+// and size, and whether the node has answered it (ACK or NACK).
+type sent struct {
+	nonce, version string
+	bytes          int
+	answered       bool
+}
 
 // New returns a Server with no snapshot: clients wait until Publish.
 func New(ctx context.Context, cfg Config) *Server {
@@ -333,6 +344,11 @@ func (s *Server) closeStream(id int64) {
 	if st.nodeID == "" {
 		return
 	}
+	if types, msg := unanswered(st.last); len(types) > 0 {
+		s.m.streamFailures.Inc()
+		s.tracker.StreamFailed(st.nodeID, types, msg)
+		s.log.Warn("xds: stream failed", "node", st.nodeID, "stream", id, "error", msg)
+	}
 	s.tracker.Disconnect(st.nodeID)
 	c := s.conns[st.nodeID]
 	c.streams--
@@ -378,6 +394,10 @@ func (s *Server) answer(id int64, typeURL, nonce, version string, errMsg *string
 	}
 	last, ok := st.last[typeURL]
 	node := st.nodeID
+	if ok && last.nonce == nonce {
+		last.answered = true
+		st.last[typeURL] = last
+	}
 	s.mu.Unlock()
 	if !ok || last.nonce != nonce {
 		return
@@ -396,11 +416,11 @@ func (s *Server) answer(id int64, typeURL, nonce, version string, errMsg *string
 	s.tracker.Ack(node, typeURL, version)
 }
 
-func (s *Server) responded(id int64, typeURL, nonce, version string) {
+func (s *Server) responded(id int64, typeURL, nonce, version string, size int) {
 	s.mu.Lock()
 	st, ok := s.streams[id]
 	if ok {
-		st.last[typeURL] = sent{nonce: nonce, version: version}
+		st.last[typeURL] = sent{nonce: nonce, version: version, bytes: size}
 	}
 	node := ""
 	if ok {
@@ -437,7 +457,7 @@ func (s *Server) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) erro
 }
 
 func (s *Server) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo())
+	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo(), proto.Size(resp))
 }
 
 func (s *Server) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
@@ -460,7 +480,7 @@ func (s *Server) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryReq
 }
 
 func (s *Server) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo())
+	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), proto.Size(resp))
 }
 
 func (s *Server) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }
@@ -484,6 +504,31 @@ func (c *nackSuppressor) CreateWatch(req *cache.Request, sub cache.Subscription,
 		}
 	}
 	return c.SnapshotCache.CreateWatch(req, sub, ch)
+}
+
+// unanswered lists the types whose last response on a closing stream the
+// node never answered, and describes them: the stream ended while they were
+// in flight, or because they could not be sent or received.
+func unanswered(last map[string]sent) (types []string, msg string) {
+	var parts []string
+	for typeURL, l := range last {
+		if l.answered {
+			continue
+		}
+		types = append(types, typeURL)
+		p := fmt.Sprintf("%s version %s (%d bytes)", shortType(typeURL), l.version, l.bytes)
+		if l.bytes > MaxMsgBytes {
+			p += fmt.Sprintf(": over the server's send limit of %d bytes", MaxMsgBytes)
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return nil, ""
+	}
+	sort.Strings(types)
+	sort.Strings(parts)
+	return types, "stream closed before the node answered " + strings.Join(parts, ", ") +
+		"; a response over the node's receive limit ends its stream this way"
 }
 
 // shortType turns a type URL into a bounded metric label.

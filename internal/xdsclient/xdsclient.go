@@ -6,6 +6,11 @@
 // keeps its last good state. It reconnects with jittered exponential
 // backoff, reporting the versions it holds.
 //
+// Staleness is never silent: Health records when the client fell out of
+// sync and why (a stream failing, a response over the receive limit, a
+// NACK), for a readiness check and metrics; the last good state keeps
+// serving meanwhile.
+//
 // The client presents its workload certificate (the control plane picks
 // what it receives from the certificate's role) and accepts only a server
 // with a controlplane identity. Persistence of the last good state belongs
@@ -32,6 +37,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/portico-io/portico/internal/identity"
@@ -77,6 +83,9 @@ type Config struct {
 	MaxRecvMsgBytes int
 	DialOptions     []grpc.DialOption
 	Logger          *slog.Logger
+	// Health, when set, is kept up to date with the client's freshness
+	// (a readiness check and metrics read it).
+	Health *Health
 }
 
 // Run keeps a stream to the server until ctx is done; it returns nil then.
@@ -123,6 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		cfg.Health.streamFailed(err)
 		if progressed {
 			backoff = cfg.MinBackoff
 		}
@@ -154,6 +164,16 @@ func (c *client) session(ctx context.Context) (progressed bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	// A stream that stays up without a response is in sync: the server
+	// answers at once when the versions reported below are not current.
+	if h := c.cfg.Health; h != nil {
+		grace := time.AfterFunc(h.syncGrace(), func() {
+			if sctx.Err() == nil {
+				h.inSync()
+			}
+		})
+		defer grace.Stop()
+	}
 	for _, t := range c.cfg.Types {
 		if err := stream.Send(&discovery.DiscoveryRequest{Node: c.cfg.Node, TypeUrl: t, VersionInfo: c.acked[t]}); err != nil {
 			return false, err
@@ -165,13 +185,16 @@ func (c *client) session(ctx context.Context) (progressed bool, err error) {
 			return progressed, err
 		}
 		progressed = true
+		c.cfg.Health.received(proto.Size(resp))
 		t := resp.GetTypeUrl()
 		req := &discovery.DiscoveryRequest{TypeUrl: t, ResponseNonce: resp.GetNonce()}
 		if aerr := c.cfg.Apply(t, resp.GetVersionInfo(), resp.GetResources()); aerr != nil {
 			c.cfg.Logger.Warn("xds client: NACK", "type", t, "version", resp.GetVersionInfo(), "err", aerr)
 			req.VersionInfo = c.acked[t]
 			req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: aerr.Error()}
+			c.cfg.Health.rejected(t, resp.GetVersionInfo(), aerr)
 		} else {
+			c.cfg.Health.applied(t)
 			c.acked[t] = resp.GetVersionInfo()
 			req.VersionInfo = resp.GetVersionInfo()
 		}

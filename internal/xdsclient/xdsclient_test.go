@@ -189,3 +189,30 @@ func TestReceiveLimit(t *testing.T) {
 		t.Fatalf("after an oversized response: %v, want a fresh subscription", r)
 	}
 }
+
+func TestHealthFollowsTheStream(t *testing.T) {
+	f, addr := startFake(t)
+	h := xdsclient.NewHealth()
+	h.SyncGrace = time.Hour // in sync only by an applied response
+	runClient(t, xdsclient.Config{Addr: addr, Types: []string{typeA}, InsecurePlaintext: true, MaxRecvMsgBytes: 1 << 20,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, Health: h,
+		Apply: func(string, string, []*anypb.Any) error { return nil }})
+	recv(t, f.reqs)
+	f.resps <- bigResponse("1", 1000)
+	recv(t, f.reqs)
+	if err := h.Check(context.Background()); err != nil {
+		t.Fatalf("after an ACK: %v", err)
+	}
+	// An oversized response: readiness fails at once, naming it.
+	f.resps <- bigResponse("2", 2<<20)
+	recv(t, f.reqs) // the resubscription
+	err := h.Check(context.Background())
+	if !errors.Is(err, xdsclient.ErrStale) || !strings.Contains(err.Error(), "larger than max") {
+		t.Fatalf("after an oversized response: %v", err)
+	}
+	f.resps <- bigResponse("3", 1000)
+	recv(t, f.reqs)
+	if err := h.Check(context.Background()); err != nil {
+		t.Fatalf("after a response fits again: %v", err)
+	}
+}

@@ -62,6 +62,8 @@ type ADS struct {
 	// MaxRecvMsgBytes bounds one response (default
 	// xdsclient.DefaultMaxRecvMsgBytes).
 	MaxRecvMsgBytes int
+	// Health, when set, follows the stream's freshness (xdsclient.Health).
+	Health *xdsclient.Health
 
 	lastGood atomic.Pointer[string]
 }
@@ -116,7 +118,7 @@ func (a *ADS) Run(ctx context.Context) error {
 		Node:  &corev3.Node{Id: a.NodeID, Cluster: NodeCluster, UserAgentName: "portico-ratelimitsvc"},
 		Types: []string{a.typeURL()}, Versions: held, Apply: a.applyResponse,
 		MinBackoff: 100 * time.Millisecond, MaxBackoff: maxB,
-		TLS: a.TLS, InsecurePlaintext: a.InsecurePlaintext, MaxRecvMsgBytes: a.MaxRecvMsgBytes, Logger: a.logger(),
+		TLS: a.TLS, InsecurePlaintext: a.InsecurePlaintext, MaxRecvMsgBytes: a.MaxRecvMsgBytes, Health: a.Health, Logger: a.logger(),
 	})
 }
 
