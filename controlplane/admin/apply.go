@@ -36,6 +36,10 @@ import (
 // ApplyPath is the endpoint, under Prefix.
 const ApplyPath = "/config:apply"
 
+// MaxApplyBytes caps a batch's body: a whole config in one request (ten
+// thousand routes are a few MiB), more than the other endpoints' cap.
+const MaxApplyBytes = 32 << 20
+
 // ApplyRequest is the body of POST /config:apply.
 type ApplyRequest struct {
 	Items []ApplyItem `json:"items"`
@@ -104,7 +108,7 @@ func (h *Handler) applyConfig(w http.ResponseWriter, r *http.Request) error {
 			return badParam("dryRun", "must be true or false")
 		}
 	}
-	body, err := h.readBody(w, r)
+	body, err := h.readBodyLimit(w, r, max(h.maxBody, MaxApplyBytes))
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -125,4 +126,33 @@ func TestApplyPermissions(t *testing.T) {
 	}
 	e.expect(e.do("POST", Prefix+ApplyPath, applyBatch, bearer(authz.Editor)), http.StatusCreated)
 	e.expect(e.do("POST", Prefix+ApplyPath, provider, bearer(authz.Admin)), http.StatusCreated)
+}
+
+// A batch may be a whole config: larger than other endpoints' body cap
+// (here shrunk to 16 KiB so the test stays quick), up to MaxApplyBytes.
+func TestApplyTakesALargeBatch(t *testing.T) {
+	e := newEnv(t)
+	e.h = newHandler(t, Config{Store: e.store, MaxBodyBytes: 16 << 10})
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	const n = 200
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"kind":"clusters","resource":{"name":"upstream-%03d","endpoints":[{"address":"127.0.0.1","port":%d}]}}`, i, 20000+i)
+	}
+	b.WriteString(`]}`)
+	if b.Len() <= 16<<10 {
+		t.Fatalf("batch of %d bytes is not larger than the cap", b.Len())
+	}
+	big := `{"name":"big","endpoints":[` + strings.Repeat(`{"address":"127.0.0.1","port":1},`, 600) + `{"address":"127.0.0.1","port":1}]}`
+	e.expectError(e.do("POST", Prefix+"/clusters", big, newKeyHeader()), http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "")
+	plan, resp := e.apply(b.String(), true, nil)
+	if plan == nil || len(plan.Changes) != n {
+		t.Fatalf("large dry run: %d", resp.StatusCode)
+	}
+	if got, _ := e.apply(b.String(), false, nil); got == nil || got.Version != 1 {
+		t.Fatalf("large apply: %+v", got)
+	}
 }
