@@ -164,6 +164,9 @@ func writeRowsCopy(ctx context.Context, tx pgx.Tx, v int64, meta Meta, writes []
 		SELECT kind, name, $1, body FROM staged_writes`, v)
 	b.Queue(`INSERT INTO controlplane.audit (version, author, note, action, kind, name, diff)
 		SELECT $1, $2, $3, action, kind, name, diff FROM staged_writes ORDER BY i`, v, meta.Author, meta.Note)
+	// Fresh statistics at once: the next writes' lookups by (kind, name)
+	// must keep using the indexes rather than wait for autovacuum.
+	b.Queue(`ANALYZE controlplane.resources`)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("store: write staged rows: %w", err)
 	}

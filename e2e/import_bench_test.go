@@ -1,0 +1,231 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/portico-io/portico/controlplane"
+	"github.com/portico-io/portico/extauthz"
+	"github.com/portico-io/portico/internal/testdeps"
+)
+
+// BenchmarkKeyChangeAtScale loads PORTICO_BENCH_KEYS API keys (default
+// 100,000) with one POST /consumers:import, then creates keys one at a
+// time and measures, per key, the admin POST's latency and the time until
+// extauthz allows the new key (the control plane compiled and published
+// the version, extauthz received and applied it). Absolute numbers of
+// this machine; reported: import seconds, p50/p99 of both.
+//
+// Also reported: the control plane's mean compile time per version over
+// the creates (portico_controlplane_compile_seconds). With
+// PORTICO_BENCH_EXTAUTHZ=0 no extauthz runs: the admin latency and compile
+// time are then the control plane's alone.
+//
+//	go test -run '^$' -bench KeyChangeAtScale -benchtime 1x ./e2e/
+//	PORTICO_BENCH_KEYS=1000000 PORTICO_BENCH_CREATES=100 (defaults 100000, 30)
+func BenchmarkKeyChangeAtScale(b *testing.B) {
+	keys, creates := envInt("PORTICO_BENCH_KEYS", 100_000), envInt("PORTICO_BENCH_CREATES", 30)
+	withExtauthz := os.Getenv("PORTICO_BENCH_EXTAUTHZ") != "0"
+	dbURL := testdeps.Postgres(b)
+	cp := startControlPlane(b, dbURL, controlplane.Config{})
+	var ea extauthz.Addrs
+	if withExtauthz {
+		ea = startExtauthz(b, cp.XDS, "127.0.0.1:0", "bench-scale-extauthz")
+	}
+	api := newAdminAPI(b, cp.Admin)
+	_, v := api.seedKeyed()
+	if withExtauthz {
+		api.waitAcked("bench-scale-extauthz", "portico-extauthz", v, extauthzTypes...)
+	}
+
+	// One consumer per 100 keys, keys given by hash.
+	type key struct {
+		ID     string `json:"id"`
+		SHA256 string `json:"sha256"`
+	}
+	type consumer struct {
+		Name   string `json:"name"`
+		Tenant string `json:"tenant"`
+		Keys   []key  `json:"keys"`
+	}
+	var body struct {
+		Consumers []consumer `json:"consumers"`
+	}
+	for i := 0; i < keys; i += 100 {
+		c := consumer{Name: fmt.Sprintf("bulk-%07d", i/100), Tenant: "bulk"}
+		for j := i; j < min(i+100, keys); j++ {
+			sum := sha256.Sum256(fmt.Appendf(nil, "bench-secret-%d", j))
+			c.Keys = append(c.Keys, key{ID: fmt.Sprintf("bk%08d", j), SHA256: hex.EncodeToString(sum[:])})
+		}
+		body.Consumers = append(body.Consumers, c)
+	}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, compiledBefore := compileSeconds(b, cp.Admin)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+cp.Admin+"/admin/v1/consumers:import", bytes.NewReader(raw))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "bench-import")
+	authorize(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var answer struct {
+		Version int64 `json:"version"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&answer)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		b.Fatalf("import: %d %v", resp.StatusCode, err)
+	}
+	importTook := time.Since(start)
+	if withExtauthz {
+		api.waitAcked("bench-scale-extauthz", "portico-extauthz", answer.Version, extauthzTypes...)
+		b.Logf("%d keys: import answered in %v, extauthz had them after %v (%d bytes of request)", keys, importTook, time.Since(start), len(raw))
+	} else {
+		waitCompilesSettle(b, cp.Admin, compiledBefore+1)
+		b.Logf("%d keys: import answered in %v, compiled after %v (%d bytes of request)", keys, importTook, time.Since(start), len(raw))
+	}
+
+	var client authv3.AuthorizationClient
+	if withExtauthz {
+		conn, err := grpc.NewClient(ea.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		client = authv3.NewAuthorizationClient(conn)
+	}
+	sum0, n0 := compileSeconds(b, cp.Admin)
+	var admin, allowed []time.Duration
+	for b.Loop() {
+		for range creates {
+			var k struct{ Key string }
+			t0 := time.Now()
+			api.create("consumers/acme/keys", map[string]any{}, &k)
+			admin = append(admin, time.Since(t0))
+			if client == nil {
+				continue
+			}
+			for {
+				cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := client.Check(cctx, keyedCheck(k.Key))
+				ccancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if resp.GetStatus().GetCode() == int32(code.Code_OK) {
+					break
+				}
+				if time.Since(t0) > time.Minute {
+					b.Fatal("a created key was not allowed within a minute")
+				}
+				time.Sleep(2 * time.Millisecond) // polling extauthz as a client would; no signal to wait on
+			}
+			allowed = append(allowed, time.Since(t0))
+		}
+	}
+	if client == nil {
+		waitCompilesSettle(b, cp.Admin, n0+1)
+		allowed = admin
+	}
+	sum1, n1 := compileSeconds(b, cp.Admin)
+	compileMs := (sum1 - sum0) / (n1 - n0) * 1000
+	b.Logf("mean compile per version over the creates: %.1f ms (%v versions)", compileMs, n1-n0)
+	b.ReportMetric(compileMs, "compile-ms")
+	pct := func(d []time.Duration, p float64) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, int(float64(len(s))*p))].Microseconds()) / 1000
+	}
+	b.Logf("create one key at %d keys: admin p50 %.1f ms p99 %.1f ms; allowed by extauthz p50 %.1f ms p99 %.1f ms",
+		keys, pct(admin, 0.5), pct(admin, 0.99), pct(allowed, 0.5), pct(allowed, 0.99))
+	b.ReportMetric(importTook.Seconds(), "import-s")
+	b.ReportMetric(pct(admin, 0.5), "admin-p50-ms")
+	b.ReportMetric(pct(admin, 0.99), "admin-p99-ms")
+	b.ReportMetric(pct(allowed, 0.5), "allowed-p50-ms")
+	b.ReportMetric(pct(allowed, 0.99), "allowed-p99-ms")
+}
+
+// compileSeconds reads portico_controlplane_compile_seconds' sum and count.
+func compileSeconds(b *testing.B, admin string) (sum, count float64) {
+	b.Helper()
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "portico_controlplane_compile_seconds_sum":
+			sum = v
+		case "portico_controlplane_compile_seconds_count":
+			count = v
+		}
+	}
+	return sum, count
+}
+
+// waitCompilesSettle waits for n compiles, then until no compile has
+// started for a second (the publisher compiles the newest version it was
+// told about, so versions created while it compiles may share one).
+func waitCompilesSettle(b *testing.B, admin string, n float64) {
+	b.Helper()
+	waitCompiles(b, admin, n)
+	_, last := compileSeconds(b, admin)
+	for {
+		time.Sleep(time.Second) // polling /metrics; no signal to wait on from outside
+		_, c := compileSeconds(b, admin)
+		if c == last {
+			return
+		}
+		last = c
+	}
+}
+
+// waitCompiles waits until the control plane has compiled at least n
+// versions since it started.
+func waitCompiles(b *testing.B, admin string, n float64) {
+	b.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if _, c := compileSeconds(b, admin); c >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("fewer than %v versions compiled after 5 minutes", n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling /metrics; no signal to wait on from outside
+	}
+}
