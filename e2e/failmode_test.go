@@ -116,6 +116,12 @@ func TestRateLimitFailModeWhenServiceDown(t *testing.T) {
 	if d := time.Since(start); d < 3*(lf.timeout+ef.timeout) {
 		t.Fatalf("6 calls to a hung service took %v: faster than the filters' timeouts", d)
 	}
+
+	// In front of all this, the default pre-auth limit (a local one: it
+	// does not depend on ratelimitsvc).
+	if gw.preAuth == nil || gw.preAuth.requestsPerSecond != compile.DefaultPreAuthRequestsPerSecond || gw.preAuth.burst != compile.DefaultPreAuthRequestsPerSecond {
+		t.Fatalf("ingress_http pre-auth limit %+v, want the default", gw.preAuth)
+	}
 }
 
 // startRateLimitStoppable is startRateLimit with a stop function: after

@@ -20,11 +20,13 @@ import (
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	localratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -34,8 +36,8 @@ import (
 
 // gatewayView is what an Envoy gateway runs with at one config version, as
 // fetched over ADS: the ingress route configuration, the listener's
-// ratelimit filters (one per stage), and where the extauthz and ratelimit
-// clusters point.
+// pre-auth limit and ratelimit filters (one per stage), and where the
+// extauthz and ratelimit clusters point.
 //
 // It is not a proxy: it only reads the compiled resources and derives from
 // them the gRPC requests Envoy's ext_authz and ratelimit filters would make
@@ -49,6 +51,9 @@ type gatewayView struct {
 	// rateLimit is the ratelimit filter of each stage: a route's rate
 	// limits are read only by the filter of the stage they carry.
 	rateLimit map[uint32]rateLimitFilter
+	// preAuth is the per-client-address local rate limit that runs before
+	// ext_authz; nil when the listener has none.
+	preAuth *preAuthLimit
 	// strip is the listener's header_mutation: request headers removed
 	// before any other filter runs.
 	strip []*mutationv3.HeaderMutation
@@ -68,6 +73,12 @@ type rateLimitFilter struct {
 	// filter sets status_on_error) instead of letting the request through.
 	failureModeDeny bool
 	statusOnError   int
+}
+
+// preAuthLimit is a token bucket per client address (the trusted remote
+// address), checked before ext_authz.
+type preAuthLimit struct {
+	requestsPerSecond, burst uint32
 }
 
 func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayView {
@@ -95,20 +106,26 @@ func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayVie
 	if got := hcm.GetRds().GetRouteConfigName(); got != compile.RouteConfigName {
 		t.Fatalf("%s routes with %q, want %s", compile.ListenerName, got, compile.RouteConfigName)
 	}
-	// Envoy runs HTTP filters in order; this view assumes header_mutation
-	// runs first, that ext_authz runs before the ratelimit filters (so the
+	// Envoy runs HTTP filters in order; this view assumes the pre-auth
+	// limit (when present) runs first and header_mutation before the
+	// others, that ext_authz runs before the ratelimit filters (so the
 	// identity headers it adds are what the rate-limit actions read), and
 	// that none is disabled by default.
 	var order []string
 	g.rateLimit = map[uint32]rateLimitFilter{}
 	for _, f := range hcm.GetHttpFilters() {
 		switch f.GetName() {
+		case compile.FilterPreAuthRateLimit:
+			if len(order) > 0 || f.GetDisabled() {
+				t.Fatalf("pre-auth limit disabled (%v) or after %v", f.GetDisabled(), order)
+			}
+			g.preAuth = readPreAuth(t, f.GetTypedConfig())
 		case compile.FilterHeaderMutation:
 			hm := &headermutationv3.HeaderMutation{}
 			if err := f.GetTypedConfig().UnmarshalTo(hm); err != nil {
 				t.Fatal(err)
 			}
-			if len(order) > 0 || f.GetDisabled() {
+			if slices.ContainsFunc(order, func(n string) bool { return n != compile.FilterPreAuthRateLimit }) || f.GetDisabled() {
 				t.Fatalf("header_mutation disabled (%v) or after %v", f.GetDisabled(), order)
 			}
 			g.strip = hm.GetMutations().GetRequestMutations()
@@ -150,9 +167,12 @@ func fetchGatewayView(t *testing.T, xdsAddr, nodeID string, v int64) *gatewayVie
 		}
 		order = append(order, f.GetName())
 	}
+	if len(order) > 0 && order[0] == compile.FilterPreAuthRateLimit {
+		order = order[1:]
+	}
 	if len(order) < 3 || !slices.Equal(order[:3], []string{compile.FilterHeaderMutation, compile.FilterExtAuthz, compile.FilterRateLimit}) ||
 		(len(order) > 3 && !slices.Equal(order[3:], []string{compile.FilterRateLimitFailClosed})) {
-		t.Fatalf("HTTP filters %v, want header_mutation, ext_authz, ratelimit[, ratelimit fail-closed]", order)
+		t.Fatalf("HTTP filters %v, want [pre-auth limit,] header_mutation, ext_authz, ratelimit[, ratelimit fail-closed]", order)
 	}
 
 	for name, addr := range map[string]*string{compile.ExtAuthzCluster: &g.extauthzAddr, compile.RateLimitCluster: &g.ratelimitAddr} {
@@ -576,4 +596,29 @@ func (g *gatewayView) limit(t *testing.T, rls rlsv3.RateLimitServiceClient, rt *
 		t.Fatalf("route %s: ShouldRateLimit answered %v", rt.GetName(), o.resp.GetOverallCode())
 	}
 	return o
+}
+
+// readPreAuth reads the pre-auth local_ratelimit filter, failing the test
+// on anything but the shape the compiler emits: enabled and enforced for
+// every request, descriptors from the filter's own remote_address action,
+// one wildcard remote_address descriptor (a bucket per address).
+func readPreAuth(t *testing.T, a *anypb.Any) *preAuthLimit {
+	t.Helper()
+	l := &localratelimitv3.LocalRateLimit{}
+	if err := a.UnmarshalTo(l); err != nil {
+		t.Fatal(err)
+	}
+	full := func(p *corev3.RuntimeFractionalPercent) bool {
+		return p.GetDefaultValue().GetNumerator() == 100 && p.GetDefaultValue().GetDenominator() == typev3.FractionalPercent_HUNDRED
+	}
+	rls, ds := l.GetRateLimits(), l.GetDescriptors()
+	if !full(l.GetFilterEnabled()) || !full(l.GetFilterEnforced()) || l.GetLocalRateLimitPerDownstreamConnection() || l.GetLocalClusterRateLimit() != nil ||
+		l.GetAlwaysConsumeDefaultTokenBucket() == nil || l.GetAlwaysConsumeDefaultTokenBucket().GetValue() ||
+		len(rls) != 1 || len(rls[0].GetActions()) != 1 || rls[0].GetActions()[0].GetRemoteAddress() == nil ||
+		len(ds) != 1 || len(ds[0].GetEntries()) != 1 || ds[0].GetEntries()[0].GetKey() != "remote_address" || ds[0].GetEntries()[0].GetValue() != "" ||
+		ds[0].GetShadowMode() || ds[0].GetTokenBucket().GetFillInterval().AsDuration() != time.Second {
+		t.Fatalf("pre-auth limit not understood by this view: %v", l)
+	}
+	tb := ds[0].GetTokenBucket()
+	return &preAuthLimit{requestsPerSecond: tb.GetTokensPerFill().GetValue(), burst: tb.GetMaxTokens()}
 }

@@ -65,6 +65,11 @@ const (
 	DefaultConnectTimeout      = time.Second
 	// DefaultTracingSamplePercent of requests are traced when tracing is on.
 	DefaultTracingSamplePercent = 1.0
+	// DefaultPreAuthRequestsPerSecond is the per-client-address limit
+	// ingress_http (and every listener without its own) applies before
+	// authentication, with a burst of as many: generous for one client,
+	// even behind a NAT, yet a flood from one address stops at the gateway.
+	DefaultPreAuthRequestsPerSecond = 100
 )
 
 // Resilience defaults for every cluster and route that does not set its
@@ -143,6 +148,10 @@ type Options struct {
 	// GatewayIdentity, when set, makes Envoy call extauthz and ratelimitsvc
 	// over mutual TLS with the gateways' workload certificate.
 	GatewayIdentity *GatewayIdentity
+	// PreAuthLimit is ingress_http's per-client-address limit before
+	// authentication, and that of every listener without its own. The zero
+	// value means DefaultPreAuthRequestsPerSecond; Disabled turns it off.
+	PreAuthLimit spec.PreAuthLimit
 	// Unseal opens the sealed private key of an inline tls secret (package
 	// seal). Nil: a config whose listeners or clusters use such a secret
 	// fails to compile with ErrUnseal. It must be safe for concurrent use.
@@ -170,6 +179,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.UpstreamCAFile == "" {
 		o.UpstreamCAFile = DefaultUpstreamCAFile
+	}
+	if p := &o.PreAuthLimit; !p.Disabled && p.RequestsPerSecond == 0 {
+		p.RequestsPerSecond = DefaultPreAuthRequestsPerSecond
 	}
 	if o.TracingCollector != "" && o.TracingSamplePercent == 0 {
 		o.TracingSamplePercent = DefaultTracingSamplePercent
@@ -201,6 +213,9 @@ func (o Options) validate() error {
 		if _, _, err := splitHostPort(o.TracingCollector); err != nil {
 			return fmt.Errorf("%w: tracing collector: %v", ErrOptions, err)
 		}
+	}
+	if err := o.PreAuthLimit.Validate(); err != nil {
+		return fmt.Errorf("%w: pre-auth limit: %v", ErrOptions, err)
 	}
 	if o.TracingSamplePercent < 0 || o.TracingSamplePercent > 100 {
 		return fmt.Errorf("%w: tracing sample percent must be 0-100", ErrOptions)

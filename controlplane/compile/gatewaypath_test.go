@@ -7,6 +7,7 @@ import (
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	localratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -15,7 +16,8 @@ import (
 )
 
 // gatewayPathConfig: a login route whose descriptor reaches a CLOSED rule,
-// an echo route reaching only an OPEN one, a route without rate limits.
+// an echo route reaching only an OPEN one, a route without rate limits,
+// and an extra listener.
 func gatewayPathConfig() *spec.Config {
 	cfg := spec.NewConfig(7)
 	cfg.Clusters["api"] = &spec.Cluster{Name: "api", Endpoints: []spec.Endpoint{{Address: "10.0.0.1", Port: 8080}}}
@@ -32,6 +34,8 @@ func gatewayPathConfig() *spec.Config {
 	}
 	rule("login-per-ip", spec.FailClosed, spec.RuleDescriptor{Key: "route", Value: "login"}, spec.RuleDescriptor{Key: "remote_address"})
 	rule("per-consumer", spec.FailOpen, spec.RuleDescriptor{Key: "consumer"})
+	cfg.Listeners["edge"] = &spec.Listener{Name: "edge", Port: 8443, PreAuthLimit: &spec.PreAuthLimit{RequestsPerSecond: 5, Burst: 10}}
+	cfg.Listeners["internal"] = &spec.Listener{Name: "internal", Port: 8081, PreAuthLimit: &spec.PreAuthLimit{Disabled: true}}
 	return cfg
 }
 
@@ -212,5 +216,102 @@ func TestRouteReachesClosedRule(t *testing.T) {
 				t.Fatal("echo or plain fail closed")
 			}
 		})
+	}
+}
+
+// TestPreAuthLimitRunsBeforeExtAuthz: a per-client-IP local rate limit is
+// the first HTTP filter, ahead of ext_authz (so a flood of bad credentials
+// never reaches extauthz or the IdP) and of the network-bound ratelimit
+// filters; its buckets are keyed on the trusted client address. The
+// built-in listener takes the control plane's setting (a default when
+// unset), a listener its own, and a listener can turn it off.
+func TestPreAuthLimitRunsBeforeExtAuthz(t *testing.T) {
+	snap := compileOK(t, gatewayPathConfig(), Options{})
+	for _, tc := range []struct {
+		listener   string
+		rps, burst uint32 // 0: no pre-auth filter
+	}{
+		{ListenerName, DefaultPreAuthRequestsPerSecond, DefaultPreAuthRequestsPerSecond},
+		{"edge", 5, 10},
+		{"internal", 0, 0},
+	} {
+		t.Run(tc.listener, func(t *testing.T) {
+			h := listenerHCM(t, snap, tc.listener)
+			names := filterNames(h)
+			ea := slices.Index(names, FilterExtAuthz)
+			pre := slices.Index(names, FilterPreAuthRateLimit)
+			if tc.rps == 0 {
+				if pre >= 0 {
+					t.Fatalf("filters %v: pre-auth limit on a listener that turned it off", names)
+				}
+				return
+			}
+			if pre != 0 || ea < 0 {
+				t.Fatalf("filters %v: want %s first, before %s", names, FilterPreAuthRateLimit, FilterExtAuthz)
+			}
+			f := h.GetHttpFilters()[pre]
+			lrl := &localratelimitv3.LocalRateLimit{}
+			if err := f.GetTypedConfig().UnmarshalTo(lrl); err != nil {
+				t.Fatal(err)
+			}
+			checkPreAuth(t, f.GetDisabled(), lrl, tc.rps, tc.burst)
+		})
+	}
+
+	// The control plane's own setting for ingress_http, and turning it off.
+	h := listenerHCM(t, compileOK(t, gatewayPathConfig(), Options{PreAuthLimit: spec.PreAuthLimit{RequestsPerSecond: 7}}), ListenerName)
+	lrl := &localratelimitv3.LocalRateLimit{}
+	if err := h.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(lrl); err != nil {
+		t.Fatal(err)
+	}
+	checkPreAuth(t, false, lrl, 7, 7)
+	h = listenerHCM(t, compileOK(t, gatewayPathConfig(), Options{PreAuthLimit: spec.PreAuthLimit{Disabled: true}}), ListenerName)
+	if slices.Contains(filterNames(h), FilterPreAuthRateLimit) {
+		t.Fatalf("disabled, yet filters %v", filterNames(h))
+	}
+	// A listener without its own setting inherits the control plane's.
+	cfg := gatewayPathConfig()
+	cfg.Listeners["edge"] = &spec.Listener{Name: "edge", Port: 8443}
+	h = listenerHCM(t, compileOK(t, cfg, Options{PreAuthLimit: spec.PreAuthLimit{RequestsPerSecond: 9, Burst: 30}}), "edge")
+	if err := h.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(lrl); err != nil {
+		t.Fatal(err)
+	}
+	checkPreAuth(t, false, lrl, 9, 30)
+
+	if _, err := Compile(gatewayPathConfig(), Options{PreAuthLimit: spec.PreAuthLimit{RequestsPerSecond: 10, Burst: 5}}); err == nil {
+		t.Fatal("a burst below the rate compiled")
+	}
+}
+
+func checkPreAuth(t *testing.T, disabled bool, l *localratelimitv3.LocalRateLimit, rps, burst uint32) {
+	t.Helper()
+	full := func(p interface {
+		GetDefaultValue() *typev3.FractionalPercent
+	}) bool {
+		d := p.GetDefaultValue()
+		return d.GetNumerator() == 100 && d.GetDenominator() == typev3.FractionalPercent_HUNDRED
+	}
+	if disabled || !full(l.GetFilterEnabled()) || !full(l.GetFilterEnforced()) {
+		t.Fatalf("pre-auth limit not enabled and enforced for every request: disabled %v, %v", disabled, l)
+	}
+	// Descriptors come from the filter's own remote_address action, so
+	// routes' rate_limits (read by the ratelimit filters) play no part.
+	rls := l.GetRateLimits()
+	if len(rls) != 1 || len(rls[0].GetActions()) != 1 || rls[0].GetActions()[0].GetRemoteAddress() == nil {
+		t.Fatalf("rate_limits %v: want one remote_address action", rls)
+	}
+	ds := l.GetDescriptors()
+	if len(ds) != 1 || len(ds[0].GetEntries()) != 1 || ds[0].GetEntries()[0].GetKey() != "remote_address" || ds[0].GetEntries()[0].GetValue() != "" {
+		t.Fatalf("descriptors %v: want one wildcard remote_address entry (a bucket per client address)", ds)
+	}
+	tb := ds[0].GetTokenBucket()
+	if tb.GetMaxTokens() != burst || tb.GetTokensPerFill().GetValue() != rps || tb.GetFillInterval().AsDuration() != time.Second {
+		t.Fatalf("per-address bucket %v, want %d per second, burst %d", tb, rps, burst)
+	}
+	if l.GetAlwaysConsumeDefaultTokenBucket() == nil || l.GetAlwaysConsumeDefaultTokenBucket().GetValue() {
+		t.Fatal("the default (whole-gateway) bucket must not be consumed by requests that matched an address bucket")
+	}
+	if l.GetMaxDynamicDescriptors().GetValue() < 1000 {
+		t.Fatalf("max_dynamic_descriptors %d: too few addresses tracked", l.GetMaxDynamicDescriptors().GetValue())
 	}
 }

@@ -59,6 +59,8 @@ type testOptions struct {
 	DefaultMaxRequestBytes uint32  `json:"defaultMaxRequestBytes"`
 	TracingCollector       string  `json:"tracingCollector"`
 	TracingSamplePercent   float64 `json:"tracingSamplePercent"`
+	// PreAuthLimit is ingress_http's (omitted: the default).
+	PreAuthLimit spec.PreAuthLimit `json:"preAuthLimit"`
 }
 
 // loadCase reads testdata/in/<name>.yaml strictly: unknown fields and
@@ -115,6 +117,7 @@ func loadCase(t testing.TB, path string) (*spec.Config, Options) {
 		DefaultMaxRequestBytes: o.DefaultMaxRequestBytes,
 		TracingCollector:       o.TracingCollector,
 		TracingSamplePercent:   o.TracingSamplePercent,
+		PreAuthLimit:           o.PreAuthLimit,
 		Unseal:                 fakeUnseal,
 	}
 }

@@ -34,7 +34,10 @@ import (
 // HTTP filter names; per-route configs are keyed by them.
 const (
 	FilterHeaderMutation = "envoy.filters.http.header_mutation"
-	FilterExtAuthz       = "envoy.filters.http.ext_authz"
+	// FilterPreAuthRateLimit is the per-client-address local_ratelimit
+	// filter, first in the chain (preauth.go).
+	FilterPreAuthRateLimit = "envoy.filters.http.local_ratelimit"
+	FilterExtAuthz         = "envoy.filters.http.ext_authz"
 	// FilterRateLimit and FilterRateLimitFailClosed are the two instances
 	// of Envoy's ratelimit filter, on stages RateLimitStageOpen and
 	// RateLimitStageClosed (failclosed.go). Envoy picks the implementation
@@ -98,7 +101,7 @@ func anyOf(m proto.Message) (*anypb.Any, error) {
 // listener per distinct non-wildcard route host, for proxyless gRPC clients
 // dialing xds:///<host>.
 func (c *compiler) listeners() ([]Resource, error) {
-	hcm, err := c.hcm(false, c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes)
+	hcm, err := c.hcm(false, c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes, c.preAuthLimit(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +119,7 @@ func (c *compiler) listeners() ([]Resource, error) {
 			}},
 		}},
 	}}
-	user, err := c.userListeners(hcm)
+	user, err := c.userListeners()
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,8 @@ func (c *compiler) listeners() ([]Resource, error) {
 	out = append(out, redis...)
 	hosts := c.apiListenerHosts()
 	if len(hosts) > 0 {
-		api, err := c.hcm(true, c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes)
+		// Proxyless gRPC clients run no local rate limit.
+		api, err := c.hcm(true, c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes, spec.PreAuthLimit{Disabled: true})
 		if err != nil {
 			return nil, err
 		}
@@ -189,19 +193,25 @@ func (c *compiler) needsBuffer() bool {
 // not change its behaviour on ingress_http, where they stay mandatory.
 //
 // headersKB and bodyBytes are the listener's header cap and default body
-// limit (0 bodyBytes: only routes with their own limit have one).
+// limit (0 bodyBytes: only routes with their own limit have one); preAuth
+// its per-client-address limit before authentication.
 //
-// Order: header_mutation (client copies of Portico's headers go before
-// anything reads them), ext_authz, then the ratelimit filters (their
-// descriptors read the identity headers ext_authz sets), the overload and
-// buffer filters, the router.
-func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnectionManager, error) {
+// Order: the pre-auth limit first (it costs no network call, and a flood
+// stops before any other filter works for it), header_mutation (client
+// copies of Portico's headers go before anything reads them), ext_authz,
+// then the ratelimit filters (their descriptors read the identity headers
+// ext_authz sets), the overload and buffer filters, the router.
+func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32, preAuth spec.PreAuthLimit) (*hcmv3.HttpConnectionManager, error) {
 	type filter struct {
 		name     string
 		cfg      proto.Message
 		disabled bool
 	}
-	filters := []filter{
+	var filters []filter
+	if rps, burst, on := preAuth.Effective(); on {
+		filters = append(filters, filter{FilterPreAuthRateLimit, preAuthFilter(rps, burst), false})
+	}
+	filters = append(filters, []filter{
 		{FilterHeaderMutation, headerMutation(), false},
 		{FilterExtAuthz, &extauthzv3.ExtAuthz{
 			Services: &extauthzv3.ExtAuthz_GrpcService{GrpcService: &corev3.GrpcService{
@@ -213,7 +223,7 @@ func (c *compiler) hcm(api bool, headersKB, bodyBytes uint32) (*hcmv3.HttpConnec
 			IncludePeerCertificate: false,
 		}, false},
 		{FilterRateLimit, c.rateLimitFilter(false), false},
-	}
+	}...)
 	if c.usesFailClosed() {
 		filters = append(filters, filter{FilterRateLimitFailClosed, c.rateLimitFilter(true), false})
 	}

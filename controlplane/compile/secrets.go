@@ -5,9 +5,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/portico-io/portico/controlplane/spec"
@@ -126,25 +124,23 @@ func bytesSource(b []byte) *corev3.DataSource {
 }
 
 // userListeners compiles the operator's listeners: each serves
-// ingress_routes with ingress_http's filter chain (its own stat prefix),
-// behind TLS when configured.
-func (c *compiler) userListeners(hcm *hcmv3.HttpConnectionManager) ([]Resource, error) {
+// ingress_routes with ingress_http's filter chain (its own stat prefix, and
+// its own header and body caps and pre-auth limit when set), behind TLS
+// when configured.
+func (c *compiler) userListeners() ([]Resource, error) {
 	var out []Resource
 	for _, name := range spec.SortedKeys(c.cfg.Listeners) {
 		l := c.cfg.Listeners[name]
-		h := proto.Clone(hcm).(*hcmv3.HttpConnectionManager)
-		if l.MaxRequestHeadersKB > 0 || l.MaxRequestBytes > 0 {
-			headersKB, bodyBytes := c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes
-			if l.MaxRequestHeadersKB > 0 {
-				headersKB = l.MaxRequestHeadersKB
-			}
-			if l.MaxRequestBytes > 0 {
-				bodyBytes = l.MaxRequestBytes
-			}
-			var err error
-			if h, err = c.hcm(false, headersKB, bodyBytes); err != nil {
-				return nil, err
-			}
+		headersKB, bodyBytes := c.opts.MaxRequestHeadersKB, c.opts.DefaultMaxRequestBytes
+		if l.MaxRequestHeadersKB > 0 {
+			headersKB = l.MaxRequestHeadersKB
+		}
+		if l.MaxRequestBytes > 0 {
+			bodyBytes = l.MaxRequestBytes
+		}
+		h, err := c.hcm(false, headersKB, bodyBytes, c.preAuthLimit(l))
+		if err != nil {
+			return nil, err
 		}
 		h.StatPrefix = name
 		a, err := anyOf(h)

@@ -13,6 +13,7 @@ import (
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/seal"
+	"github.com/portico-io/portico/controlplane/spec"
 	"github.com/portico-io/portico/internal/authn"
 	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/envflag"
@@ -30,6 +31,8 @@ func main() {
 	ratelimit := envflag.String(fs, "ratelimit-addr", "PORTICO_RATELIMIT_ADDR", "127.0.0.1:18200", "ratelimitsvc gRPC address Envoy calls")
 	listenerPort := envflag.Uint(fs, "envoy-listener-port", "PORTICO_ENVOY_LISTENER_PORT", 10000, "port of Envoy's ingress_http listener")
 	xff := envflag.Uint(fs, "xff-trusted-hops", "PORTICO_XFF_TRUSTED_HOPS", 0, "X-Forwarded-For hops in front of Envoy that are trusted")
+	preAuthRPS := envflag.Uint(fs, "preauth-limit-rps", "PORTICO_PREAUTH_LIMIT_RPS", compile.DefaultPreAuthRequestsPerSecond, "requests per second each client address may send to ingress_http (and to listeners without their own preAuthLimit) before authentication, per gateway; 0 = no limit")
+	preAuthBurst := envflag.Uint(fs, "preauth-limit-burst", "PORTICO_PREAUTH_LIMIT_BURST", 0, "bucket size of the pre-auth limit: requests an idle client address may send at once (at least the rate; 0 = the rate)")
 	tracing := envflag.String(fs, "tracing-collector", "PORTICO_TRACING_COLLECTOR", "", "OpenTelemetry collector host:port (OTLP gRPC) the gateways export traces to; empty = no tracing")
 	sample := envflag.Uint(fs, "tracing-sample-percent", "PORTICO_TRACING_SAMPLE_PERCENT", 1, "percent of requests without a sampling decision that are traced")
 	deployMode := envflag.String(fs, "deploy-mode", "PORTICO_DEPLOY_MODE", "auto", "auto: every new config version goes to every node; manual: only rollouts move nodes")
@@ -55,6 +58,10 @@ func main() {
 	cfg.Compile.ExtAuthzAddress, cfg.Compile.RateLimitAddress = *extauthz, *ratelimit
 	cfg.Compile.ListenerPort, cfg.Compile.XFFNumTrustedHops = uint32(*listenerPort), uint32(*xff)
 	cfg.Compile.TracingCollector, cfg.Compile.TracingSamplePercent = *tracing, float64(*sample)
+	if cfg.Compile.PreAuthLimit, err = preAuthLimit(*preAuthRPS, *preAuthBurst); err != nil {
+		log.Error("controlplane: --preauth-limit-rps/--preauth-limit-burst", "err", err)
+		os.Exit(2)
+	}
 
 	cfg.TLS, cfg.InsecurePlaintext, cfg.IdPAllowLoopbackHTTP = tlsFlags.Config(), *plaintext, *loopIdP
 	cfg.AdminTokenFile, cfg.AdminHosts = *authFlags.TokenFile, authFlags.HostList()
@@ -79,6 +86,19 @@ func main() {
 		log.Error("controlplane: exiting", "err", err)
 		os.Exit(1)
 	}
+}
+
+// preAuthLimit is ingress_http's pre-auth limit from its flags (rate 0:
+// off).
+func preAuthLimit(rps, burst uint) (spec.PreAuthLimit, error) {
+	if rps == 0 {
+		return spec.PreAuthLimit{Disabled: true}, nil
+	}
+	if rps > spec.MaxPreAuthRequestsPerSecond || burst > spec.MaxPreAuthRequestsPerSecond {
+		return spec.PreAuthLimit{}, fmt.Errorf("at most %d", spec.MaxPreAuthRequestsPerSecond)
+	}
+	p := spec.PreAuthLimit{RequestsPerSecond: uint32(rps), Burst: uint32(burst)}
+	return p, p.Validate()
 }
 
 // secretKey reads the sealing key from the key file, or from
