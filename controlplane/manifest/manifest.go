@@ -236,15 +236,33 @@ func Node(d Document) (*yaml.Node, error) {
 }
 
 // plain turns JSON's flow style into block style, leaving strings quoted
-// only where YAML needs it.
+// only where YAML needs it; multi-line strings are literal blocks when
+// that reads back exactly, double-quoted otherwise.
 func plain(n *yaml.Node) {
 	n.Style = 0
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.Contains(n.Value, "\n") {
-		n.Style = yaml.LiteralStyle
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.ContainsAny(n.Value, "\n\r") {
+		n.Style = yaml.DoubleQuotedStyle
+		if literal(n.Value) {
+			n.Style = yaml.LiteralStyle
+		}
 	}
 	for _, c := range n.Content {
 		plain(c)
 	}
+}
+
+// literal reports whether a multi-line string (a PEM block) reads back
+// unchanged from a literal block; other strings keep YAML's quoting.
+func literal(v string) bool {
+	if !strings.Contains(v, "\n") || strings.ContainsAny(v, "\r\t") || strings.HasPrefix(v, "\n") || strings.HasPrefix(v, " ") {
+		return false
+	}
+	for _, l := range strings.Split(v, "\n") {
+		if strings.HasSuffix(l, " ") {
+			return false
+		}
+	}
+	return true
 }
 
 // YAML renders one resource (no kind line) for display, e.g. in a diff.

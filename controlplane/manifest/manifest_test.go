@@ -104,3 +104,30 @@ func TestWriteDirRoundTrip(t *testing.T) {
 		t.Fatalf("re-encoded:\n%s", buf.String())
 	}
 }
+
+// Parse never panics, and what it accepts encodes and parses back to the
+// same documents.
+func FuzzParse(f *testing.F) {
+	f.Add("kind: clusters\nname: echo\nendpoints: [{address: 127.0.0.1, port: 1}]\n")
+	f.Add("kind: revocations\njti: j\n---\n{\"kind\":\"route\",\"name\":\"r\",\"match\":{\"path\":\"/x\"}}\n")
+	f.Add("kind: secrets\nname: s\nca: |\n  a\n  b\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		docs, err := Parse(strings.NewReader(in), "fuzz")
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if err := Encode(&buf, docs, nil); err != nil {
+			t.Fatalf("encode %q: %v", in, err)
+		}
+		back, err := Parse(&buf, "again")
+		if err != nil || len(back) != len(docs) {
+			t.Fatalf("reparse of %q: %v (%d docs, want %d)\n%s", in, err, len(back), len(docs), buf.String())
+		}
+		for i := range docs {
+			if back[i].Ref() != docs[i].Ref() || string(back[i].Resource) != string(docs[i].Resource) {
+				t.Fatalf("doc %d: %s %s, want %s %s", i, back[i].Ref(), back[i].Resource, docs[i].Ref(), docs[i].Resource)
+			}
+		}
+	})
+}
