@@ -24,6 +24,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/portico-io/portico/controlplane/admin"
@@ -154,6 +155,13 @@ func (c *Client) do(ctx context.Context, rq request, out any) (*http.Response, e
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		var ua x509.UnknownAuthorityError
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			err = fmt.Errorf("%w (is the control plane running at %s?)", err, c.base.Host)
+		case errors.As(err, &ua):
+			err = fmt.Errorf("%w (trust the platform CA: --cacert)", err)
+		}
 		return nil, fmt.Errorf("adminclient: %s %s: %w", rq.method, rq.path, err)
 	}
 	defer resp.Body.Close()
