@@ -67,6 +67,13 @@ func TestImportKeysByHash(t *testing.T) {
 		t.Fatalf("key: %+v", k)
 	}
 
+	// The audit records every imported key, without its hash.
+	audit := e.do("GET", Prefix+"/audit?limit=1000", "", nil)
+	e.expect(audit, http.StatusOK)
+	if last := hashHex("secret-99-99"); !strings.Contains(audit.Body.String(), "mig0099-0099") || strings.Contains(audit.Body.String(), last) {
+		t.Fatalf("audit of the import: %.300s", audit.Body)
+	}
+
 	w = e.do("POST", importPath, body, idem)
 	e.expect(w, http.StatusCreated)
 	if w.Header().Get(HeaderReplayed) != "true" || e.head() != before+1 {
