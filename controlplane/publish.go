@@ -121,6 +121,13 @@ func (p *publisher) snapshot(ctx context.Context, v int64) (cache.ResourceSnapsh
 
 func (p *publisher) publish(ctx context.Context, v int64) error {
 	start := time.Now()
+	// Publish the newest version: when versions arrive faster than they
+	// compile, the ones in between are skipped. Only the head's config is
+	// kept in memory, so compiling an older one would first read all of
+	// it (a million keys) back from the database.
+	if head, err := p.st.Head(ctx); err == nil && head > v {
+		v = head
+	}
 	snap, err := p.snapshot(ctx, v)
 	if err != nil {
 		p.failures.Inc()
