@@ -460,13 +460,19 @@ func (s *Server) OnStreamResponse(_ context.Context, id int64, _ *discovery.Disc
 	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo(), proto.Size(resp))
 }
 
+// go-control-plane numbers state-of-the-world and delta streams apart, both
+// from 1: delta stream ids are negated here so the two never share an entry
+// in s.streams.
+func deltaID(id int64) int64 { return -id }
+
 func (s *Server) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	return s.openStream(ctx, id)
+	return s.openStream(ctx, deltaID(id))
 }
 
-func (s *Server) OnDeltaStreamClosed(id int64, _ *core.Node) { s.closeStream(id) }
+func (s *Server) OnDeltaStreamClosed(id int64, _ *core.Node) { s.closeStream(deltaID(id)) }
 
 func (s *Server) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	id = deltaID(id)
 	if err := s.identify(id, req.GetNode()); err != nil {
 		return err
 	}
@@ -480,7 +486,7 @@ func (s *Server) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryReq
 }
 
 func (s *Server) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), proto.Size(resp))
+	s.responded(deltaID(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), proto.Size(resp))
 }
 
 func (s *Server) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }

@@ -305,3 +305,60 @@ func TestDeltaACKAndNACK(t *testing.T) {
 		t.Fatalf("after NACK got system version %q, want 3 (no re-send of 2)", r.GetSystemVersionInfo())
 	}
 }
+
+// go-control-plane numbers delta and state-of-the-world streams from 1
+// each: a delta client and a SotW client connected at once are both served
+// and both tracked (their stream ids once collided, and the second client
+// was never identified nor answered).
+func TestDeltaAndSotWStreamsTogether(t *testing.T) {
+	a := xdstest.StartBackend(t, "a")
+	tr := nodes.NewTracker()
+	cp := startControlPlane(t, "127.0.0.1:0", tr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := cp.srv.Publish(ctx, snapshot(t, 1, clusterv3.Cluster_ROUND_ROBIN, a)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(cp.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ads := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	ds, err := ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.Send(&discovery.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "delta-1"}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	r := deltaRecv(t, ds, 5*time.Second)
+	if err := ds.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ss.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: "sotw-1"}, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *discovery.DiscoveryResponse, 1)
+	go func() {
+		if r, err := ss.Recv(); err == nil {
+			got <- r
+		}
+	}()
+	var sr *discovery.DiscoveryResponse
+	select {
+	case sr = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the SotW client got no response while a delta client is connected")
+	}
+	if err := ss.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: sr.GetVersionInfo(), ResponseNonce: sr.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	xdstest.Eventually(t, 5*time.Second, "both nodes ACKed", func() bool {
+		return ackedVersion(tr, "delta-1", resource.ClusterType) == "1" && ackedVersion(tr, "sotw-1", resource.ClusterType) == "1"
+	})
+}
