@@ -3,14 +3,16 @@
 -- KEYS[i]: bucket keys, all in one hash slot (on a Cluster, Redis refuses
 --   anything else).
 -- ARGV[1]: now in ms, or "" to use Redis TIME (the production path).
--- ARGV[2+7(i-1) ..]: kind ("t" token bucket | "f" fixed window | "s" sliding
+-- ARGV[2]: "1" when the caller may have to give this commit back
+--   (refund.lua: a request whose keys span several slots is committed slot
+--   by slot): the reply then ends with now and each key's reset before.
+-- ARGV[3+7(i-1) ..]: kind ("t" token bucket | "f" fixed window | "s" sliding
 --   window counter), limit,
 --   capacity, window ms, cost, veto ("1" = a denial blocks the commit),
 --   lease (extra tokens to take on commit, as many as are left, at most this).
--- Returns {committed, now ms, then per key: allowed, remaining, retry ms,
---   reset ms, leased, reset ms before this call}. The last one and now are for
---   a caller that may have to give a commit back (refund.lua): a request
---   whose keys span several slots is committed slot by slot.
+-- Returns {committed, then per key: allowed, remaining, retry ms, reset ms,
+--   leased}, then when ARGV[2] is "1": now ms, and per key the reset ms from
+--   before this call.
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -43,7 +45,7 @@ local n = #KEYS
 local st = {}
 local commit = true
 for i = 1, n do
-  local o = 2 + (i - 1) * 7
+  local o = 3 + (i - 1) * 7
   local kind, limit, cap, win, cost = ARGV[o], tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
   local veto = ARGV[o + 5] == '1'
   local lease = tonumber(ARGV[o + 6])
@@ -90,7 +92,8 @@ for i = 1, n do
   st[i] = r
 end
 
-local out = { commit and 1 or 0, now }
+local out = { commit and 1 or 0 }
+local before = {}
 for i = 1, n do
   local r = st[i]
   local done = commit and r.allowed
@@ -108,10 +111,10 @@ for i = 1, n do
       v = v - leased * r.win
     end
   end
-  local rem, retry, reset, before
+  local rem, retry, reset
   if r.kind == 'f' then
     local endms = (r.w + 1) * r.win - now
-    before = endms
+    before[i] = endms
     if done then
       redis.call('HSET', KEYS[i], 'w', r.w, 'c', v)
       redis.call('PEXPIRE', KEYS[i], math.max(endms, 1000))
@@ -130,7 +133,7 @@ for i = 1, n do
     end
     local used = r.prev * (r.win - r.e) + cur * r.win
     rem = fdiv(math.max(0, r.capU - used), r.win)
-    reset, before = slidingReset(cur, r.prev, r.e, r.win), slidingReset(r.cur, r.prev, r.e, r.win)
+    reset, before[i] = slidingReset(cur, r.prev, r.e, r.win), slidingReset(r.cur, r.prev, r.e, r.win)
     retry = 0
     if not r.allowed then
       local at
@@ -149,7 +152,7 @@ for i = 1, n do
       redis.call('PEXPIRE', KEYS[i], math.max(2 * ceildiv(r.capU, r.limit), 1000))
     end
     rem = math.floor(v / r.win)
-    reset, before = ceildiv(r.capU - v, r.limit), ceildiv(r.capU - r.old, r.limit)
+    reset, before[i] = ceildiv(r.capU - v, r.limit), ceildiv(r.capU - r.old, r.limit)
     retry = 0
     if not r.allowed then retry = ceildiv(r.costU - r.old, r.limit) end
   end
@@ -158,6 +161,9 @@ for i = 1, n do
   out[#out + 1] = retry
   out[#out + 1] = reset
   out[#out + 1] = leased
-  out[#out + 1] = before
+end
+if ARGV[2] == '1' then
+  out[#out + 1] = now
+  for i = 1, n do out[#out + 1] = before[i] end
 end
 return out

@@ -198,7 +198,7 @@ func (r *Redis) Check(ctx context.Context, items []Item) (Decision, error) {
 	if !cb.TryAcquirePermit() {
 		return Decision{}, fmt.Errorf("%w: shard %s: %w", ErrBackend, shard, ErrBreakerOpen)
 	}
-	rep, err := r.check(ctx, items)
+	rep, err := r.check(ctx, items, false)
 	if err != nil {
 		// Every failure counts, a cancelled caller's too: a half-open probe
 		// must record an outcome or the breaker would never decide.
@@ -213,17 +213,16 @@ func (r *Redis) Check(ctx context.Context, items []Item) (Decision, error) {
 	return d, nil
 }
 
-// reply is check.lua's answer: committed, now (ms), then replyWidth values
-// per item.
+// reply is check.lua's answer: committed, replyWidth values per item, and
+// when asked for (refundable), now (ms) and each item's reset before.
 type reply []int64
 
-const replyWidth = 6
+const replyWidth = 5
 
 func (p reply) committed() bool { return p[0] == 1 }
-func (p reply) now() int64      { return p[1] }
 
 func (p reply) result(i int) Result {
-	o := 2 + replyWidth*i
+	o := 1 + replyWidth*i
 	return Result{
 		Allowed:    p[o] == 1,
 		Remaining:  uint64(max(0, p[o+1])),
@@ -233,32 +232,62 @@ func (p reply) result(i int) Result {
 	}
 }
 
-// resetBefore is item i's ResetAfter as it was before this call committed.
-func (p reply) resetBefore(i int) time.Duration {
-	return time.Duration(p[2+replyWidth*i+5]) * time.Millisecond
+// now is the ms the script ran at, in a refundable reply of n items.
+func (p reply) now(n int) int64 { return p[1+replyWidth*n] }
+
+// resetBefore is item i's ResetAfter from before this call committed, in a
+// refundable reply of n items.
+func (p reply) resetBefore(i, n int) time.Duration {
+	return time.Duration(p[2+replyWidth*n+i]) * time.Millisecond
 }
 
-func (r *Redis) check(ctx context.Context, items []Item) (reply, error) {
+// Script arguments, boxed once: a string converted to any allocates.
+var (
+	argTokenBucket, argFixedWindow, argSlidingWindow any = "t", "f", "s"
+
+	argBool    = [2]any{"0", "1"}
+	argRedisTS = any("")
+)
+
+// kindArg is the kind as check.lua and refund.lua spell it.
+func kindArg(k Kind) any {
+	switch k {
+	case FixedWindow:
+		return argFixedWindow
+	case SlidingWindow:
+		return argSlidingWindow
+	}
+	return argTokenBucket
+}
+
+// check runs check.lua on items (one hash slot); refundable asks for what
+// refund.lua needs.
+func (r *Redis) check(ctx context.Context, items []Item, refundable bool) (reply, error) {
 	keys := make([]string, len(items))
-	args := make([]any, 1, 1+7*len(items))
-	args[0] = ""
+	args := make([]any, 2, 2+7*len(items))
+	args[0], args[1] = argRedisTS, argBool[0]
 	if r.cfg.Now != nil {
 		args[0] = strconv.FormatInt(r.cfg.Now().UnixMilli(), 10)
 	}
+	size := 1 + replyWidth*len(items)
+	if refundable {
+		args[1] = argBool[1]
+		size += 1 + len(items)
+	}
 	for i, it := range items {
 		keys[i] = it.Key
-		veto := "0"
+		veto := argBool[0]
 		if it.Veto {
-			veto = "1"
+			veto = argBool[1]
 		}
-		args = append(args, it.Kind.code(), it.Limit, it.Capacity, it.Window.Milliseconds(), it.Cost, veto, it.Lease)
+		args = append(args, kindArg(it.Kind), it.Limit, it.Capacity, it.Window.Milliseconds(), it.Cost, veto, it.Lease)
 	}
 	res, err := r.eval(ctx, r.sha, checkLua, keys, args)
 	if err != nil {
 		return nil, err
 	}
 	vals, ok := res.([]any)
-	if !ok || len(vals) != 2+replyWidth*len(items) {
+	if !ok || len(vals) != size {
 		return nil, fmt.Errorf("%w: unexpected script reply %v", ErrBackend, res)
 	}
 	n := make(reply, len(vals))
@@ -284,17 +313,6 @@ func (r *Redis) eval(ctx context.Context, sha, src string, keys []string, args [
 		return nil, fmt.Errorf("%w: %w", ErrBackend, err)
 	}
 	return res, nil
-}
-
-// code is the kind as check.lua and refund.lua spell it.
-func (k Kind) code() string {
-	switch k {
-	case FixedWindow:
-		return "f"
-	case SlidingWindow:
-		return "s"
-	}
-	return "t"
 }
 
 // Ping checks that Redis answers, for readiness.

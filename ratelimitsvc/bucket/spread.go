@@ -112,9 +112,9 @@ func (r *Redis) checkSpread(ctx context.Context, items []Item, groups [][]int) (
 	}
 	var wg sync.WaitGroup
 	for g := 1; g < len(parts); g++ {
-		wg.Go(func() { parts[g].rep, parts[g].err = r.check(ctx, parts[g].items) })
+		wg.Go(func() { parts[g].rep, parts[g].err = r.check(ctx, parts[g].items, true) })
 	}
-	parts[0].rep, parts[0].err = r.check(ctx, parts[0].items)
+	parts[0].rep, parts[0].err = r.check(ctx, parts[0].items, true)
 	wg.Wait()
 
 	committed := true
@@ -154,7 +154,7 @@ func (r *Redis) checkSpread(ctx context.Context, items []Item, groups [][]int) (
 			res := p.rep.result(j)
 			if given && res.Allowed {
 				res.Remaining += p.items[j].Cost + res.Leased
-				res.ResetAfter = p.rep.resetBefore(j)
+				res.ResetAfter = p.rep.resetBefore(j, len(p.items))
 				res.Leased = 0
 			}
 			d.Results[i] = res
@@ -176,12 +176,12 @@ func (r *Redis) refund(ctx context.Context, parts []part) {
 			continue
 		}
 		var keys []string
-		args := []any{p.rep.now()}
+		args := []any{p.rep.now(len(p.items))}
 		for j, it := range p.items {
 			res := p.rep.result(j)
 			if taken := it.Cost + res.Leased; res.Allowed && taken > 0 {
 				keys = append(keys, it.Key)
-				args = append(args, it.Kind.code(), it.Capacity, it.Window.Milliseconds(), taken)
+				args = append(args, kindArg(it.Kind), it.Capacity, it.Window.Milliseconds(), taken)
 			}
 		}
 		if len(keys) == 0 {

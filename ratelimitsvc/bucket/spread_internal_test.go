@@ -73,7 +73,7 @@ func TestRefundAfterTheBucketMovedOn(t *testing.T) {
 	tb := Item{Key: pfx + "{t}", Limit: 10, Capacity: 10, Window: time.Minute, Cost: 3, Veto: true}
 	var first []part
 	for _, it := range []Item{sw, fw, tb} {
-		rep, err := r.check(ctx, []Item{it})
+		rep, err := r.check(ctx, []Item{it}, true)
 		if err != nil || !rep.committed() {
 			t.Fatalf("%s: %v %v", it.Key, rep, err)
 		}
@@ -83,7 +83,7 @@ func TestRefundAfterTheBucketMovedOn(t *testing.T) {
 	now = now.Add(time.Minute + time.Second)
 	for _, it := range []Item{sw, fw, tb} {
 		it.Cost = 1
-		if rep, err := r.check(ctx, []Item{it}); err != nil || !rep.committed() {
+		if rep, err := r.check(ctx, []Item{it}, true); err != nil || !rep.committed() {
 			t.Fatalf("%s: %v %v", it.Key, rep, err)
 		}
 	}
