@@ -74,6 +74,9 @@ type Config struct {
 	// xdsclient.DefaultStaleAfter); a response that cannot be received
 	// fails it at once. Decisions continue on the last good policy.
 	XDSStaleAfter time.Duration
+	// XDSProtocol is xdsclient.ProtocolSotW (default) or
+	// xdsclient.ProtocolDelta (a key change sends one ApiKeyShard).
+	XDSProtocol string
 	// TLS names this workload's certificate files (role extauthz): the
 	// ext_authz port admits gateway identities only, and the xDS client
 	// presents it. Without files, InsecurePlaintext must be set.
@@ -165,9 +168,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// once the policy has been out of sync for XDSStaleAfter (or at once
 	// when a response cannot be received), and the metrics
 	// portico_extauthz_policy_stale{,_seconds} say so. Decisions go on
-	// with the last good policy (static stability); only the gRPC health
-	// status Envoy sees stays SERVING, so a control-plane problem alone
-	// never turns into failure_mode_deny at the gateways.
+	// with the last good policy (static stability) and the gRPC health
+	// status stays SERVING; where readiness removes the pod from a Service,
+	// XDSStaleAfter is how long a control-plane outage may last before
+	// gateways lose this replica, so its default is well above a restart.
 	var fresh *xdsclient.Health
 	if cfg.XDSAddr != "" {
 		fresh = xdsclient.NewHealth()
@@ -195,7 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return xdsclient.Run(gctx, xdsclient.Config{
 				Addr: cfg.XDSAddr, Node: &corev3.Node{Id: cfg.NodeID, Cluster: NodeCluster, UserAgentName: "portico-extauthz"},
 				Types: policy.Types, Apply: ap.apply, MinBackoff: cfg.XDSMinBackoff, MaxBackoff: cfg.XDSMaxBackoff,
-				TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, MaxRecvMsgBytes: cfg.XDSMaxRecvMsgBytes, Health: fresh, Logger: log,
+				TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, MaxRecvMsgBytes: cfg.XDSMaxRecvMsgBytes, Protocol: cfg.XDSProtocol, Health: fresh, Logger: log,
 			})
 		})
 	}

@@ -91,6 +91,8 @@ type Config struct {
 	// xdsclient.DefaultStaleAfter); a response that cannot be received
 	// fails it at once. Limits continue on the last good rules.
 	XDSStaleAfter time.Duration
+	// XDSProtocol is xdsclient.ProtocolSotW (default) or ProtocolDelta.
+	XDSProtocol string
 	// NodeID identifies this replica to the control plane (default
 	// ratelimitsvc-<hostname>-<pid>).
 	NodeID string
@@ -241,7 +243,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var ads *source.ADS
 	if cfg.XDSAddr != "" {
 		ads = &source.ADS{Addr: cfg.XDSAddr, NodeID: cfg.NodeID, TypeURL: cfg.XDSType, StateDir: cfg.StateDir, Sink: sink, Logger: log,
-			TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, MaxRecvMsgBytes: cfg.XDSMaxRecvMsgBytes}
+			TLS: tlsFiles, InsecurePlaintext: cfg.InsecurePlaintext, MaxRecvMsgBytes: cfg.XDSMaxRecvMsgBytes, Protocol: cfg.XDSProtocol}
 		if _, err := ads.LoadState(); err != nil {
 			// A bad copy on disk must not keep the service down; xDS replaces it.
 			log.Error("ignoring persisted rate-limit rules", "err", err)

@@ -1,5 +1,6 @@
 // Package xdsclient is the xDS client of Portico's own services (extauthz,
-// ratelimitsvc): one state-of-the-world ADS stream over mutual TLS,
+// ratelimitsvc): one ADS stream over mutual TLS, state of the world (the
+// default) or incremental (delta: one changed resource is sent alone),
 // wildcard subscriptions to a fixed list of types, ACK of every response
 // the applier accepts and NACK (with the applier's error as error_detail)
 // of every response it rejects, so the server records why and the client
@@ -83,6 +84,8 @@ type Config struct {
 	MaxRecvMsgBytes int
 	DialOptions     []grpc.DialOption
 	Logger          *slog.Logger
+	// Protocol is ProtocolSotW (default) or ProtocolDelta.
+	Protocol string
 	// Health, when set, is kept up to date with the client's freshness
 	// (a readiness check and metrics read it).
 	Health *Health
@@ -112,6 +115,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.MaxRecvMsgBytes <= 0 {
 		cfg.MaxRecvMsgBytes = DefaultMaxRecvMsgBytes
 	}
+	switch cfg.Protocol {
+	case "":
+		cfg.Protocol = ProtocolSotW
+	case ProtocolDelta, ProtocolSotW:
+	default:
+		return fmt.Errorf("%w: Protocol %q: want %s or %s", ErrConfig, cfg.Protocol, ProtocolDelta, ProtocolSotW)
+	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxRecvMsgBytes)),
@@ -122,13 +132,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	defer conn.Close()
-	c := &client{cfg: cfg, ads: discovery.NewAggregatedDiscoveryServiceClient(conn), acked: maps.Clone(cfg.Versions)}
+	c := &client{cfg: cfg, ads: discovery.NewAggregatedDiscoveryServiceClient(conn), acked: maps.Clone(cfg.Versions),
+		delta: map[string]map[string]*discovery.Resource{}}
 	if c.acked == nil {
 		c.acked = map[string]string{}
 	}
 	backoff := cfg.MinBackoff
 	for {
-		progressed, err := c.session(ctx)
+		session := c.session
+		if cfg.Protocol == ProtocolDelta {
+			session = c.deltaSession
+		}
+		progressed, err := session(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -154,6 +169,9 @@ type client struct {
 	// acked is the last accepted version per type (only the Run goroutine
 	// touches it); it is what a NACK and a resubscription report.
 	acked map[string]string
+	// delta is, per type, the resources of the last accepted state with
+	// their versions (delta protocol only; only the Run goroutine).
+	delta map[string]map[string]*discovery.Resource
 }
 
 // session runs one stream. progressed says whether any response arrived.

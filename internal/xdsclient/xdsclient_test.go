@@ -88,7 +88,7 @@ func TestAckNackReconnect(t *testing.T) {
 	go func() {
 		done <- xdsclient.Run(ctx, xdsclient.Config{Addr: lis.Addr().String(), Node: &corev3.Node{Id: "n1", Cluster: "portico-extauthz"},
 			Types: []string{typeA, typeB}, Apply: apply, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-			InsecurePlaintext: true})
+			InsecurePlaintext: true, Protocol: xdsclient.ProtocolSotW})
 	}()
 	defer func() {
 		cancel()
@@ -166,7 +166,7 @@ func TestReceiveLimit(t *testing.T) {
 	// The default takes a response past gRPC's own 4 MiB.
 	f, addr := startFake(t)
 	applied := make(chan int, 4)
-	runClient(t, xdsclient.Config{Addr: addr, Types: []string{typeA}, InsecurePlaintext: true,
+	runClient(t, xdsclient.Config{Addr: addr, Types: []string{typeA}, InsecurePlaintext: true, Protocol: xdsclient.ProtocolSotW,
 		Apply: func(_, _ string, res []*anypb.Any) error { applied <- len(res[0].GetValue()); return nil }})
 	recv(t, f.reqs)
 	f.resps <- bigResponse("1", 6<<20)
@@ -180,7 +180,7 @@ func TestReceiveLimit(t *testing.T) {
 	// A smaller configured limit refuses it: the stream fails, nothing is
 	// applied, and the client resubscribes with what it holds.
 	f2, addr2 := startFake(t)
-	runClient(t, xdsclient.Config{Addr: addr2, Types: []string{typeA}, InsecurePlaintext: true, MaxRecvMsgBytes: 1 << 20,
+	runClient(t, xdsclient.Config{Addr: addr2, Types: []string{typeA}, InsecurePlaintext: true, MaxRecvMsgBytes: 1 << 20, Protocol: xdsclient.ProtocolSotW,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		Apply: func(_, _ string, res []*anypb.Any) error { t.Error("applied a response over the limit"); return nil }})
 	recv(t, f2.reqs)
@@ -194,7 +194,7 @@ func TestHealthFollowsTheStream(t *testing.T) {
 	f, addr := startFake(t)
 	h := xdsclient.NewHealth()
 	h.SyncGrace = time.Hour // in sync only by an applied response
-	runClient(t, xdsclient.Config{Addr: addr, Types: []string{typeA}, InsecurePlaintext: true, MaxRecvMsgBytes: 1 << 20,
+	runClient(t, xdsclient.Config{Addr: addr, Types: []string{typeA}, InsecurePlaintext: true, MaxRecvMsgBytes: 1 << 20, Protocol: xdsclient.ProtocolSotW,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, Health: h,
 		Apply: func(string, string, []*anypb.Any) error { return nil }})
 	recv(t, f.reqs)

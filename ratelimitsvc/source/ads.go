@@ -36,8 +36,8 @@ const NodeCluster = "portico-ratelimit"
 
 const stateFile = "ratelimit-rules.pb"
 
-// ADS subscribes to TypeURL over an ADS state-of-the-world stream (the
-// shared internal/xdsclient). Each response is validated as a whole: a good
+// ADS subscribes to TypeURL over an ADS stream, delta or state of the world
+// (the shared internal/xdsclient). Each response is validated as a whole: a good
 // one is applied, written to StateDir and ACKed; a bad one is NACKed with
 // its error and the previous rules stay. It reconnects with capped backoff
 // until ctx is done.
@@ -62,6 +62,8 @@ type ADS struct {
 	// MaxRecvMsgBytes bounds one response (default
 	// xdsclient.DefaultMaxRecvMsgBytes).
 	MaxRecvMsgBytes int
+	// Protocol is xdsclient.ProtocolSotW (default) or ProtocolDelta.
+	Protocol string
 	// Health, when set, follows the stream's freshness (xdsclient.Health).
 	Health *xdsclient.Health
 
@@ -118,7 +120,7 @@ func (a *ADS) Run(ctx context.Context) error {
 		Node:  &corev3.Node{Id: a.NodeID, Cluster: NodeCluster, UserAgentName: "portico-ratelimitsvc"},
 		Types: []string{a.typeURL()}, Versions: held, Apply: a.applyResponse,
 		MinBackoff: 100 * time.Millisecond, MaxBackoff: maxB,
-		TLS: a.TLS, InsecurePlaintext: a.InsecurePlaintext, MaxRecvMsgBytes: a.MaxRecvMsgBytes, Health: a.Health, Logger: a.logger(),
+		TLS: a.TLS, InsecurePlaintext: a.InsecurePlaintext, MaxRecvMsgBytes: a.MaxRecvMsgBytes, Protocol: a.Protocol, Health: a.Health, Logger: a.logger(),
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/portico-io/portico/internal/xdsclient"
 	ratelimitv1 "github.com/portico-io/portico/proto/portico/ratelimit/v1"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
 	"github.com/portico-io/portico/ratelimitsvc/source"
@@ -99,7 +100,8 @@ func TestADSAckNackPersist(t *testing.T) {
 	// What was in force right after each response, before its ACK/NACK
 	// lets the server send the next one.
 	inForce := make(chan string, 8)
-	ads := &source.ADS{Addr: addr, NodeID: "n", StateDir: state, Sink: live, InsecurePlaintext: true, OnResponse: func(string, error) {
+	// The scripted server speaks state of the world only.
+	ads := &source.ADS{Addr: addr, NodeID: "n", StateDir: state, Sink: live, InsecurePlaintext: true, Protocol: xdsclient.ProtocolSotW, OnResponse: func(string, error) {
 		tab := live.Load()
 		inForce <- fmt.Sprintf("%s/%d", tab.Versions[rules.SourceXDS], len(tab.Rules()))
 	}}
