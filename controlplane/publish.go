@@ -121,24 +121,30 @@ func (p *publisher) snapshot(ctx context.Context, v int64) (cache.ResourceSnapsh
 
 func (p *publisher) publish(ctx context.Context, v int64) error {
 	start := time.Now()
-	// Publish the newest version: when versions arrive faster than they
-	// compile, the ones in between are skipped. Only the head's config is
-	// kept in memory, so compiling an older one would first read all of
-	// it (a million keys) back from the database.
-	if head, err := p.st.Head(ctx); err == nil && head > v {
-		v = head
+	// Publish the newest version (at least v): when versions arrive faster
+	// than they compile, the ones in between are skipped. Only the head's
+	// config is kept in memory, so compiling an older one would first
+	// read all of it (a million keys) back from the database.
+	cfg, err := p.st.HeadConfig(ctx)
+	if err == nil && cfg.Version < v {
+		err = fmt.Errorf("head %d is behind notified version %d", cfg.Version, v)
 	}
-	snap, err := p.snapshot(ctx, v)
 	if err != nil {
 		p.failures.Inc()
-		return err
+		return fmt.Errorf("load head: %w", err)
 	}
+	snap, err := p.compiler.Compile(cfg)
+	if err != nil {
+		p.failures.Inc()
+		return fmt.Errorf("compile version %d: %w", cfg.Version, err)
+	}
+	p.compileSeconds.Observe(time.Since(start).Seconds())
 	if err := p.xs.Publish(ctx, snap); err != nil {
 		p.failures.Inc()
 		return err
 	}
-	p.published.Store(v)
+	p.published.Store(cfg.Version)
 	p.firstOnce.Do(func() { close(p.first) })
-	p.log.Info("controlplane: published", "version", v, "took", time.Since(start))
+	p.log.Info("controlplane: published", "version", cfg.Version, "took", time.Since(start))
 	return nil
 }

@@ -183,6 +183,23 @@ func (s *Store) ConfigAt(ctx context.Context, v int64) (*spec.Config, error) {
 	return loadConfig(ctx, tx, v)
 }
 
+// HeadConfig returns the config at the head version, whatever it is by
+// the time it is read: the one config kept in memory (see ConfigAt), so
+// a reader that wants the newest never reads a whole version back from
+// the database because the head moved on. Shared: must not be modified.
+func (s *Store) HeadConfig(ctx context.Context) (*spec.Config, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("store: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	var head int64
+	if err := tx.QueryRow(ctx, `SELECT version FROM controlplane.config_head`).Scan(&head); err != nil {
+		return nil, fmt.Errorf("store: read head: %w", err)
+	}
+	return s.headConfig(ctx, tx, head)
+}
+
 // Versions lists version metadata newest first, starting below before (0:
 // from the head). next is the cursor for the following page, 0 on the last.
 func (s *Store) Versions(ctx context.Context, before int64, limit int) (items []VersionInfo, next int64, err error) {
