@@ -58,7 +58,7 @@ func TestUnreceivablePolicyIsLoud(t *testing.T) {
 		t.Fatalf("stale = %v while in sync", s)
 	}
 
-	big := bulkKeys(t, dbURL, 100) // about 470 kB of ApiKeyShards
+	big := bulkKeys(t, dbURL, 400) // about 480 kB of ApiKeyShards
 	var body string
 	xdstest.Eventually(t, 10*time.Second, "extauthz not ready, naming why", func() bool {
 		var c int
