@@ -119,10 +119,13 @@ func (r *Redis) checkSpread(ctx context.Context, items []Item, groups [][]int) (
 
 	committed := true
 	var err error
-	failed := map[string]bool{}
+	var failed map[string]bool // shards with a failed call
 	for _, p := range parts {
 		switch {
 		case p.err != nil:
+			if failed == nil {
+				failed = map[string]bool{}
+			}
 			failed[p.shard] = true
 			committed = false
 			if err == nil {
