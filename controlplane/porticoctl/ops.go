@@ -90,21 +90,11 @@ func rolloutsCommand(c *conn) *cobra.Command {
 		Short: "List rollouts, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := c.client()
+			items, _, err := listItems[rollout.Rollout](cmd, c, "/config/rollouts")
 			if err != nil {
 				return err
 			}
-			raw, err := cl.Raw(cmd.Context(), "/config/rollouts")
-			if err != nil {
-				return err
-			}
-			var p struct {
-				Items []rollout.Rollout `json:"items"`
-			}
-			if err := json.Unmarshal(raw, &p); err != nil {
-				return err
-			}
-			return printRollouts(cmd.OutOrStdout(), output, p.Items...)
+			return printRollouts(cmd.OutOrStdout(), output, items...)
 		},
 	}
 	cmd.RunE = list.RunE
@@ -238,18 +228,8 @@ func nodesCommand(c *conn) *cobra.Command {
 		Short: "List connected xDS clients with their ACKed versions and NACKs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := c.client()
+			items, raw, err := listItems[nodeView](cmd, c, "/nodes")
 			if err != nil {
-				return err
-			}
-			raw, err := cl.Raw(cmd.Context(), "/nodes")
-			if err != nil {
-				return err
-			}
-			var p struct {
-				Items []nodeView `json:"items"`
-			}
-			if err := json.Unmarshal(raw, &p); err != nil {
 				return err
 			}
 			if output == "json" || output == "yaml" {
@@ -261,7 +241,7 @@ func nodesCommand(c *conn) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tCLUSTER\tGROUP\tCONNECTED\tACKED\tNACK")
-			for _, n := range p.Items {
+			for _, n := range items {
 				acked, nack := map[string]bool{}, ""
 				for _, t := range n.Types {
 					if t.AckedVersion != "" {
@@ -304,4 +284,23 @@ type nodeView struct {
 			Error   string `json:"error"`
 		} `json:"nack"`
 	} `json:"types"`
+}
+
+// listItems GETs an admin API list at path and decodes its items; raw is
+// the whole answer, for -o json|yaml.
+func listItems[T any](cmd *cobra.Command, c *conn, path string) (items []T, raw []byte, err error) {
+	cl, err := c.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	if raw, err = cl.Raw(cmd.Context(), path); err != nil {
+		return nil, nil, err
+	}
+	var p struct {
+		Items []T `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, nil, err
+	}
+	return p.Items, raw, nil
 }
