@@ -16,6 +16,7 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +135,10 @@ func TestPostgresVerifyFull(t *testing.T) {
 		{"server certificate from another CA", pgURL("localhost", "postgres", "verify-full", other.CAFile(), cpFiles), "unknown authority"},
 		{"host name not in the server certificate", pgURL("127.0.0.1", "postgres", "verify-full", p.CAFile(), cpFiles), "IP SANs"},
 		{"no client certificate", pgURL("localhost", "postgres", "verify-full", p.CAFile(), tlsfiles.Config{}), "requires a valid client certificate"},
-		{"client certificate from another CA", pgURL("localhost", "postgres", "verify-full", p.CAFile(), otherClient), "unknown certificate authority"},
+		// TLS 1.3: the client's handshake is over before the server checks
+		// its certificate, so the server's alert can lose the race with the
+		// client's first write, which then meets the reset instead.
+		{"client certificate from another CA", pgURL("localhost", "postgres", "verify-full", p.CAFile(), otherClient), "unknown certificate authority|connection reset by peer"},
 	} {
 		t.Run("refused/"+tc.name, func(t *testing.T) {
 			c, err := pgx.Connect(ctx, tc.url)
@@ -142,7 +146,7 @@ func TestPostgresVerifyFull(t *testing.T) {
 				c.Close(context.Background())
 				t.Fatal("connected")
 			}
-			if !strings.Contains(err.Error(), tc.want) {
+			if !slices.ContainsFunc(strings.Split(tc.want, "|"), func(w string) bool { return strings.Contains(err.Error(), w) }) {
 				t.Fatalf("want an error about %q, got %v", tc.want, err)
 			}
 			t.Log(err)
