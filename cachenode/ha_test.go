@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
@@ -44,13 +46,20 @@ type haNode struct {
 	proc            *proctest.Proc
 }
 
+// handedOut are the ports loopbackAddr gave this test process, so two
+// nodes never get the same one before either binds it.
+var handedOut sync.Map
+
+// loopbackAddr picks a free loopback port with testdeps.FreePort: outside
+// the ephemeral range, so an outgoing connection cannot take it between
+// the pick and the node's bind (CI saw that with ports from 127.0.0.1:0).
 func loopbackAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		p := testdeps.FreePort(t)
+		if _, taken := handedOut.LoadOrStore(p, true); !taken {
+			return net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func (n *haNode) port() int {
