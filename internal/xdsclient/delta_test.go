@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/portico-io/portico/internal/xdsclient"
+	"github.com/portico-io/portico/internal/xdstest"
 )
 
 // wire counts what arrives on the client's streams, per response.
@@ -205,7 +206,7 @@ func testProtocol(t *testing.T, protocol string) {
 	if err := snaps.SetSnapshot(ctx, node, shards(t, "4", 2000, map[int]string{7: "changed", 1: "rejected"}, 9)); err != nil {
 		t.Fatal(err)
 	}
-	xdsEventually(t, func() bool { return w.len() > mark+1 })
+	xdstest.Eventually(t, 10*time.Second, "the client to apply the update", func() bool { return w.len() > mark+1 })
 	if err := snaps.SetSnapshot(ctx, node, shards(t, "5", 2000, map[int]string{7: "changed", 2: "five"}, 9)); err != nil {
 		t.Fatal(err)
 	}
@@ -215,16 +216,5 @@ func testProtocol(t *testing.T, protocol string) {
 	}
 	if protocol == xdsclient.ProtocolDelta && st.bodies["shard-01"] == "rejected" {
 		t.Fatal("a rejected resource reached the state")
-	}
-}
-
-func xdsEventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met after 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
