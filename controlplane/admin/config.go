@@ -68,18 +68,27 @@ func sorted[V any](m map[string]V) []V {
 	return out
 }
 
+func sortedTable[V comparable](t *spec.Table[V]) []V {
+	names := t.Names()
+	out := make([]V, len(names))
+	for i, k := range names {
+		out[i] = t.Lookup(k)
+	}
+	return out
+}
+
 func viewConfig(c *spec.Config) configView {
 	return configView{
 		Clusters:       sorted(c.Clusters),
 		Routes:         sorted(c.Routes),
 		JWTProviders:   sorted(c.JWTProviders),
-		Consumers:      sorted(c.Consumers),
-		Revocations:    sorted(c.Revocations),
+		Consumers:      sortedTable(c.Consumers),
+		Revocations:    sortedTable(c.Revocations),
 		RateLimitRules: sorted(c.RateLimitRules),
 		Secrets:        secretViews(sorted(c.Secrets)),
 		Listeners:      sorted(c.Listeners),
 		RedisProxies:   sorted(c.RedisProxies),
-		APIKeyCount:    len(c.APIKeys),
+		APIKeyCount:    c.APIKeys.Len(),
 	}
 }
 

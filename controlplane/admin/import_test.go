@@ -59,11 +59,11 @@ func TestImportKeysByHash(t *testing.T) {
 		t.Fatalf("answer is not small: %s", w.Body)
 	}
 	cfg, err := e.store.ConfigAt(context.Background(), e.head())
-	if err != nil || len(cfg.APIKeys) != 10_000 || len(cfg.Consumers) != 100 {
-		t.Fatalf("config: %d keys, %d consumers (%v)", len(cfg.APIKeys), len(cfg.Consumers), err)
+	if err != nil || cfg.APIKeys.Len() != 10_000 || cfg.Consumers.Len() != 100 {
+		t.Fatalf("config: %d keys, %d consumers (%v)", cfg.APIKeys.Len(), cfg.Consumers.Len(), err)
 	}
 	sum := sha256.Sum256([]byte("secret-7-42"))
-	if k := cfg.APIKeys["mig0007-0042"]; k == nil || k.SHA256 != hex.EncodeToString(sum[:]) || k.Consumer != "mig0007" {
+	if k := cfg.APIKeys.Lookup("mig0007-0042"); k == nil || k.SHA256 != hex.EncodeToString(sum[:]) || k.Consumer != "mig0007" {
 		t.Fatalf("key: %+v", k)
 	}
 
@@ -140,8 +140,8 @@ func TestImportRejectsBadItems(t *testing.T) {
 	}
 	e.t = t
 	cfg, err := e.store.ConfigAt(context.Background(), e.head())
-	if err != nil || len(cfg.APIKeys) != 1 || len(cfg.Consumers) != 2 {
-		t.Fatalf("config changed: %d keys, %d consumers (%v)", len(cfg.APIKeys), len(cfg.Consumers), err)
+	if err != nil || cfg.APIKeys.Len() != 1 || cfg.Consumers.Len() != 2 {
+		t.Fatalf("config changed: %d keys, %d consumers (%v)", cfg.APIKeys.Len(), cfg.Consumers.Len(), err)
 	}
 	e.expectError(e.do("POST", importPath, importBody(t, 1, 1, nil), nil), 428, CodeIdempotencyKeyRequired, "")
 }

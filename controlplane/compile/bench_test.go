@@ -19,7 +19,7 @@ func BenchmarkCompileAPIKeys(b *testing.B) {
 	for i := range benchKeys {
 		sum := sha256.Sum256(fmt.Appendf(nil, "key-%d", i))
 		id := fmt.Sprintf("k%06d", i)
-		cfg.APIKeys[id] = &spec.APIKey{Name: id, Consumer: "acme", SHA256: hex.EncodeToString(sum[:])}
+		cfg.APIKeys.Set(id, &spec.APIKey{Name: id, Consumer: "acme", SHA256: hex.EncodeToString(sum[:])})
 	}
 	b.ResetTimer()
 	for b.Loop() {

@@ -254,7 +254,13 @@ func compileConfig(cfg *spec.Config, opts Options, shards *shardCache) (*Snapsho
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.Validate(); err != nil {
+	// After a compile of the version before, only what changed since needs
+	// checking (see spec.Config.ValidateFrom).
+	var base *spec.Config
+	if shards != nil && shards.prev != nil {
+		base = shards.prev.cfg
+	}
+	if err := cfg.ValidateFrom(base); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := CheckConfig(cfg, opts); err != nil {

@@ -28,14 +28,14 @@ func reinsert(cfg *spec.Config) *spec.Config {
 	for _, k := range rev(spec.SortedKeys(cfg.JWTProviders)) {
 		out.JWTProviders[k] = cfg.JWTProviders[k]
 	}
-	for _, k := range rev(spec.SortedKeys(cfg.Consumers)) {
-		out.Consumers[k] = cfg.Consumers[k]
+	for _, k := range rev(cfg.Consumers.Names()) {
+		out.Consumers.Set(k, cfg.Consumers.Lookup(k))
 	}
-	for _, k := range rev(spec.SortedKeys(cfg.APIKeys)) {
-		out.APIKeys[k] = cfg.APIKeys[k]
+	for _, k := range rev(cfg.APIKeys.Names()) {
+		out.APIKeys.Set(k, cfg.APIKeys.Lookup(k))
 	}
-	for _, k := range rev(spec.SortedKeys(cfg.Revocations)) {
-		out.Revocations[k] = cfg.Revocations[k]
+	for _, k := range rev(cfg.Revocations.Names()) {
+		out.Revocations.Set(k, cfg.Revocations.Lookup(k))
 	}
 	for _, k := range rev(spec.SortedKeys(cfg.RateLimitRules)) {
 		out.RateLimitRules[k] = cfg.RateLimitRules[k]
@@ -266,10 +266,10 @@ func randomConfig(r *rand.Rand) *spec.Config {
 		}
 		cfg.Routes[rt.Name] = rt
 	}
-	cfg.Consumers["acme"] = &spec.Consumer{Name: "acme", Tenant: "acme"}
+	cfg.Consumers.Set("acme", &spec.Consumer{Name: "acme", Tenant: "acme"})
 	for i := range r.IntN(20) {
 		sum := fmt.Sprintf("%064x", r.Uint64())
-		cfg.APIKeys[fmt.Sprintf("k%d", i)] = &spec.APIKey{Name: fmt.Sprintf("k%d", i), Consumer: "acme", SHA256: sum}
+		cfg.APIKeys.Set(fmt.Sprintf("k%d", i), &spec.APIKey{Name: fmt.Sprintf("k%d", i), Consumer: "acme", SHA256: sum})
 	}
 	for i := range r.IntN(5) {
 		cfg.RateLimitRules[fmt.Sprintf("rule%d", i)] = &spec.RateLimitRule{

@@ -50,8 +50,8 @@ func (c *compiler) jwtProviders() []Resource {
 // the store removes them, and extauthz ignores them past expiry.
 func (c *compiler) revocations() *authv1.RevocationList {
 	l := &authv1.RevocationList{Name: RevocationsName}
-	for _, jti := range spec.SortedKeys(c.cfg.Revocations) {
-		r := c.cfg.Revocations[jti]
+	for _, jti := range c.cfg.Revocations.Names() {
+		r := c.cfg.Revocations.Lookup(jti)
 		l.Revocations = append(l.Revocations, &authv1.Revocation{
 			Jti:       r.Name,
 			ExpiresAt: timestamppb.New(r.ExpiresAt),

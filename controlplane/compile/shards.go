@@ -2,6 +2,7 @@ package compile
 
 import (
 	"encoding/hex"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -42,12 +43,12 @@ func unhex(c byte) byte {
 // every ApiKeyShard whose inputs — its keys, and the tenant and tier of
 // their consumers — did not change since the version it compiled before:
 // the same message, with the same hash (its delta xDS version), neither
-// rebuilt, validated nor marshalled again. So after a million keys, one
-// key change rebuilds one shard of about 1/256 of them. Which shards
-// changed is found by comparing the two versions' maps (values shared
-// between versions, as the store's copy-on-write configs share them, are
-// compared by pointer), so what remains proportional to the key count is
-// one pass over the keys.
+// rebuilt, validated nor marshalled again. Which keys changed is read from
+// the config's Tables (spec.Table.Changes), which skip the shards two
+// versions share, and each ApiKeyShard's keys are indexed, so after a
+// million keys one key change costs one Table shard to compare and one
+// ApiKeyShard (about 1/256 of the keys) to rebuild. Only a consumer's
+// tenant or tier changing costs a pass over every key.
 //
 // A Compiler is safe for concurrent use; the output of every call equals
 // Compile's for the same config.
@@ -83,12 +84,15 @@ type shardCache struct {
 	rebuilt int
 }
 
-// shardState is what a compile's shards were built from. The maps are a
-// config's own (immutable by the store's contract), kept to compare with.
+// shardState is what a compile's shards were built from. cfg is the
+// config compiled (valid, and immutable by the store's contract), kept to
+// compare with; members and shards are immutable once the state is built,
+// and shared between states where unchanged.
 type shardState struct {
-	keys      map[string]*spec.APIKey
-	consumers map[string]*spec.Consumer
-	shards    [numShards]*builtShard // nil: no keys
+	cfg *spec.Config
+	// members are the keys of each ApiKeyShard, by id.
+	members [numShards]map[string]*spec.APIKey
+	shards  [numShards]*builtShard // nil: no keys
 }
 
 type builtShard struct {
@@ -100,58 +104,42 @@ type builtShard struct {
 // their inputs are unchanged, and records the new state in sc.next. It
 // returns the shards (only non-empty ones) and the hash of each.
 func (c *compiler) apiKeyShardsReusing(sc *shardCache) ([]Resource, map[Resource]string, error) {
-	var (
-		prev  *shardState
-		dirty [numShards]bool
-	)
+	var prev *shardState
 	if sc != nil {
 		prev = sc.prev
 	}
+	next := &shardState{cfg: c.cfg}
+	var dirty [numShards]bool
 	if prev == nil {
 		for i := range dirty {
 			dirty[i] = true
 		}
-	} else {
-		dirty = c.changedShards(prev)
-	}
-	next := &shardState{keys: c.cfg.APIKeys, consumers: c.cfg.Consumers}
-	if prev != nil {
-		next.shards = prev.shards
-	}
-	anyDirty := false
-	for i, d := range dirty {
-		if d {
-			next.shards[i], anyDirty = nil, true
+		for id, k := range c.cfg.APIKeys.All() {
+			i := shardIndex(k.SHA256)
+			if next.members[i] == nil {
+				next.members[i] = map[string]*spec.APIKey{}
+			}
+			next.members[i][id] = k
 		}
+	} else {
+		next.members, next.shards = prev.members, prev.shards
+		dirty = c.updateMembers(prev, next)
 	}
 	rebuilt := 0
-	if anyDirty {
-		built := map[int]*authv1.ApiKeyShard{}
-		for _, k := range c.cfg.APIKeys {
-			i := shardIndex(k.SHA256)
-			if !dirty[i] {
-				continue
-			}
-			s := built[i]
-			if s == nil {
-				s = &authv1.ApiKeyShard{Name: ShardName(k.SHA256)}
-				built[i] = s
-			}
-			if key := c.apiKeyMessage(k); key != nil {
-				s.Keys = append(s.Keys, key)
-			}
+	for i, d := range dirty {
+		if !d {
+			continue
 		}
-		for i, s := range built {
-			// Map order above; sorted by id here, which is cheaper than
-			// sorting every key of the config.
-			slices.SortFunc(s.Keys, func(a, b *authv1.ApiKey) int { return strings.Compare(a.Id, b.Id) })
-			h, err := checkAndHash(ApiKeyShardType, s.Name, s)
-			if err != nil {
-				return nil, nil, err
-			}
-			next.shards[i] = &builtShard{res: s, hash: h}
-			rebuilt++
+		next.shards[i] = nil
+		if len(next.members[i]) == 0 {
+			continue
 		}
+		b, err := c.buildShard(next.members[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		next.shards[i] = b
+		rebuilt++
 	}
 	out := []Resource{}
 	known := map[Resource]string{}
@@ -167,50 +155,68 @@ func (c *compiler) apiKeyShardsReusing(sc *shardCache) ([]Resource, map[Resource
 	return out, known, nil
 }
 
-// changedShards marks the shards whose inputs differ between prev and the
-// config being compiled: a key added, removed or changed (both its old and
-// new shard), or a key whose consumer's tenant or tier changed.
-func (c *compiler) changedShards(prev *shardState) [numShards]bool {
-	var dirty [numShards]bool
-	consumersChanged := map[string]bool{}
-	foundConsumers := 0
-	for name, c1 := range c.cfg.Consumers {
-		c0, ok := prev.consumers[name]
-		if ok {
-			foundConsumers++
+// buildShard builds, checks and hashes the ApiKeyShard of members.
+func (c *compiler) buildShard(members map[string]*spec.APIKey) (*builtShard, error) {
+	var s *authv1.ApiKeyShard
+	for _, k := range members {
+		if s == nil {
+			s = &authv1.ApiKeyShard{Name: ShardName(k.SHA256), Keys: make([]*authv1.ApiKey, 0, len(members))}
 		}
-		if c0 != c1 && (c0 == nil || c0.Tenant != c1.Tenant || c0.Tier != c1.Tier) {
-			consumersChanged[name] = true
+		if key := c.apiKeyMessage(k); key != nil {
+			s.Keys = append(s.Keys, key)
 		}
 	}
-	if foundConsumers < len(prev.consumers) {
-		for name := range prev.consumers {
-			if _, ok := c.cfg.Consumers[name]; !ok {
-				consumersChanged[name] = true
-			}
-		}
+	// Map order above; sorted by id here.
+	slices.SortFunc(s.Keys, func(a, b *authv1.ApiKey) int { return strings.Compare(a.Id, b.Id) })
+	h, err := checkAndHash(ApiKeyShardType, s.Name, s)
+	if err != nil {
+		return nil, err
 	}
-	found := 0
-	for id, k1 := range c.cfg.APIKeys {
-		k0, ok := prev.keys[id]
-		switch {
-		case !ok:
-			dirty[shardIndex(k1.SHA256)] = true
-		case k0 != k1 && !sameKey(k0, k1):
-			dirty[shardIndex(k0.SHA256)] = true
-			dirty[shardIndex(k1.SHA256)] = true
+	return &builtShard{res: s, hash: h}, nil
+}
+
+// updateMembers brings next.members (prev's, shared) up to the config
+// being compiled, copying each members map before its first change, and
+// returns the shards whose inputs changed: a key added, removed or
+// changed (both its old and new shard), or a key whose consumer's tenant
+// or tier changed.
+func (c *compiler) updateMembers(prev, next *shardState) [numShards]bool {
+	var dirty, owned [numShards]bool
+	member := func(i int) map[string]*spec.APIKey {
+		if !owned[i] {
+			owned[i] = true
+			m := make(map[string]*spec.APIKey, len(next.members[i])+1)
+			maps.Copy(m, next.members[i])
+			next.members[i] = m
 		}
-		if ok {
-			found++
-		}
-		if len(consumersChanged) > 0 && consumersChanged[k1.Consumer] {
-			dirty[shardIndex(k1.SHA256)] = true
-		}
+		return next.members[i]
 	}
-	if found < len(prev.keys) {
-		for id, k0 := range prev.keys {
-			if _, ok := c.cfg.APIKeys[id]; !ok {
-				dirty[shardIndex(k0.SHA256)] = true
+	c.cfg.APIKeys.Changes(prev.cfg.APIKeys, func(id string, k0, k1 *spec.APIKey, had, has bool) bool {
+		if had {
+			i := shardIndex(k0.SHA256)
+			delete(member(i), id)
+			dirty[i] = dirty[i] || !has || !sameKey(k0, k1)
+		}
+		if has {
+			i := shardIndex(k1.SHA256)
+			member(i)[id] = k1
+			dirty[i] = dirty[i] || !had || !sameKey(k0, k1)
+		}
+		return true
+	})
+	changed := map[string]bool{}
+	c.cfg.Consumers.Changes(prev.cfg.Consumers, func(name string, c0, c1 *spec.Consumer, had, has bool) bool {
+		// A new consumer's keys are new keys, already marked; a deleted
+		// one's keys are deleted keys (the config validated).
+		if had && has && (c0.Tenant != c1.Tenant || c0.Tier != c1.Tier) {
+			changed[name] = true
+		}
+		return true
+	})
+	if len(changed) > 0 {
+		for _, k := range c.cfg.APIKeys.All() {
+			if changed[k.Consumer] {
+				dirty[shardIndex(k.SHA256)] = true
 			}
 		}
 	}
@@ -241,7 +247,7 @@ func (c *compiler) apiKeyMessage(k *spec.APIKey) *authv1.ApiKey {
 		Consumer: k.Consumer,
 		Scopes:   slices.Clone(k.Scopes),
 	}
-	if cons := c.cfg.Consumers[k.Consumer]; cons != nil {
+	if cons := c.cfg.Consumers.Lookup(k.Consumer); cons != nil {
 		key.Tenant, key.Tier = cons.Tenant, cons.Tier
 	}
 	if k.ExpiresAt != nil {

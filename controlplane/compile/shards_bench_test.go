@@ -24,7 +24,7 @@ func BenchmarkCompileOneKeyChange(b *testing.B) {
 				b.StopTimer()
 				cfg = next(cfg)
 				id := fmt.Sprintf("added%d", i)
-				cfg.APIKeys[id] = &spec.APIKey{Name: id, Consumer: "acme", SHA256: hashOf(id)}
+				cfg.APIKeys.Set(id, &spec.APIKey{Name: id, Consumer: "acme", SHA256: hashOf(id)})
 				i++
 				b.StartTimer()
 				var err error

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"testing"
 	"time"
 
@@ -20,15 +19,15 @@ func hashOf(s string) string {
 func withKeys(t testing.TB, n int) (*spec.Config, Options) {
 	t.Helper()
 	cfg, opts := loadCase(t, "testdata/in/minimal_echo.yaml")
-	cfg.Consumers["acme"] = &spec.Consumer{Name: "acme", Tenant: "acme"}
-	cfg.Consumers["globex"] = &spec.Consumer{Name: "globex", Tenant: "globex"}
+	cfg.Consumers.Set("acme", &spec.Consumer{Name: "acme", Tenant: "acme"})
+	cfg.Consumers.Set("globex", &spec.Consumer{Name: "globex", Tenant: "globex"})
 	for i := range n {
 		id := fmt.Sprintf("k%06d", i)
 		cons := "acme"
 		if i%10 == 0 {
 			cons = "globex"
 		}
-		cfg.APIKeys[id] = &spec.APIKey{Name: id, Consumer: cons, SHA256: hashOf(id)}
+		cfg.APIKeys.Set(id, &spec.APIKey{Name: id, Consumer: cons, SHA256: hashOf(id)})
 	}
 	return cfg, opts
 }
@@ -37,7 +36,7 @@ func withKeys(t testing.TB, n int) (*spec.Config, Options) {
 func next(cfg *spec.Config) *spec.Config {
 	c := *cfg
 	c.Version++
-	c.APIKeys, c.Consumers = maps.Clone(cfg.APIKeys), maps.Clone(cfg.Consumers)
+	c.APIKeys, c.Consumers = cfg.APIKeys.Clone(), cfg.Consumers.Clone()
 	return &c
 }
 
@@ -69,73 +68,73 @@ func TestCompilerReusesUnchangedShards(t *testing.T) {
 	step("nothing changed", next(cfg), 0)
 
 	cfg = next(cfg)
-	cfg.APIKeys["new"] = &spec.APIKey{Name: "new", Consumer: "acme", SHA256: hashOf("new")}
+	cfg.APIKeys.Set("new", &spec.APIKey{Name: "new", Consumer: "acme", SHA256: hashOf("new")})
 	step("one key added", cfg, 1)
 
 	cfg = next(cfg)
-	old := cfg.APIKeys["k000001"]
+	old := cfg.APIKeys.Lookup("k000001")
 	rotated := *old
 	rotated.SHA256 = hashOf("rotated")
 	if shardIndex(rotated.SHA256) == shardIndex(old.SHA256) {
 		t.Fatal("pick another rotated hash")
 	}
-	cfg.APIKeys["k000001"] = &rotated
+	cfg.APIKeys.Set("k000001", &rotated)
 	step("a key moved to another shard", cfg, 2)
 
 	cfg = next(cfg)
-	scoped := *cfg.APIKeys["k000002"]
+	scoped := *cfg.APIKeys.Lookup("k000002")
 	scoped.Scopes = []string{"echo:read"}
-	cfg.APIKeys["k000002"] = &scoped
+	cfg.APIKeys.Set("k000002", &scoped)
 	step("a key's scopes changed", cfg, 1)
 
 	cfg = next(cfg)
-	exp := *cfg.APIKeys["k000003"]
+	exp := *cfg.APIKeys.Lookup("k000003")
 	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	exp.ExpiresAt = &at
-	cfg.APIKeys["k000003"] = &exp
+	cfg.APIKeys.Set("k000003", &exp)
 	step("a key's expiry changed", cfg, 1)
 
 	cfg = next(cfg)
-	delete(cfg.APIKeys, "k000004")
+	cfg.APIKeys.Delete("k000004")
 	step("a key deleted", cfg, 1)
 
 	cfg = next(cfg)
-	same := *cfg.APIKeys["k000005"]
-	cfg.APIKeys["k000005"] = &same
+	same := *cfg.APIKeys.Lookup("k000005")
+	cfg.APIKeys.Set("k000005", &same)
 	step("a key rewritten unchanged", cfg, 0)
 
 	cfg = next(cfg)
-	cfg.Consumers["globex"] = &spec.Consumer{Name: "globex", Tenant: "globex", Tier: "gold"}
+	cfg.Consumers.Set("globex", &spec.Consumer{Name: "globex", Tenant: "globex", Tier: "gold"})
 	step("a consumer's tier changed", cfg, -1)
 
 	cfg = next(cfg)
-	for id, k := range cfg.APIKeys {
+	for id, k := range cfg.APIKeys.All() {
 		if k.Consumer == "globex" {
-			delete(cfg.APIKeys, id)
+			cfg.APIKeys.Delete(id)
 		}
 	}
-	delete(cfg.Consumers, "globex")
+	cfg.Consumers.Delete("globex")
 	step("a consumer and its keys deleted", cfg, -1)
 
 	cfg = next(cfg)
-	cfg.Consumers["initech"] = &spec.Consumer{Name: "initech", Tenant: "initech"}
+	cfg.Consumers.Set("initech", &spec.Consumer{Name: "initech", Tenant: "initech"})
 	step("a consumer without keys added", cfg, 0)
 
 	step("a config loaded afresh", cloneDeep(cfg), 0)
-	step("every key deleted", func() *spec.Config { c := next(cfg); c.APIKeys = map[string]*spec.APIKey{}; return c }(), -1)
+	step("every key deleted", func() *spec.Config { c := next(cfg); c.APIKeys = spec.NewTable[*spec.APIKey](); return c }(), -1)
 }
 
 // cloneDeep copies every key and consumer, as a config read from the
 // database again (no pointer shared with the last compile) would.
 func cloneDeep(cfg *spec.Config) *spec.Config {
 	c := next(cfg)
-	for id, k := range c.APIKeys {
+	for id, k := range c.APIKeys.All() {
 		cp := *k
-		c.APIKeys[id] = &cp
+		c.APIKeys.Set(id, &cp)
 	}
-	for name, cons := range c.Consumers {
+	for name, cons := range c.Consumers.All() {
 		cp := *cons
-		c.Consumers[name] = &cp
+		c.Consumers.Set(name, &cp)
 	}
 	return c
 }
@@ -158,6 +157,6 @@ func TestCompilerCompile(t *testing.T) {
 		}
 		cfg = next(cfg)
 		id := fmt.Sprintf("x%d", cfg.Version)
-		cfg.APIKeys[id] = &spec.APIKey{Name: id, Consumer: "acme", SHA256: hashOf(id)}
+		cfg.APIKeys.Set(id, &spec.APIKey{Name: id, Consumer: "acme", SHA256: hashOf(id)})
 	}
 }

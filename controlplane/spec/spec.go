@@ -444,13 +444,15 @@ type Listener struct {
 // Config is every live resource at one config version. Maps are keyed by
 // resource name. A Config is treated as immutable once built.
 type Config struct {
-	Version        int64
-	Clusters       map[string]*Cluster
-	Routes         map[string]*Route
-	JWTProviders   map[string]*JWTProvider
-	Consumers      map[string]*Consumer
-	APIKeys        map[string]*APIKey
-	Revocations    map[string]*Revocation
+	Version      int64
+	Clusters     map[string]*Cluster
+	Routes       map[string]*Route
+	JWTProviders map[string]*JWTProvider
+	// Consumers, APIKeys and Revocations may number in the millions:
+	// they are Tables, so versions share what they did not change.
+	Consumers      *Table[*Consumer]
+	APIKeys        *Table[*APIKey]
+	Revocations    *Table[*Revocation]
 	RateLimitRules map[string]*RateLimitRule
 	Secrets        map[string]*Secret
 	Listeners      map[string]*Listener
@@ -464,9 +466,9 @@ func NewConfig(v int64) *Config {
 		Clusters:       map[string]*Cluster{},
 		Routes:         map[string]*Route{},
 		JWTProviders:   map[string]*JWTProvider{},
-		Consumers:      map[string]*Consumer{},
-		APIKeys:        map[string]*APIKey{},
-		Revocations:    map[string]*Revocation{},
+		Consumers:      NewTable[*Consumer](),
+		APIKeys:        NewTable[*APIKey](),
+		Revocations:    NewTable[*Revocation](),
 		RateLimitRules: map[string]*RateLimitRule{},
 		Secrets:        map[string]*Secret{},
 		Listeners:      map[string]*Listener{},
@@ -487,15 +489,16 @@ func SortedKeys[V any](m map[string]V) []string {
 
 // Clone returns a copy of c whose maps can be changed without touching c.
 // Resource values are shared: callers replace them, never mutate them.
+// c's Tables are frozen by it (see Table.Clone).
 func (c *Config) Clone() *Config {
 	return &Config{
 		Version:        c.Version,
 		Clusters:       maps.Clone(c.Clusters),
 		Routes:         maps.Clone(c.Routes),
 		JWTProviders:   maps.Clone(c.JWTProviders),
-		Consumers:      maps.Clone(c.Consumers),
-		APIKeys:        maps.Clone(c.APIKeys),
-		Revocations:    maps.Clone(c.Revocations),
+		Consumers:      c.Consumers.Clone(),
+		APIKeys:        c.APIKeys.Clone(),
+		Revocations:    c.Revocations.Clone(),
 		RateLimitRules: maps.Clone(c.RateLimitRules),
 		Secrets:        maps.Clone(c.Secrets),
 		Listeners:      maps.Clone(c.Listeners),

@@ -334,11 +334,11 @@ func kindNames(c *spec.Config, k spec.Kind) []string {
 	case spec.KindJWTProvider:
 		return spec.SortedKeys(c.JWTProviders)
 	case spec.KindConsumer:
-		return spec.SortedKeys(c.Consumers)
+		return c.Consumers.Names()
 	case spec.KindAPIKey:
-		return spec.SortedKeys(c.APIKeys)
+		return c.APIKeys.Names()
 	case spec.KindRevocation:
-		return spec.SortedKeys(c.Revocations)
+		return c.Revocations.Names()
 	case spec.KindRateLimitRule:
 		return spec.SortedKeys(c.RateLimitRules)
 	case spec.KindSecret:
@@ -421,7 +421,7 @@ func (s *Store) writeWith(ctx context.Context, meta Meta, respond Responder, o w
 	if len(p.writes) == 0 && p.rollbackOf == nil {
 		return Result{}, ErrNoChange
 	}
-	if err := p.next.Validate(); err != nil {
+	if err := p.next.ValidateFrom(head); err != nil {
 		return Result{}, err
 	}
 	if s.cfg.Check != nil {

@@ -66,7 +66,7 @@ func kindOf(r spec.Resource) spec.Kind {
 
 // draft is a copy-on-write successor of a config: a kind's map is cloned the
 // first time that kind changes, so changing a route does not copy a million
-// API keys.
+// API keys, and the kinds kept in Tables clone only the shards they change.
 type draft struct {
 	cfg   *spec.Config
 	owned map[spec.Kind]bool
@@ -92,11 +92,11 @@ func (d *draft) own(k spec.Kind) {
 	case spec.KindJWTProvider:
 		c.JWTProviders = maps.Clone(c.JWTProviders)
 	case spec.KindConsumer:
-		c.Consumers = maps.Clone(c.Consumers)
+		c.Consumers = c.Consumers.Clone()
 	case spec.KindAPIKey:
-		c.APIKeys = maps.Clone(c.APIKeys)
+		c.APIKeys = c.APIKeys.Clone()
 	case spec.KindRevocation:
-		c.Revocations = maps.Clone(c.Revocations)
+		c.Revocations = c.Revocations.Clone()
 	case spec.KindRateLimitRule:
 		c.RateLimitRules = maps.Clone(c.RateLimitRules)
 	case spec.KindSecret:

@@ -75,7 +75,7 @@ func planImport(head *spec.Config, consumers []*spec.Consumer, keys []*spec.APIK
 		if err != nil {
 			return nil, fmt.Errorf("store: encode consumers/%s: %w", c.Name, err)
 		}
-		if cur := head.Consumers[c.Name]; cur != nil {
+		if cur := head.Consumers.Lookup(c.Name); cur != nil {
 			before, err := json.Marshal(cur)
 			if err != nil {
 				return nil, fmt.Errorf("store: encode consumers/%s: %w", c.Name, err)
@@ -94,12 +94,12 @@ func planImport(head *spec.Config, consumers []*spec.Consumer, keys []*spec.APIK
 	if len(keys) > 0 {
 		// A hash held by two keys would make the secret ambiguous (which
 		// key, which consumer?): refuse it against the stored keys too.
-		hashes := make(map[string]string, len(head.APIKeys)+len(keys))
-		for id, k := range head.APIKeys {
+		hashes := make(map[string]string, head.APIKeys.Len()+len(keys))
+		for id, k := range head.APIKeys.All() {
 			hashes[k.SHA256] = id
 		}
 		for _, k := range keys {
-			if head.APIKeys[k.Name] != nil {
+			if head.APIKeys.Has(k.Name) {
 				return nil, &spec.FieldError{Field: "apikeys/" + k.Name + ": id", Code: spec.CodeConflict,
 					Message: fmt.Sprintf("API key %q exists", k.Name)}
 			}

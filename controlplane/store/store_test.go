@@ -290,7 +290,7 @@ func TestRollbackReproducesOldVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	delete(want.Consumers, "acme")
+	want.Consumers.Delete("acme")
 	wantJSON, _ := json.Marshal(spec.Config{Clusters: want.Clusters, Routes: want.Routes, JWTProviders: want.JWTProviders,
 		Consumers: want.Consumers, APIKeys: want.APIKeys, Revocations: want.Revocations, RateLimitRules: want.RateLimitRules,
 		Secrets: want.Secrets, Listeners: want.Listeners, RedisProxies: want.RedisProxies})
@@ -483,11 +483,11 @@ func TestAPIKeysAreNotCopiedPerVersion(t *testing.T) {
 		t.Fatalf("changing one of %d keys wrote %d rows (%v -> %v)", n, rows, before, after)
 	}
 	c, err := s.ConfigAt(ctx, res.Version)
-	if err != nil || len(c.APIKeys) != n+1 || c.APIKeys["key00042"].SHA256 != hashOf("rotated") {
+	if err != nil || c.APIKeys.Len() != n+1 || c.APIKeys.Lookup("key00042").SHA256 != hashOf("rotated") {
 		t.Fatalf("config at head: %v", err)
 	}
 	old, err := s.ConfigAt(ctx, res.Version-1)
-	if err != nil || old.APIKeys["key00042"].SHA256 != hashOf("42") {
+	if err != nil || old.APIKeys.Lookup("key00042").SHA256 != hashOf("42") {
 		t.Fatalf("config before: %v", err)
 	}
 	items, next, err := s.ListAPIKeys(ctx, "other", "", 10)

@@ -31,8 +31,8 @@ func secureControlPlane(t *testing.T, p *tlstest.PKI) (string, *nodes.Tracker) {
 	cfg.Routes["echo"] = &spec.Route{Name: "echo", Match: spec.RouteMatch{PathPrefix: "/"}, Cluster: "echo", Auth: &spec.RouteAuth{Mode: "apikey"}}
 	cfg.Secrets["gw"] = &spec.Secret{Name: "gw", Type: spec.SecretTLS, Files: &spec.SecretFiles{CertificateChain: "/etc/gw.crt", PrivateKey: "/etc/gw.key"}}
 	cfg.Listeners["https"] = &spec.Listener{Name: "https", Port: 10443, TLS: &spec.ListenerTLS{Certificates: []string{"gw"}}}
-	cfg.Consumers["acme"] = &spec.Consumer{Name: "acme", Tenant: "acme"}
-	cfg.APIKeys["k"] = &spec.APIKey{Name: "k", Consumer: "acme", SHA256: "00aa0000000000000000000000000000000000000000000000000000000000ff"}
+	cfg.Consumers.Set("acme", &spec.Consumer{Name: "acme", Tenant: "acme"})
+	cfg.APIKeys.Set("k", &spec.APIKey{Name: "k", Consumer: "acme", SHA256: "00aa0000000000000000000000000000000000000000000000000000000000ff"})
 	cfg.RateLimitRules["r"] = &spec.RateLimitRule{Name: "r", Domain: "portico", Descriptors: []spec.RuleDescriptor{{Key: "consumer"}}, Limit: 5, Window: spec.Duration(time.Second)}
 	snap, err := compile.Compile(cfg, compile.Options{})
 	if err != nil {
