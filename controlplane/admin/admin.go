@@ -212,6 +212,7 @@ func (h *Handler) routes() {
 
 	h.Handle("GET "+Prefix+"/config/versions", authz.ConfigRead, h.listVersions)
 	h.Handle("GET "+Prefix+"/config/versions/{n}", authz.ConfigRead, h.getVersion)
+	h.Handle("GET "+Prefix+"/config/versions/{n}/changes", authz.ConfigRead, h.listVersionChanges)
 	h.Handle("POST "+Prefix+"/config/rollback", authz.RolloutWrite, h.rollback)
 	// security.write too when the batch touches security kinds (apply.go).
 	h.Handle("POST "+Prefix+ApplyPath, authz.ConfigWrite, h.applyConfig)

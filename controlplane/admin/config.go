@@ -40,8 +40,12 @@ type versionView struct {
 	Author     string            `json:"author"`
 	Reason     string            `json:"reason"`
 	RollbackOf *int64            `json:"rollbackOf,omitempty"`
-	Changes    []store.ChangeRef `json:"changes"`
-	Config     configView        `json:"config"`
+	// Changes are the version's first store.MaxPageSize changes; when
+	// there are more, ChangesNextCursor pages through the rest at
+	// GET /config/versions/{n}/changes?cursor=.
+	Changes           []store.ChangeRef `json:"changes"`
+	ChangesNextCursor string            `json:"changesNextCursor,omitempty"`
+	Config            configView        `json:"config"`
 }
 
 // configView is a config as JSON, each kind's resources in name order. API
@@ -117,8 +121,47 @@ func (h *Handler) getVersion(w http.ResponseWriter, r *http.Request) error {
 	if changes == nil {
 		changes = []store.ChangeRef{}
 	}
-	writeJSON(w, http.StatusOK, versionView{Version: v.Version, CreatedAt: v.CreatedAt, Author: v.Author,
-		Reason: v.Reason, RollbackOf: v.RollbackOf, Changes: changes, Config: viewConfig(cfg)})
+	out := versionView{Version: v.Version, CreatedAt: v.CreatedAt, Author: v.Author,
+		Reason: v.Reason, RollbackOf: v.RollbackOf, Changes: changes, Config: viewConfig(cfg)}
+	if v.ChangesNext != 0 {
+		out.ChangesNextCursor = strconv.FormatInt(v.ChangesNext, 10)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// listVersionChanges pages through what one version changed (an import
+// changes a million resources), oldest first.
+func (h *Handler) listVersionChanges(w http.ResponseWriter, r *http.Request) error {
+	n, err := strconv.ParseInt(r.PathValue("n"), 10, 64)
+	if err != nil || n < 1 {
+		return store.ErrNotFound
+	}
+	cursor, limit, err := page(r)
+	if err != nil {
+		return err
+	}
+	after, err := numericCursor(cursor)
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		limit = store.DefaultPageSize
+	}
+	items, next, err := h.store.VersionChanges(r.Context(), n, after, limit)
+	if err != nil {
+		return err
+	}
+	if len(items) == 0 {
+		if _, err := h.store.Version(r.Context(), n); err != nil {
+			return err // 404 for a version that does not exist
+		}
+	}
+	out := list[store.ChangeRef]{Items: nonNil(items)}
+	if next != 0 {
+		out.NextCursor = strconv.FormatInt(next, 10)
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -74,6 +74,38 @@ func TestImportKeysByHash(t *testing.T) {
 		t.Fatalf("audit of the import: %.300s", audit.Body)
 	}
 
+	// The version shows its first 1000 changes and a cursor; the rest
+	// come a page at a time, each change once, in write order.
+	vpath := fmt.Sprintf("%s/config/versions/%d", Prefix, before+1)
+	v := e.expect(e.do("GET", vpath, "", nil), http.StatusOK)
+	if n := len(v["changes"].([]any)); n != 1000 || v["changesNextCursor"] == "" {
+		t.Fatalf("version: %d changes, next %v", n, v["changesNextCursor"])
+	}
+	seen, cursor, pages := map[string]bool{}, "", 0
+	for {
+		page := e.expect(e.do("GET", vpath+"/changes?limit=1000&cursor="+cursor, "", nil), http.StatusOK)
+		pages++
+		for _, it := range page["items"].([]any) {
+			c := it.(map[string]any)
+			ref := fmt.Sprint(c["kind"], "/", c["name"])
+			if seen[ref] || c["action"] != "create" {
+				t.Fatalf("change %v: seen before or not a create", c)
+			}
+			seen[ref] = true
+		}
+		if cursor = page["nextCursor"].(string); cursor == "" {
+			break
+		}
+	}
+	if len(seen) != 10_100 || pages != 11 || !seen["apikeys/mig0099-0099"] || !seen["consumers/mig0000"] {
+		t.Fatalf("paged %d changes in %d pages", len(seen), pages)
+	}
+	if first := e.expect(e.do("GET", vpath+"/changes", "", nil), http.StatusOK); len(first["items"].([]any)) != 100 {
+		t.Fatalf("default page: %d items", len(first["items"].([]any)))
+	}
+	e.expectError(e.do("GET", Prefix+"/config/versions/99999/changes", "", nil), http.StatusNotFound, CodeNotFound, "")
+	e.expectError(e.do("GET", vpath+"/changes?cursor=x", "", nil), http.StatusBadRequest, CodeInvalidParameter, "cursor")
+
 	w = e.do("POST", importPath, body, idem)
 	e.expect(w, http.StatusCreated)
 	if w.Header().Get(HeaderReplayed) != "true" || e.head() != before+1 {

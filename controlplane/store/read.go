@@ -31,8 +31,11 @@ type VersionInfo struct {
 	Author     string    `json:"author"`
 	Reason     string    `json:"reason"`
 	RollbackOf *int64    `json:"rollbackOf,omitempty"`
-	// Changes lists what the version changed (only filled by Version).
-	Changes []ChangeRef `json:"changes,omitempty"`
+	// Changes lists what the version changed, its first MaxPageSize
+	// changes (only filled by Version); ChangesNext, when not 0, is the
+	// cursor of the rest (VersionChanges).
+	Changes     []ChangeRef `json:"changes,omitempty"`
+	ChangesNext int64       `json:"-"`
 }
 
 // ChangeRef names one resource a version changed, and how.
@@ -241,19 +244,50 @@ func (s *Store) Version(ctx context.Context, n int64) (VersionInfo, error) {
 	if err != nil {
 		return VersionInfo{}, fmt.Errorf("store: version %d: %w", n, err)
 	}
-	rows, err = s.pool.Query(ctx, `SELECT kind, name, action FROM controlplane.audit WHERE version = $1 ORDER BY id`, n)
+	v.Changes, v.ChangesNext, err = s.versionChanges(ctx, n, 0, 0)
 	if err != nil {
-		return VersionInfo{}, fmt.Errorf("store: version %d changes: %w", n, err)
+		return VersionInfo{}, err
 	}
-	v.Changes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ChangeRef, error) {
-		var c ChangeRef
-		err := row.Scan(&c.Kind, &c.Name, &c.Action)
+	return v, nil
+}
+
+// VersionChanges pages through what version n changed, in write order:
+// the changes after cursor (an audit id; 0: from the first), at most limit
+// (DefaultPageSize when 0, capped at MaxPageSize). next is the cursor of
+// the following page, 0 on the last. A version that does not exist has no
+// changes.
+func (s *Store) VersionChanges(ctx context.Context, n, cursor int64, limit int) (changes []ChangeRef, next int64, err error) {
+	return s.versionChanges(ctx, n, cursor, limit)
+}
+
+func (s *Store) versionChanges(ctx context.Context, n, cursor int64, limit int) ([]ChangeRef, int64, error) {
+	if limit <= 0 {
+		limit = MaxPageSize
+	}
+	limit = pageSize(limit)
+	rows, err := s.pool.Query(ctx, `SELECT id, kind, name, action FROM controlplane.audit
+		WHERE version = $1 AND id > $2 ORDER BY id LIMIT $3`, n, cursor, limit+1)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: version %d changes: %w", n, err)
+	}
+	var ids []int64
+	changes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ChangeRef, error) {
+		var (
+			c  ChangeRef
+			id int64
+		)
+		err := row.Scan(&id, &c.Kind, &c.Name, &c.Action)
+		ids = append(ids, id)
 		return c, err
 	})
 	if err != nil {
-		return VersionInfo{}, fmt.Errorf("store: version %d changes: %w", n, err)
+		return nil, 0, fmt.Errorf("store: version %d changes: %w", n, err)
 	}
-	return v, nil
+	var next int64
+	if len(changes) > limit {
+		changes, next = changes[:limit], ids[limit-1]
+	}
+	return changes, next, nil
 }
 
 // Audit lists audit entries newest first, with ids below before (0: from the
