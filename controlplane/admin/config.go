@@ -35,11 +35,11 @@ func (h *Handler) listVersions(w http.ResponseWriter, r *http.Request) error {
 
 // versionView is one version: metadata, what changed, and the whole config.
 type versionView struct {
-	Version    int64             `json:"version"`
-	CreatedAt  time.Time         `json:"createdAt"`
-	Author     string            `json:"author"`
-	Reason     string            `json:"reason"`
-	RollbackOf *int64            `json:"rollbackOf,omitempty"`
+	Version    int64     `json:"version"`
+	CreatedAt  time.Time `json:"createdAt"`
+	Author     string    `json:"author"`
+	Reason     string    `json:"reason"`
+	RollbackOf *int64    `json:"rollbackOf,omitempty"`
 	// Changes are the version's first store.MaxPageSize changes; when
 	// there are more, ChangesNextCursor pages through the rest at
 	// GET /config/versions/{n}/changes?cursor=.
