@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,38 +23,46 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/portico-io/portico/controlplane"
-	"github.com/portico-io/portico/extauthz"
 	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // BenchmarkKeyChangeAtScale loads PORTICO_BENCH_KEYS API keys (default
-// 100,000) with one POST /consumers:import, then creates keys one at a
-// time and measures, per key, the admin POST's latency and the time until
-// extauthz allows the new key (the control plane compiled and published
-// the version, extauthz received and applied it). Absolute numbers of
-// this machine; reported: import seconds, p50/p99 of both.
+// 100,000) with one POST /consumers:import, then starts
+// PORTICO_BENCH_EXTAUTHZ extauthz replicas (default 3; 0: none), creates
+// keys one at a time and measures, per key, the admin POST's latency and
+// the time until every replica allows the new key (the control plane
+// compiled and published the version, each replica received and applied
+// it). Absolute numbers of this machine. Reported:
 //
-// Also reported: the control plane's mean compile time per version over
-// the creates (portico_controlplane_compile_seconds). With
-// PORTICO_BENCH_EXTAUTHZ=0 no extauthz runs: the admin latency and compile
-// time are then the control plane's alone.
+//   - import seconds, and the replicas' initial sync;
 //
-//	go test -run '^$' -bench KeyChangeAtScale -benchtime 1x ./e2e/
-//	PORTICO_BENCH_KEYS=1000000 PORTICO_BENCH_CREATES=100 (defaults 100000, 30)
+//   - p50/p99 of the admin POST and of "allowed by every replica";
+//
+//   - the control plane's mean compile time per version over the creates
+//     (portico_controlplane_compile_seconds);
+//
+//   - bytes of the xDS response that carried the last key change to a
+//     replica (portico_extauthz_policy_last_response_bytes: one
+//     ApiKeyShard with delta xDS, every shard with state of the world);
+//
+//   - live heap per key of the control plane (after the import compiled)
+//     and of one replica (after the replicas synced), from the process's
+//     heap after a GC: every component runs in this process, so each is
+//     measured as the growth its step caused.
+//
+//     go test -run '^$' -bench KeyChangeAtScale -benchtime 1x ./e2e/
+//     PORTICO_BENCH_KEYS=1000000 PORTICO_BENCH_CREATES=100 (defaults 100000, 30)
 func BenchmarkKeyChangeAtScale(b *testing.B) {
 	keys, creates := envInt("PORTICO_BENCH_KEYS", 100_000), envInt("PORTICO_BENCH_CREATES", 30)
-	withExtauthz := os.Getenv("PORTICO_BENCH_EXTAUTHZ") != "0"
+	replicas := envInt("PORTICO_BENCH_EXTAUTHZ", 3)
+	if os.Getenv("PORTICO_BENCH_EXTAUTHZ") == "0" {
+		replicas = 0
+	}
 	dbURL := testdeps.Postgres(b)
 	cp := startControlPlane(b, dbURL, controlplane.Config{})
-	var ea extauthz.Addrs
-	if withExtauthz {
-		ea = startExtauthz(b, cp.XDS, "127.0.0.1:0", "bench-scale-extauthz")
-	}
 	api := newAdminAPI(b, cp.Admin)
-	_, v := api.seedKeyed()
-	if withExtauthz {
-		api.waitAcked("bench-scale-extauthz", "portico-extauthz", v, extauthzTypes...)
-	}
+	api.seedKeyed()
+	heap0 := liveHeap()
 
 	// One consumer per 100 keys, keys given by hash.
 	type key struct {
@@ -80,6 +89,7 @@ func BenchmarkKeyChangeAtScale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	body.Consumers = nil
 	_, compiledBefore := compileSeconds(b, cp.Admin)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -104,23 +114,35 @@ func BenchmarkKeyChangeAtScale(b *testing.B) {
 		b.Fatalf("import: %d %v", resp.StatusCode, err)
 	}
 	importTook := time.Since(start)
-	if withExtauthz {
-		api.waitAcked("bench-scale-extauthz", "portico-extauthz", answer.Version, extauthzTypes...)
-		b.Logf("%d keys: import answered in %v, extauthz had them after %v (%d bytes of request)", keys, importTook, time.Since(start), len(raw))
-	} else {
-		waitCompilesSettle(b, cp.Admin, compiledBefore+1)
-		b.Logf("%d keys: import answered in %v, compiled after %v (%d bytes of request)", keys, importTook, time.Since(start), len(raw))
+	waitCompilesSettle(b, cp.Admin, compiledBefore+1)
+	b.Logf("%d keys: import answered in %v, compiled after %v (%d bytes of request)", keys, importTook, time.Since(start), len(raw))
+	raw = nil
+	heap1 := liveHeap()
+	cpPerKey := float64(int64(heap1)-int64(heap0)) / float64(keys)
+
+	var clients []authv3.AuthorizationClient
+	var metricsAddrs []string
+	if replicas > 0 {
+		syncStart := time.Now()
+		for i := range replicas {
+			id := fmt.Sprintf("bench-scale-extauthz-%d", i)
+			ea := startExtauthz(b, cp.XDS, "127.0.0.1:0", id)
+			conn, err := grpc.NewClient(ea.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			clients = append(clients, authv3.NewAuthorizationClient(conn))
+			metricsAddrs = append(metricsAddrs, ea.HTTP)
+		}
+		for i := range replicas {
+			api.waitAcked(fmt.Sprintf("bench-scale-extauthz-%d", i), "portico-extauthz", answer.Version, extauthzTypes...)
+		}
+		b.Logf("%d extauthz replicas synced %d keys in %v", replicas, keys, time.Since(syncStart))
+		heap2 := liveHeap()
+		b.ReportMetric(float64(int64(heap2)-int64(heap1))/float64(keys)/float64(replicas), "extauthz-B/key")
 	}
 
-	var client authv3.AuthorizationClient
-	if withExtauthz {
-		conn, err := grpc.NewClient(ea.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer conn.Close()
-		client = authv3.NewAuthorizationClient(conn)
-	}
 	sum0, n0 := compileSeconds(b, cp.Admin)
 	var admin, allowed []time.Duration
 	for b.Loop() {
@@ -129,28 +151,16 @@ func BenchmarkKeyChangeAtScale(b *testing.B) {
 			t0 := time.Now()
 			api.create("consumers/acme/keys", map[string]any{}, &k)
 			admin = append(admin, time.Since(t0))
-			if client == nil {
+			if len(clients) == 0 {
 				continue
 			}
-			for {
-				cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-				resp, err := client.Check(cctx, keyedCheck(k.Key))
-				ccancel()
-				if err != nil {
-					b.Fatal(err)
-				}
-				if resp.GetStatus().GetCode() == int32(code.Code_OK) {
-					break
-				}
-				if time.Since(t0) > time.Minute {
-					b.Fatal("a created key was not allowed within a minute")
-				}
-				time.Sleep(2 * time.Millisecond) // polling extauthz as a client would; no signal to wait on
+			for _, client := range clients {
+				waitAllowed(b, client, k.Key, t0)
 			}
 			allowed = append(allowed, time.Since(t0))
 		}
 	}
-	if client == nil {
+	if len(clients) == 0 {
 		waitCompilesSettle(b, cp.Admin, n0+1)
 		allowed = admin
 	}
@@ -163,13 +173,64 @@ func BenchmarkKeyChangeAtScale(b *testing.B) {
 		slices.Sort(s)
 		return float64(s[min(len(s)-1, int(float64(len(s))*p))].Microseconds()) / 1000
 	}
-	b.Logf("create one key at %d keys: admin p50 %.1f ms p99 %.1f ms; allowed by extauthz p50 %.1f ms p99 %.1f ms",
-		keys, pct(admin, 0.5), pct(admin, 0.99), pct(allowed, 0.5), pct(allowed, 0.99))
+	b.Logf("create one key at %d keys: admin p50 %.1f ms p99 %.1f ms; allowed by all %d extauthz p50 %.1f ms p99 %.1f ms",
+		keys, pct(admin, 0.5), pct(admin, 0.99), replicas, pct(allowed, 0.5), pct(allowed, 0.99))
 	b.ReportMetric(importTook.Seconds(), "import-s")
 	b.ReportMetric(pct(admin, 0.5), "admin-p50-ms")
 	b.ReportMetric(pct(admin, 0.99), "admin-p99-ms")
 	b.ReportMetric(pct(allowed, 0.5), "allowed-p50-ms")
 	b.ReportMetric(pct(allowed, 0.99), "allowed-p99-ms")
+	b.ReportMetric(cpPerKey, "controlplane-B/key")
+	if len(metricsAddrs) > 0 {
+		b.ReportMetric(metricValue(b, metricsAddrs[0], "portico_extauthz_policy_last_response_bytes"), "bytes/change")
+	}
+}
+
+// waitAllowed polls client until it allows key, as a client would (there
+// is no signal to wait on); a minute after t0 it fails the benchmark.
+func waitAllowed(b *testing.B, client authv3.AuthorizationClient, key string, t0 time.Time) {
+	for {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := client.Check(cctx, keyedCheck(key))
+		ccancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.GetStatus().GetCode() == int32(code.Code_OK) {
+			return
+		}
+		if time.Since(t0) > time.Minute {
+			b.Fatal("a created key was not allowed within a minute")
+		}
+		time.Sleep(2 * time.Millisecond) // polling extauthz as a client would; no signal to wait on
+	}
+}
+
+// liveHeap is the process's live heap after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// metricValue reads one unlabelled sample from a component's /metrics.
+func metricValue(b *testing.B, addr, name string) float64 {
+	b.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			v, _ := strconv.ParseFloat(f[1], 64)
+			return v
+		}
+	}
+	b.Fatalf("%s: no %s", addr, name)
+	return 0
 }
 
 // compileSeconds reads portico_controlplane_compile_seconds' sum and count.

@@ -4,13 +4,21 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/portico-io/portico/controlplane/spec"
 )
 
-// benchKeys is the API-key count of BenchmarkCompileAPIKeys.
-var benchKeys = 100_000
+// benchKeys is the API-key count of the compile benchmarks
+// (PORTICO_BENCH_KEYS, default 100,000).
+var benchKeys = func() int {
+	if n, err := strconv.Atoi(os.Getenv("PORTICO_BENCH_KEYS")); err == nil && n > 0 {
+		return n
+	}
+	return 100_000
+}()
 
 // BenchmarkCompileAPIKeys compiles the echo config with benchKeys API keys: the
 // cost that grows with tenants (validation, sharding, hashing).
