@@ -1,8 +1,9 @@
 // Package extauthz wires Portico's ext_authz service together: the
 // Authorization gRPC service (authz), the policy it decides with, arriving
-// over xDS from the control plane (xdsclient) and persisted to disk so the
-// service boots and decides while the control plane is down (policy.Save /
-// policy.Load), and the HTTP endpoints for metrics and health.
+// over xDS from the control plane (xdsclient) and persisted to disk in the
+// background so the service boots and decides while the control plane is
+// down (policy.Saver / policy.Load), and the HTTP endpoints for metrics and
+// health.
 package extauthz
 
 import (
@@ -144,7 +145,25 @@ func Run(ctx context.Context, cfg Config) error {
 	if tlsFiles != nil {
 		grp.Go(func() error { return tlsFiles.Run(gctx) })
 	}
-	ap := &applier{srv: srv, dir: cfg.StateDir, log: log, ctx: gctx, onReady: func() {
+	// Persisting runs beside applying, so an ACK never waits for the disk:
+	// the saver writes the newest complete policy in the background. It
+	// stops only after everything else (the xDS client included) has, so
+	// the last policy applied is written before Run returns.
+	saver, err := policy.NewSaver(policy.SaverConfig{Dir: cfg.StateDir, Logger: log})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	saverCtx, stopSaver := context.WithCancel(context.WithoutCancel(ctx))
+	saverDone := make(chan struct{})
+	go func() {
+		defer close(saverDone)
+		_ = saver.Run(saverCtx) // always nil; failed writes are logged
+	}()
+	defer func() {
+		stopSaver()
+		<-saverDone
+	}()
+	ap := &applier{srv: srv, dir: cfg.StateDir, saver: saver, log: log, ctx: gctx, onReady: func() {
 		g.Health.SetServingStatus(authorizationService, healthpb.HealthCheckResponse_SERVING)
 	}}
 	switch err := ap.boot(); {
@@ -235,16 +254,19 @@ var ErrConfig = errors.New("extauthz: bad config")
 var gatewaysOnly = identity.Policy{Roles: []identity.Role{identity.Gateway}}
 
 // applier turns xDS responses into policies. apply runs on the xDS client's
-// goroutine only; mu guards raw and loaded against readiness checks.
+// goroutine only; mu guards cur and loaded against readiness checks.
 type applier struct {
 	srv     *authz.Server
 	dir     string
+	saver   *policy.Saver
 	log     *slog.Logger
 	ctx     context.Context
 	onReady func()
 
-	mu     sync.Mutex
-	raw    policy.Resources
+	mu sync.Mutex
+	// cur is the last policy applied: the next one is built from it
+	// (policy.BuildFrom), merging one type into its Raw.
+	cur    *policy.Policy
 	loaded bool
 }
 
@@ -260,31 +282,37 @@ func (a *applier) boot() error {
 	}
 	a.srv.SetPolicy(p)
 	a.mu.Lock()
-	a.raw = res
+	a.cur = p
 	a.mu.Unlock()
 	a.markLoaded(p)
-	a.log.Info("extauthz: booted from the persisted policy", "dir", a.dir, "versions", p.Versions)
+	a.log.Info("extauthz: booted from the persisted policy", "dir", a.dir, "versions", p.Versions, "keys", p.NumKeys())
 	go a.srv.Prefetch(a.ctx)
 	return nil
 }
 
+// apply builds the policy with typeURL's new state from the current one,
+// decoding only the API-key shards that changed, and puts it in force. A
+// complete policy is handed to the saver, which writes it in the
+// background: the ACK does not wait for the disk.
 func (a *applier) apply(typeURL, version string, res []*anypb.Any) error {
 	a.mu.Lock()
-	cand := a.raw.With(typeURL, policy.TypeResources{Version: version, Resources: res})
+	prev := a.cur
 	a.mu.Unlock()
-	p, err := policy.Build(cand, time.Now())
+	var base policy.Resources
+	if prev != nil {
+		base = prev.Raw
+	}
+	p, err := policy.BuildFrom(prev, base.With(typeURL, policy.TypeResources{Version: version, Resources: res}), time.Now())
 	if err != nil {
 		return err
 	}
 	a.srv.SetPolicy(p)
 	a.mu.Lock()
-	a.raw = cand
+	a.cur = p
 	a.mu.Unlock()
 	a.log.Info("extauthz: policy applied", "type", typeURL, "version", version, "resources", len(res))
 	if p.Complete() {
-		if err := policy.Save(a.dir, cand, time.Now()); err != nil {
-			a.log.Error("extauthz: persisting the policy failed (still serving it)", "err", err)
-		}
+		a.saver.Save(p)
 		a.markLoaded(p)
 	}
 	go a.srv.Prefetch(a.ctx)

@@ -45,6 +45,13 @@ func TestContextExtensionKeysMatchCompiler(t *testing.T) {
 		policy.RevocationListType != compile.RevocationListType {
 		t.Fatal("type URLs drifted from controlplane/compile")
 	}
+	// extauthz refuses a key in a shard other than the compiler's.
+	for _, secret := range []string{"a", "b", "c", "d"} {
+		sum := sha256.Sum256([]byte(secret))
+		if got, want := policy.ShardName(sum[0]), compile.ShardName(fmt.Sprintf("%x", sum)); got != want {
+			t.Fatalf("shard name %q, the compiler's %q", got, want)
+		}
+	}
 }
 
 func testLogger() *slog.Logger {

@@ -446,7 +446,7 @@ func checkAPIKey(p *policy.Policy, hdr func(string) string, now time.Time) decis
 		return deny(http.StatusUnauthorized, ReasonMissingCredentials, "an API key is required")
 	}
 	sum := sha256.Sum256([]byte(secret))
-	k, ok := p.Keys[sum]
+	k, ok := p.Key(sum)
 	// The map finds the candidate; the comparison that decides is constant-time.
 	if !ok || subtle.ConstantTimeCompare(k.Hash[:], sum[:]) != 1 {
 		return deny(http.StatusUnauthorized, ReasonInvalidAPIKey, "the API key is not valid")

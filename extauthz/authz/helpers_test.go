@@ -165,7 +165,7 @@ func (f *fixture) push(t testing.TB) {
 	v := string(rune('0' + f.ver%10))
 	res := policy.Resources{
 		policy.JwtProviderType:    {Version: v, Resources: []*anypb.Any{anyOf(t, f.prov)}},
-		policy.ApiKeyShardType:    {Version: v, Resources: []*anypb.Any{anyOf(t, &authv1.ApiKeyShard{Name: "apikeys-00", Keys: f.keys})}},
+		policy.ApiKeyShardType:    {Version: v, Resources: f.shards(t)},
 		policy.RevocationListType: {Version: v, Resources: []*anypb.Any{anyOf(t, &authv1.RevocationList{Name: "revocations", Revocations: f.revoke})}},
 	}
 	p, err := policy.Build(res, f.clock.Now())
@@ -173,6 +173,25 @@ func (f *fixture) push(t testing.TB) {
 		t.Fatal(err)
 	}
 	f.srv.SetPolicy(p)
+}
+
+// shards spreads the fixture's keys over their ApiKeyShards, as the
+// control plane does.
+func (f *fixture) shards(t testing.TB) []*anypb.Any {
+	t.Helper()
+	byShard := map[byte]*authv1.ApiKeyShard{}
+	var out []*anypb.Any
+	for _, k := range f.keys {
+		i := k.GetSha256()[0]
+		if byShard[i] == nil {
+			byShard[i] = &authv1.ApiKeyShard{Name: policy.ShardName(i)}
+		}
+		byShard[i].Keys = append(byShard[i].Keys, k)
+	}
+	for _, s := range byShard {
+		out = append(out, anyOf(t, s))
+	}
+	return out
 }
 
 func (f *fixture) claims(mod func(map[string]any)) map[string]any {

@@ -13,4 +13,10 @@ var (
 	ErrBadJWKS = errors.New("policy: bad JWK set")
 	// ErrNoState means there is no persisted policy to load.
 	ErrNoState = errors.New("policy: no persisted state")
+	// ErrBadState means the persisted policy is damaged: its manifest
+	// names a shard file that is missing or does not hold what its name
+	// (the SHA-256 of its content) says.
+	ErrBadState = errors.New("policy: persisted state is damaged")
+	// ErrConfig is a SaverConfig NewSaver cannot work with.
+	ErrConfig = errors.New("policy: bad config")
 )

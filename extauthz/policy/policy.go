@@ -4,10 +4,14 @@
 //
 // A Policy is never modified after Build returns it; a new config produces a
 // new Policy that callers swap in atomically, so readers need no lock.
+// BuildFrom makes the next policy from the previous one, sharing the API-key
+// shards whose bytes did not change, so an update costs what it changed.
 package policy
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -16,6 +20,7 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -119,13 +124,19 @@ func (r Resources) With(typeURL string, tr TypeResources) Resources {
 	return out
 }
 
+// NumShards is how many ApiKeyShards the API keys are spread over: one
+// per value of the first byte of a key's hash, named ShardName(byte).
+const NumShards = 256
+
+// ShardName is the name of the ApiKeyShard holding the keys whose SHA-256
+// starts with b, as the control plane names it ("apikeys-00".."apikeys-ff").
+func ShardName(b byte) string { return fmt.Sprintf("apikeys-%02x", b) }
+
 // Policy is an immutable, indexed auth policy.
 type Policy struct {
 	// Versions holds the xDS version of each type the policy was built from.
 	Versions  map[string]string
 	Providers map[string]*Provider
-	// Keys is indexed by the SHA-256 of the secret.
-	Keys map[[sha256.Size]byte]*APIKey
 	// Revoked maps a revoked jti to the token's own expiry. An entry
 	// matters until that expiry plus Grace.
 	Revoked map[string]time.Time
@@ -134,6 +145,40 @@ type Policy struct {
 	Grace time.Duration
 	// Raw is what the policy was built from (shared; MUST NOT be modified).
 	Raw Resources
+
+	// shards index the API keys by the first byte of their hash; nil where
+	// no shard was received. A shard is immutable once built and shared
+	// by every later policy that received the same bytes for it.
+	shards [NumShards]*keyShard
+}
+
+// keyShard is one decoded ApiKeyShard.
+type keyShard struct {
+	// src is the resource the shard was decoded from, kept to recognize
+	// the same bytes in the next update (and held in Raw).
+	src  *anypb.Any
+	keys map[[sha256.Size]byte]*APIKey
+}
+
+// Key returns the API key whose secret has the SHA-256 sum, if any.
+func (p *Policy) Key(sum [sha256.Size]byte) (*APIKey, bool) {
+	s := p.shards[sum[0]]
+	if s == nil {
+		return nil, false
+	}
+	k, ok := s.keys[sum]
+	return k, ok
+}
+
+// NumKeys returns how many API keys p holds.
+func (p *Policy) NumKeys() int {
+	n := 0
+	for _, s := range p.shards {
+		if s != nil {
+			n += len(s.keys)
+		}
+	}
+	return n
 }
 
 // Complete reports whether every type has been received at least once.
@@ -190,14 +235,27 @@ func (p *Policy) Prune(now time.Time) *Policy {
 // Build validates res and indexes it. Missing types count as empty. A
 // *ValidationError names the first resource that failed. Revocations that
 // no longer matter at now are left out.
-func Build(res Resources, now time.Time) (*Policy, error) {
+func Build(res Resources, now time.Time) (*Policy, error) { return BuildFrom(nil, res, now) }
+
+// BuildFrom is Build for the update that follows prev (nil: none), at a
+// cost proportional to what changed: an ApiKeyShard whose bytes equal
+// those prev decoded for that shard is neither decoded nor validated
+// again, and the new policy shares prev's index of it. Comparing the bytes
+// (free when the resource is the very one prev holds, as over delta xDS)
+// is all an unchanged shard costs. JWT providers and revocations, small,
+// are built anew. prev is not modified and stays valid.
+//
+// The result decides exactly as Build(res, now) would. Its Raw holds
+// res's resources, except that a reused shard's is prev's copy of the same
+// bytes, so that equal bytes received again are not kept twice.
+func BuildFrom(prev *Policy, res Resources, now time.Time) (*Policy, error) {
 	p := &Policy{
 		Versions:  map[string]string{},
 		Providers: map[string]*Provider{},
-		Keys:      map[[sha256.Size]byte]*APIKey{},
 		Revoked:   map[string]time.Time{},
 		Raw:       res,
 	}
+	reused := 0
 	for t, tr := range res {
 		if !slices.Contains(Types, t) {
 			return nil, &ValidationError{Type: t, Err: ErrUnknownType}
@@ -213,7 +271,11 @@ func Build(res Resources, now time.Time) (*Policy, error) {
 			case JwtProviderType:
 				name, err = p.addProvider(a)
 			case ApiKeyShardType:
-				name, err = p.addShard(a)
+				var hit bool
+				name, hit, err = p.addShard(a, prev)
+				if hit {
+					reused++
+				}
 			case RevocationListType:
 				name, err = p.addRevocations(a)
 			}
@@ -221,6 +283,17 @@ func Build(res Resources, now time.Time) (*Policy, error) {
 				return nil, &ValidationError{Type: t, Index: i, Name: name, Err: err}
 			}
 		}
+	}
+	if reused > 0 {
+		// Hold each reused shard's bytes once: prev's copy, not res's.
+		tr := res[ApiKeyShardType]
+		own := make([]*anypb.Any, 0, len(tr.Resources))
+		for _, s := range p.shards {
+			if s != nil {
+				own = append(own, s.src)
+			}
+		}
+		p.Raw = res.With(ApiKeyShardType, TypeResources{Version: tr.Version, Resources: own})
 	}
 	p.Grace = DefaultClockSkew
 	for _, prov := range p.Providers {
@@ -359,29 +432,89 @@ func ParseJWKS(b []byte) (*jose.JSONWebKeySet, error) {
 	return &set, nil
 }
 
-func (p *Policy) addShard(a *anypb.Any) (string, error) {
-	var m authv1.ApiKeyShard
-	if err := proto.Unmarshal(a.GetValue(), &m); err != nil {
-		return "", fmt.Errorf("%w: decode: %v", ErrInvalid, err)
+// addShard indexes one ApiKeyShard, reusing prev's when the bytes are the
+// same (hit). Every key of shard "apikeys-xx" must have a hash starting
+// with byte xx: that is what lets Key look in one shard, and makes a hash
+// unique across the policy once it is unique in its shard.
+func (p *Policy) addShard(a *anypb.Any, prev *Policy) (name string, hit bool, err error) {
+	v := a.GetValue()
+	if prev != nil {
+		// The bytes decide; the leading name only says where to look.
+		if i, ok := leadingShardIndex(v); ok {
+			if s := prev.shards[i]; s != nil && bytes.Equal(s.src.GetValue(), v) {
+				if p.shards[i] != nil {
+					return ShardName(byte(i)), false, fmt.Errorf("%w: duplicate shard", ErrInvalid)
+				}
+				p.shards[i] = s
+				return ShardName(byte(i)), true, nil
+			}
+		}
 	}
+	var m authv1.ApiKeyShard
+	if err := proto.Unmarshal(v, &m); err != nil {
+		return "", false, fmt.Errorf("%w: decode: %v", ErrInvalid, err)
+	}
+	name = m.GetName()
+	i, ok := shardIndex(name)
+	if !ok {
+		return name, false, fmt.Errorf("%w: shard name is not %s..%s", ErrInvalid, ShardName(0), ShardName(NumShards-1))
+	}
+	if p.shards[i] != nil {
+		return name, false, fmt.Errorf("%w: duplicate shard", ErrInvalid)
+	}
+	s := &keyShard{src: a, keys: make(map[[sha256.Size]byte]*APIKey, len(m.GetKeys()))}
 	for _, k := range m.GetKeys() {
 		if len(k.GetSha256()) != sha256.Size {
-			return m.GetName(), fmt.Errorf("%w: key %q: sha256 has %d bytes, want %d", ErrInvalid, k.GetId(), len(k.GetSha256()), sha256.Size)
+			return name, false, fmt.Errorf("%w: key %q: sha256 has %d bytes, want %d", ErrInvalid, k.GetId(), len(k.GetSha256()), sha256.Size)
 		}
 		if k.GetConsumer() == "" {
-			return m.GetName(), fmt.Errorf("%w: key %q: consumer is empty", ErrInvalid, k.GetId())
+			return name, false, fmt.Errorf("%w: key %q: consumer is empty", ErrInvalid, k.GetId())
+		}
+		if b := k.GetSha256()[0]; int(b) != i {
+			return name, false, fmt.Errorf("%w: key %q: its hash starts with %02x, so it belongs in shard %s", ErrInvalid, k.GetId(), b, ShardName(b))
 		}
 		key := &APIKey{ID: k.GetId(), Consumer: k.GetConsumer(), Tenant: k.GetTenant(), Tier: k.GetTier(), Scopes: slices.Clone(k.GetScopes())}
 		copy(key.Hash[:], k.GetSha256())
 		if k.GetExpiresAt() != nil {
 			key.ExpiresAt = k.GetExpiresAt().AsTime()
 		}
-		if p.Keys[key.Hash] != nil {
-			return m.GetName(), fmt.Errorf("%w: key %q: duplicate hash", ErrInvalid, k.GetId())
+		if s.keys[key.Hash] != nil {
+			return name, false, fmt.Errorf("%w: key %q: duplicate hash", ErrInvalid, k.GetId())
 		}
-		p.Keys[key.Hash] = key
+		s.keys[key.Hash] = key
 	}
-	return m.GetName(), nil
+	p.shards[i] = s
+	return name, false, nil
+}
+
+// shardIndex parses a shard name made by ShardName.
+func shardIndex(name string) (int, bool) {
+	hexDigits, ok := strings.CutPrefix(name, "apikeys-")
+	if !ok || len(hexDigits) != 2 {
+		return 0, false
+	}
+	var b [1]byte
+	// Lowercase only, as ShardName writes it: one name per shard.
+	if _, err := hex.Decode(b[:], []byte(hexDigits)); err != nil || strings.ToLower(hexDigits) != hexDigits {
+		return 0, false
+	}
+	return int(b[0]), true
+}
+
+// leadingShardIndex reads the shard name from the first field of an
+// encoded ApiKeyShard without decoding its keys (the encoder writes the
+// name first). Only a hint: a message whose bytes equal a shard prev
+// decoded is that shard, whatever it starts with.
+func leadingShardIndex(v []byte) (int, bool) {
+	num, typ, n := protowire.ConsumeTag(v)
+	if n < 0 || num != 1 || typ != protowire.BytesType {
+		return 0, false
+	}
+	name, m := protowire.ConsumeBytes(v[n:])
+	if m < 0 {
+		return 0, false
+	}
+	return shardIndex(string(name))
 }
 
 func (p *Policy) addRevocations(a *anypb.Any) (string, error) {

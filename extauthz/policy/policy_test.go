@@ -91,7 +91,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.Complete() || p.Keys[sum] == nil || !p.IsRevoked("j", now) || p.Version(policy.ApiKeyShardType) != 7 {
+	if _, ok := p.Key(sum); !ok || !p.Complete() || !p.IsRevoked("j", now) || p.Version(policy.ApiKeyShardType) != 7 {
 		t.Fatalf("round trip lost data: %+v", p)
 	}
 }
