@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,16 @@ var unordered = map[string]bool{"SMEMBERS": true, "SINTER": true, "SUNION": true
 // TestConformanceWithRedisServer runs conformanceScript against cachenode
 // and redis-server and requires identical replies.
 func TestConformanceWithRedisServer(t *testing.T) {
+	conformance(t, conformanceScript, unordered, 3)
+}
+
+// conformance runs script against a fresh cachenode and a private
+// redis-server, once per RESP protocol version given (2, 3), each on a
+// flushed keyspace, and requires identical replies (values and error
+// strings). Replies of the commands in unorderedCmds are compared as
+// sorted lists.
+func conformance(t *testing.T, script [][]any, unorderedCmds map[string]bool, protocols ...int) {
+	t.Helper()
 	rs := needTool(t, "redis-server")
 	n := startNode(t)
 	port := freePort(t)
@@ -103,42 +114,48 @@ func TestConformanceWithRedisServer(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
 	waitPing(t, "127.0.0.1:"+port)
-
-	opts := func(addr string) *redis.Options {
-		return &redis.Options{Addr: addr, Protocol: 3, MaxRetries: -1, PoolSize: 1, DisableIdentity: true}
-	}
-	ours, theirs := redis.NewClient(opts(n.addrs.RESP)), redis.NewClient(opts("127.0.0.1:"+port))
-	defer ours.Close()
-	defer theirs.Close()
 	// Our clock is injected; keep it at the wall clock so absolute times agree.
 	n.clock.ms.Store(time.Now().UnixMilli())
-	reply := func(c *redis.Client, args []any) string {
-		v, err := c.Do(ctx(t), args...).Result()
-		if err == redis.Nil {
-			return "(nil)"
+	for _, proto := range protocols {
+		opts := func(addr string) *redis.Options {
+			return &redis.Options{Addr: addr, Protocol: proto, MaxRetries: -1, PoolSize: 1, DisableIdentity: true}
 		}
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		if s, ok := v.([]any); ok && unordered[fmt.Sprint(args[0])] {
-			ss := make([]string, len(s))
-			for i, e := range s {
-				ss[i] = fmt.Sprint(e)
+		ours, theirs := redis.NewClient(opts(n.addrs.RESP)), redis.NewClient(opts("127.0.0.1:"+port))
+		for _, c := range []*redis.Client{ours, theirs} {
+			if err := c.FlushAll(ctx(t)).Err(); err != nil {
+				t.Fatal(err)
 			}
-			sort.Strings(ss)
-			return fmt.Sprint(ss)
 		}
-		return fmt.Sprintf("%#v", normMap(v))
-	}
-	mismatches := 0
-	for _, args := range conformanceScript {
-		a, b := reply(ours, args), reply(theirs, args)
-		if a != b {
-			mismatches++
-			t.Errorf("%v:\n  cachenode:    %s\n  redis-server: %s", args, a, b)
+		reply := func(c *redis.Client, args []any) string {
+			v, err := c.Do(ctx(t), args...).Result()
+			if err == redis.Nil {
+				return "(nil)"
+			}
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			if s, ok := v.([]any); ok && unorderedCmds[strings.ToUpper(fmt.Sprint(args[0]))] {
+				ss := make([]string, len(s))
+				for i, e := range s {
+					ss[i] = fmt.Sprint(e)
+				}
+				sort.Strings(ss)
+				return fmt.Sprint(ss)
+			}
+			return fmt.Sprintf("%#v", normMap(v))
 		}
+		mismatches := 0
+		for _, args := range script {
+			a, b := reply(ours, args), reply(theirs, args)
+			if a != b {
+				mismatches++
+				t.Errorf("RESP%d %v:\n  cachenode:    %s\n  redis-server: %s", proto, args, a, b)
+			}
+		}
+		ours.Close()
+		theirs.Close()
+		t.Logf("RESP%d: %d commands compared with redis-server, %d mismatches", proto, len(script), mismatches)
 	}
-	t.Logf("%d commands compared with redis-server, %d mismatches", len(conformanceScript), mismatches)
 }
 
 // normMap renders maps with sorted keys so they compare as text.
