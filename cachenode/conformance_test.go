@@ -92,9 +92,9 @@ var conformanceScript = [][]any{
 var unordered = map[string]bool{"SMEMBERS": true, "SINTER": true, "SUNION": true, "SDIFF": true, "HKEYS": true, "HVALS": true, "KEYS": true}
 
 // TestConformanceWithRedisServer runs conformanceScript against cachenode
-// and redis-server and requires identical replies.
+// and redis-server and requires identical replies, in RESP2 and RESP3.
 func TestConformanceWithRedisServer(t *testing.T) {
-	conformance(t, conformanceScript, unordered, 3)
+	conformance(t, conformanceScript, unordered, 2, 3)
 }
 
 // conformance runs script against a fresh cachenode and a private
