@@ -91,7 +91,7 @@ type Config struct {
 	// xdsclient.DefaultStaleAfter); a response that cannot be received
 	// fails it at once. Limits continue on the last good rules.
 	XDSStaleAfter time.Duration
-	// XDSProtocol is xdsclient.ProtocolSotW (default) or ProtocolDelta.
+	// XDSProtocol is xdsclient.ProtocolDelta (default) or ProtocolSotW.
 	XDSProtocol string
 	// NodeID identifies this replica to the control plane (default
 	// ratelimitsvc-<hostname>-<pid>).

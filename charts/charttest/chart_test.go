@@ -857,6 +857,9 @@ func checkWiring(t *testing.T, objs []object, by map[string]workload, e expect) 
 				if got := envValue(t, ct, "PORTICO_XDS_ADDR"); got != xds {
 					t.Errorf("%s PORTICO_XDS_ADDR = %q, want %q", c, got, xds)
 				}
+				if got := envValue(t, ct, "PORTICO_XDS_PROTOCOL"); got != "delta" {
+					t.Errorf("%s PORTICO_XDS_PROTOCOL = %q, want delta", c, got)
+				}
 			}
 		}
 		for _, c := range []string{"controlplane", "scheduler"} {
@@ -1079,6 +1082,7 @@ func TestValuesSchemaRejectsMistakes(t *testing.T) {
 		"cachenode.cluster.replicaPerPrimary=2",                          // typo
 		"cachenode.cluster.failover.lease=2",                             // not a Go duration
 		"cachenode.cluster.name=a/b",                                     // the key is <name>/topology
+		"extauthz.xdsProtocol=incremental",                               // delta or sotw
 	} {
 		out := renderFails(t, "--set", set)
 		if !strings.Contains(out, "Error") {

@@ -4,6 +4,11 @@
 // error it gave. The xDS server feeds it; the admin API and the rollout
 // controller read it.
 //
+// A node on a delta xDS stream is sent nothing for a type whose resources a
+// new version leaves as they were: the server records it at that version
+// with AckUnchanged (TypeStatus.Unchanged), since the node holds exactly
+// that content, so the node view and rollouts see it current.
+//
 // A node whose streams keep ending before it answers what it was sent (a
 // response larger than it can receive, one the server could not send) is
 // failing: it is listed with State "failing" and its last stream error,
@@ -55,6 +60,9 @@ type Nack struct {
 type TypeStatus struct {
 	AckedVersion string    `json:"ackedVersion"`
 	AckedAt      time.Time `json:"ackedAt,omitzero"`
+	// Unchanged says AckedVersion was reached without a response: its
+	// resources equal those the node last ACKed (AckUnchanged).
+	Unchanged bool `json:"unchanged,omitempty"`
 	// SentVersion is the last version sent and not yet answered ("" when answered).
 	SentVersion string `json:"sentVersion,omitempty"`
 	Nack        *Nack  `json:"nack,omitempty"`
@@ -92,7 +100,8 @@ type node struct {
 }
 
 // Observer is told about every ACK and NACK, after the tracker records it.
-// It must not block.
+// It must not block, nor call the xDS server: it may run under the
+// server's lock.
 type Observer func(nodeID, typeURL, version string, nack bool)
 
 // Tracker is safe for concurrent use.
@@ -213,7 +222,7 @@ func (t *Tracker) Ack(id, typeURL, version string) {
 		t.mu.Unlock()
 		return
 	}
-	ts.AckedVersion, ts.AckedAt = version, t.timeNow()
+	ts.AckedVersion, ts.AckedAt, ts.Unchanged = version, t.timeNow(), false
 	if ts.SentVersion == version {
 		ts.SentVersion = ""
 	}
@@ -226,6 +235,30 @@ func (t *Tracker) Ack(id, typeURL, version string) {
 	for _, fn := range obs {
 		fn(id, typeURL, version, false)
 	}
+}
+
+// AckUnchanged records that node id holds version of typeURL without having
+// ACKed it: the xDS server found the type's resources at version equal to
+// those the node holds (its last ACKed state), so there was nothing to send.
+// It is not an ACK: observers are not told, and it proves nothing about a
+// stream failure. A type already at version, or never sent to the node, is
+// left as it is; the result says whether the record changed.
+func (t *Tracker) AckUnchanged(id, typeURL, version string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.nodes[id]
+	if !ok {
+		return false
+	}
+	ts, ok := n.Types[typeURL]
+	if !ok || ts.AckedVersion == version {
+		return false
+	}
+	ts.AckedVersion, ts.AckedAt, ts.Unchanged = version, t.timeNow(), true
+	if ts.SentVersion == version {
+		ts.SentVersion = ""
+	}
+	return true
 }
 
 // Nack records that node id rejected version of typeURL with message.

@@ -117,3 +117,54 @@ func TestTrackerStreamFailures(t *testing.T) {
 		t.Fatalf("failing node kept past the retention: %+v", tr.List())
 	}
 }
+
+func TestTrackerAckUnchanged(t *testing.T) {
+	tr := NewTracker()
+	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	tr.timeNow = func() time.Time { return now }
+	acks := 0
+	tr.Observe(func(string, string, string, bool) { acks++ })
+	const keys = "type.googleapis.com/portico.auth.v1.ApiKeyShard"
+	const jwt = "type.googleapis.com/portico.auth.v1.JwtProvider"
+
+	if tr.AckUnchanged("ghost", keys, "1") {
+		t.Fatal("recorded for an unknown node")
+	}
+	tr.Connect("ea", "portico-extauthz", "", "", true)
+	if tr.AckUnchanged("ea", keys, "1") {
+		t.Fatal("recorded for a type never sent")
+	}
+	tr.Sent("ea", keys, "1")
+	tr.Ack("ea", keys, "1")
+	if tr.AckUnchanged("ea", keys, "1") {
+		t.Fatal("recorded again at the version ACKed")
+	}
+	now = now.Add(time.Second)
+	if !tr.AckUnchanged("ea", keys, "2") {
+		t.Fatal("not recorded at a new version")
+	}
+	st, _ := tr.Get("ea")
+	if ts := st.Types[keys]; ts.AckedVersion != "2" || !ts.Unchanged || !ts.AckedAt.Equal(now) {
+		t.Fatalf("after AckUnchanged: %+v", ts)
+	}
+	if _, ok := st.Types[jwt]; ok {
+		t.Fatal("a type the node was never sent is listed")
+	}
+	// A NACK stays; a real ACK clears Unchanged; observers saw ACKs only.
+	tr.Sent("ea", keys, "3")
+	tr.Nack("ea", keys, "3", "bad shard")
+	tr.AckUnchanged("ea", keys, "4")
+	st, _ = tr.Get("ea")
+	if ts := st.Types[keys]; ts.AckedVersion != "4" || ts.Nack == nil || ts.Nack.Version != "3" {
+		t.Fatalf("unchanged after a NACK: %+v", ts)
+	}
+	tr.Sent("ea", keys, "5")
+	tr.Ack("ea", keys, "5")
+	st, _ = tr.Get("ea")
+	if ts := st.Types[keys]; ts.AckedVersion != "5" || ts.Unchanged || ts.SentVersion != "" {
+		t.Fatalf("after a real ACK: %+v", ts)
+	}
+	if acks != 3 {
+		t.Fatalf("observers told %d times, want 3 (2 ACKs, 1 NACK)", acks)
+	}
+}

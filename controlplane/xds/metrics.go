@@ -16,6 +16,9 @@ type metrics struct {
 	acks      *prometheus.CounterVec
 	nacks     *prometheus.CounterVec
 	responses *prometheus.CounterVec
+	// unchanged counts types recorded at a new version without a response
+	// (delta streams; nodes.Tracker.AckUnchanged).
+	unchanged *prometheus.CounterVec
 	// streamFailures counts streams closed before their node answered a
 	// response.
 	streamFailures prometheus.Counter
@@ -35,6 +38,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "portico_controlplane_xds_nacks_total", Help: "NACKs received, by resource type."}, []string{"type"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "portico_controlplane_xds_responses_total", Help: "Discovery responses sent, by resource type."}, []string{"type"}),
+		unchanged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "portico_controlplane_xds_unchanged_total",
+			Help: "Types a delta node was counted at a new version without a response (their resources equal what it holds), by resource type."}, []string{"type"}),
 		streamFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "portico_controlplane_xds_stream_failures_total",
 			Help: "xDS streams that closed before their node answered a response (e.g. one over its receive limit); /admin/v1/nodes lists a node failing repeatedly as failing."}),
@@ -43,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Streams refused: identity (no verified identity), cluster (a node cluster reserved for another role), node_id (a node id another identity holds)."}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.nodes, m.version, m.acks, m.nacks, m.responses, m.refused, m.streamFailures)
+		reg.MustRegister(m.streams, m.nodes, m.version, m.acks, m.nacks, m.responses, m.unchanged, m.refused, m.streamFailures)
 	}
 	return m
 }

@@ -8,6 +8,11 @@
 //     (go-control-plane's snapshot cache answers a NACK with the same
 //     version at once, looping thousands of times a second); the node keeps
 //     its last good config until a different version is published;
+//   - delta accounting: on a delta stream a type whose resources a new
+//     version leaves as the node holds them is recorded at that version
+//     without a response (go-control-plane sends none), and after a NACK
+//     the next version is diffed against what the node holds, not against
+//     what it rejected (delta.go);
 //   - a Policy choosing each node's snapshot, so rollouts can hold some
 //     node groups on an older version;
 //   - stream failures: a stream that ends before the node answered a
@@ -20,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -32,6 +38,7 @@ import (
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconfigservice "github.com/envoyproxy/go-control-plane/ratelimit/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,7 +87,7 @@ type Server struct {
 	requireIdentity bool
 	log             *slog.Logger
 	tracker         *nodes.Tracker
-	cache           cache.SnapshotCache
+	cache           *nackSuppressor
 	xds             serverv3.Server
 	m               *metrics
 
@@ -89,6 +96,8 @@ type Server struct {
 	policy  Policy
 	conns   map[string]*conn // node id → connection info
 	streams map[int64]*stream
+	// same memoizes sameLocked during a retarget pass (nil otherwise).
+	same map[sameKey]bool
 }
 
 type conn struct {
@@ -98,6 +107,10 @@ type conn struct {
 	// node id while any of its streams is open.
 	view     compile.View
 	identity string
+	// snap is the snapshot the node was last given (nil before).
+	snap cache.ResourceSnapshot
+	// delta holds the node's identified delta streams.
+	delta map[int64]*stream
 }
 
 // Viewer is implemented by snapshots with a view per kind of client
@@ -155,6 +168,13 @@ type stream struct {
 	// id is the verified identity of the stream's peer (zero without one).
 	id   identity.ID
 	last map[string]sent
+	// typeURL is the type of a per-type service's stream (requests may
+	// omit it); resource.AnyType on ADS.
+	typeURL string
+	// delta is set on delta streams: per type, what the node holds.
+	delta map[string]*deltaType
+	// pending is a request handed to deltaNacks and not yet taken.
+	pending *discovery.DeltaDiscoveryRequest
 }
 
 // sent is the last response of one type on a stream: its nonce, version
@@ -163,6 +183,10 @@ type sent struct {
 	nonce, version string
 	bytes          int
 	answered       bool
+	// changed and removed are what a delta response sent: resource name →
+	// version, and the names it removed.
+	changed map[string]string
+	removed []string
 }
 
 // New returns a Server with no snapshot: clients wait until Publish.
@@ -182,6 +206,7 @@ func New(ctx context.Context, cfg Config) *Server {
 		streams:         map[int64]*stream{},
 	}
 	s.cache = &nackSuppressor{
+		nacks: newDeltaNacks(),
 		// ads=false: in ADS mode the cache answers a request naming resources
 		// only if it names every resource of that type in the snapshot, which
 		// holds for Envoy but never for proxyless gRPC clients (they ask for
@@ -243,6 +268,9 @@ func (s *Server) Retarget(ctx context.Context) error {
 }
 
 func (s *Server) retargetLocked(ctx context.Context) error {
+	// Dropped after the pass: it holds snapshots.
+	s.same = map[sameKey]bool{}
+	defer func() { s.same = nil }()
 	for id := range s.conns {
 		if err := s.targetLocked(ctx, id); err != nil {
 			return err
@@ -252,7 +280,9 @@ func (s *Server) retargetLocked(ctx context.Context) error {
 }
 
 // targetLocked sets node id's snapshot from the policy. A node's snapshot is
-// only ever replaced by a different version, so clients see no churn.
+// only ever replaced by a different version, so clients see no churn. The
+// node's delta streams then count every type left as they hold it at the
+// new version.
 func (s *Server) targetLocked(ctx context.Context, id string) error {
 	if s.latest == nil {
 		return nil
@@ -279,10 +309,80 @@ func (s *Server) targetLocked(ctx context.Context, id string) error {
 	if cur, err := s.cache.GetSnapshot(id); err == nil && cur == snap {
 		return nil
 	}
+	// Built before the cache sees the snapshot, which may build it on
+	// another goroutine otherwise (compile.Snapshot builds its own at
+	// compile time: a no-op then).
+	if err := snap.ConstructVersionMap(); err != nil {
+		return fmt.Errorf("xds: version map for %s: %w", id, err)
+	}
+	s.cache.nacks.arm(id, snap)
 	if err := s.cache.SetSnapshot(ctx, id, snap); err != nil {
 		return fmt.Errorf("xds: set snapshot for %s: %w", id, err)
 	}
+	if c != nil {
+		prev := c.snap
+		c.snap = snap
+		s.deltaTargetLocked(id, c, prev, snap)
+	}
 	return nil
+}
+
+// deltaTargetLocked records, on node id's delta streams, every type whose
+// resources at snap are what the node holds at that version (delta xDS
+// sends nothing for it). A type with a response in flight waits for its
+// answer. A type the node held exactly at prev (deltaType.current) costs
+// one comparison of prev and snap per retarget pass, whatever the number
+// of nodes sharing them.
+func (s *Server) deltaTargetLocked(id string, c *conn, prev, snap cache.ResourceSnapshot) {
+	for _, st := range c.delta {
+		for typeURL, d := range st.delta {
+			if l, ok := st.last[typeURL]; !ok || !l.answered {
+				d.current = false
+				continue
+			}
+			if !d.current || prev == nil {
+				s.unchangedLocked(id, typeURL, d, snap)
+				continue
+			}
+			if d.current = s.sameLocked(prev, snap, typeURL); d.current {
+				s.ackUnchangedLocked(id, typeURL, snap)
+			}
+		}
+	}
+}
+
+// unchangedLocked records node id at snap's version of typeURL when what
+// the node holds (d, with no response of the type in flight) is what snap
+// has, and notes whether d is then current.
+func (s *Server) unchangedLocked(id, typeURL string, d *deltaType, snap cache.ResourceSnapshot) {
+	ok := snap.GetVersion(typeURL) != "" && holds(&d.sub, d.held(), snap.GetVersionMap(typeURL))
+	d.current = ok && d.sub.IsWildcard()
+	if ok {
+		s.ackUnchangedLocked(id, typeURL, snap)
+	}
+}
+
+func (s *Server) ackUnchangedLocked(id, typeURL string, snap cache.ResourceSnapshot) {
+	if s.tracker.AckUnchanged(id, typeURL, snap.GetVersion(typeURL)) {
+		s.m.unchanged.WithLabelValues(shortType(typeURL)).Inc()
+	}
+}
+
+// sameLocked reports whether a and b serve the same resources of typeURL,
+// at the same versions; within a retarget pass each pair is compared once.
+func (s *Server) sameLocked(a, b cache.ResourceSnapshot, typeURL string) bool {
+	if a.GetVersion(typeURL) == "" || b.GetVersion(typeURL) == "" {
+		return false
+	}
+	k := sameKey{a, b, typeURL}
+	if same, ok := s.same[k]; ok {
+		return same
+	}
+	same := sameVersions(a.GetVersionMap(typeURL), b.GetVersionMap(typeURL))
+	if s.same != nil {
+		s.same[k] = same
+	}
+	return same
 }
 
 // identify records the stream's node on its first request and gives the
@@ -324,6 +424,12 @@ func (s *Server) identify(id int64, node *core.Node) error {
 	}
 	c.cluster, c.group, c.view, c.identity = node.GetCluster(), group, view, who
 	c.streams++
+	if st.delta != nil {
+		if c.delta == nil {
+			c.delta = map[int64]*stream{}
+		}
+		c.delta[id] = st
+	}
 	s.tracker.Connect(st.nodeID, c.cluster, c.group, who, view.SecurityChannel())
 	if err := s.targetLocked(context.Background(), st.nodeID); err != nil {
 		s.log.Error("xds: cannot target node", "node", st.nodeID, "err", err)
@@ -341,6 +447,9 @@ func (s *Server) closeStream(id int64) {
 	}
 	delete(s.streams, id)
 	s.m.streams.Dec()
+	if st.pending != nil {
+		s.cache.nacks.forget(st.pending)
+	}
 	if st.nodeID == "" {
 		return
 	}
@@ -352,6 +461,7 @@ func (s *Server) closeStream(id int64) {
 	s.tracker.Disconnect(st.nodeID)
 	c := s.conns[st.nodeID]
 	c.streams--
+	delete(c.delta, id)
 	if c.streams <= 0 {
 		delete(s.conns, st.nodeID)
 		s.m.nodes.Dec()
@@ -361,9 +471,10 @@ func (s *Server) closeStream(id int64) {
 	}
 }
 
-// openStream registers a stream and, with RequireIdentity, the verified
-// identity of its peer; a peer without one is refused.
-func (s *Server) openStream(ctx context.Context, id int64) error {
+// openStream registers a stream of typeURL (resource.AnyType for ADS) and,
+// with RequireIdentity, the verified identity of its peer; a peer without
+// one is refused.
+func (s *Server) openStream(ctx context.Context, id int64, typeURL string, delta bool) error {
 	var who identity.ID
 	if s.requireIdentity {
 		var err error
@@ -374,56 +485,136 @@ func (s *Server) openStream(ctx context.Context, id int64) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.streams[id] = &stream{id: who, last: map[string]sent{}}
+	st := &stream{id: who, last: map[string]sent{}, typeURL: typeURL}
+	if delta {
+		st.delta = map[string]*deltaType{}
+	}
+	s.streams[id] = st
 	s.m.streams.Inc()
 	return nil
 }
 
-// answer classifies a request as the ACK or NACK of the response it names.
-// Requests naming an older nonce are stale and ignored, as go-control-plane
-// ignores them.
+// answer classifies a state-of-the-world request as the ACK or NACK of the
+// response it names.
 func (s *Server) answer(id int64, typeURL, nonce, version string, errMsg *string) {
-	if nonce == "" {
-		return
-	}
 	s.mu.Lock()
 	st, ok := s.streams[id]
-	if !ok || st.nodeID == "" {
+	if !ok {
 		s.mu.Unlock()
 		return
 	}
-	last, ok := st.last[typeURL]
+	last, ok := answeredLocked(st, typeURL, nonce)
 	node := st.nodeID
-	if ok && last.nonce == nonce {
-		last.answered = true
-		st.last[typeURL] = last
-	}
 	s.mu.Unlock()
-	if !ok || last.nonce != nonce {
-		return
+	if ok {
+		s.record(node, typeURL, last.version, version, errMsg)
 	}
+}
+
+// answeredLocked marks the response of typeURL that nonce names answered
+// and returns it. Requests naming an older nonce (or none) are stale or
+// new subscriptions and answer nothing, as go-control-plane treats them.
+func answeredLocked(st *stream, typeURL, nonce string) (sent, bool) {
+	if nonce == "" || st.nodeID == "" {
+		return sent{}, false
+	}
+	last, ok := st.last[typeURL]
+	if !ok || last.nonce != nonce {
+		return sent{}, false
+	}
+	last.answered = true
+	st.last[typeURL] = last
+	return last, true
+}
+
+// record records node's answer to the response of typeURL at sentVersion:
+// a NACK when errMsg is set, else an ACK of version (sentVersion if empty).
+func (s *Server) record(node, typeURL, sentVersion, version string, errMsg *string) {
 	short := shortType(typeURL)
 	if errMsg != nil {
 		s.m.nacks.WithLabelValues(short).Inc()
-		s.tracker.Nack(node, typeURL, last.version, *errMsg)
-		s.log.Warn("xds: NACK", "node", node, "type", short, "version", last.version, "error", *errMsg)
+		s.tracker.Nack(node, typeURL, sentVersion, *errMsg)
+		s.log.Warn("xds: NACK", "node", node, "type", short, "version", sentVersion, "error", *errMsg)
 		return
 	}
 	s.m.acks.WithLabelValues(short).Inc()
 	if version == "" {
-		version = last.version
+		version = sentVersion
 	}
 	s.tracker.Ack(node, typeURL, version)
 }
 
-func (s *Server) responded(id int64, typeURL, nonce, version string, size int) {
+// deltaRequest follows a delta request: the subscription it changes, the
+// ACK or NACK it carries (an ACK merges the response into what the node
+// holds), and then whether the node holds its current snapshot of the type
+// (a snapshot set while the response was in flight may leave nothing to
+// send). After a NACK, until the next response, the request's watch is
+// given what the node holds as its base (nackedSub). The tracker is written
+// under s.mu so these records keep their order against targetLocked's.
+func (s *Server) deltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.streams[id]
+	if !ok || st.nodeID == "" || st.delta == nil {
+		return
+	}
+	if st.pending != nil {
+		s.cache.nacks.forget(st.pending)
+		st.pending = nil
+	}
+	typeURL := req.GetTypeUrl()
+	if typeURL == "" && st.typeURL != resource.AnyType {
+		typeURL = st.typeURL
+	}
+	d, ok := st.delta[typeURL]
+	if ok {
+		d.request(req)
+	} else {
+		d = newDeltaType(req)
+		st.delta[typeURL] = d
+	}
+	var errMsg *string
+	if e := req.GetErrorDetail(); e != nil {
+		m := e.GetMessage()
+		errMsg = &m
+	}
+	if last, ok := answeredLocked(st, typeURL, req.GetResponseNonce()); ok {
+		if errMsg != nil {
+			d.nack(last)
+		} else {
+			d.ack(last)
+		}
+		s.record(st.nodeID, typeURL, last.version, "", errMsg)
+		// A version's content is the same wherever it is served (as state
+		// of the world assumes too): a wildcard node that ACKed its
+		// snapshot's version holds that snapshot's resources exactly.
+		if c := s.conns[st.nodeID]; c != nil && c.snap != nil {
+			if c.snap.GetVersion(typeURL) == last.version {
+				d.current = errMsg == nil && d.sub.IsWildcard()
+			} else {
+				s.unchangedLocked(st.nodeID, typeURL, d, c.snap)
+			}
+		}
+	}
+	if d.nacked != "" {
+		s.cache.nacks.expect(req, &nackedSub{typeURL: typeURL, version: d.nacked, held: maps.Clone(d.held())})
+		st.pending = req
+	}
+}
+
+// responded records a response of typeURL sent on stream id; changed and
+// removed are what a delta response sends.
+func (s *Server) responded(id int64, typeURL, nonce, version string, size int, changed map[string]string, removed []string) {
 	s.mu.Lock()
 	st, ok := s.streams[id]
-	if ok {
-		st.last[typeURL] = sent{nonce: nonce, version: version, bytes: size}
-	}
 	node := ""
 	if ok {
+		st.last[typeURL] = sent{nonce: nonce, version: version, bytes: size, changed: changed, removed: removed}
+		if d := st.delta[typeURL]; d != nil {
+			// The cache's base is the response's state again; what the
+			// node holds is settled by its answer.
+			d.nacked, d.current = "", false
+		}
 		node = st.nodeID
 	}
 	s.mu.Unlock()
@@ -437,8 +628,8 @@ func (s *Server) responded(id int64, typeURL, nonce, version string, size int) {
 
 var _ serverv3.Callbacks = (*Server)(nil)
 
-func (s *Server) OnStreamOpen(ctx context.Context, id int64, _ string) error {
-	return s.openStream(ctx, id)
+func (s *Server) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	return s.openStream(ctx, id, typeURL, false)
 }
 
 func (s *Server) OnStreamClosed(id int64, _ *core.Node) { s.closeStream(id) }
@@ -457,7 +648,7 @@ func (s *Server) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) erro
 }
 
 func (s *Server) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
-	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo(), proto.Size(resp))
+	s.responded(id, resp.GetTypeUrl(), resp.GetNonce(), resp.GetVersionInfo(), proto.Size(resp), nil, nil)
 }
 
 // go-control-plane numbers state-of-the-world and delta streams apart, both
@@ -465,8 +656,8 @@ func (s *Server) OnStreamResponse(_ context.Context, id int64, _ *discovery.Disc
 // in s.streams.
 func deltaID(id int64) int64 { return -id }
 
-func (s *Server) OnDeltaStreamOpen(ctx context.Context, id int64, _ string) error {
-	return s.openStream(ctx, deltaID(id))
+func (s *Server) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	return s.openStream(ctx, deltaID(id), typeURL, true)
 }
 
 func (s *Server) OnDeltaStreamClosed(id int64, _ *core.Node) { s.closeStream(deltaID(id)) }
@@ -476,17 +667,13 @@ func (s *Server) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryReq
 	if err := s.identify(id, req.GetNode()); err != nil {
 		return err
 	}
-	var errMsg *string
-	if d := req.GetErrorDetail(); d != nil {
-		m := d.GetMessage()
-		errMsg = &m
-	}
-	s.answer(id, req.GetTypeUrl(), req.GetResponseNonce(), "", errMsg)
+	s.deltaRequest(id, req)
 	return nil
 }
 
 func (s *Server) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	s.responded(deltaID(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), proto.Size(resp))
+	changed, removed := changes(resp)
+	s.responded(deltaID(id), resp.GetTypeUrl(), resp.GetNonce(), resp.GetSystemVersionInfo(), proto.Size(resp), changed, removed)
 }
 
 func (s *Server) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error { return nil }
@@ -496,9 +683,14 @@ func (s *Server) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.Discove
 // nackSuppressor wraps the snapshot cache. On a NACK of the version the
 // node is currently assigned, it opens the watch as if the client held that
 // version, so the cache answers only when a different version is set.
+//
+// Delta watches are handled in delta.go: go-control-plane does not re-send
+// a NACKed delta response, but it must diff the next one against what the
+// node holds.
 type nackSuppressor struct {
 	cache.SnapshotCache
 	tracker *nodes.Tracker
+	nacks   *deltaNacks
 }
 
 func (c *nackSuppressor) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {

@@ -15,18 +15,17 @@ import (
 
 // Protocols of Config.Protocol.
 const (
-	// ProtocolSotW (the default) is state of the world: every resource of
-	// a type in each response, and a response per type for every new
-	// version, so the control plane's node view and rollouts see every
-	// type ACKed at every version.
-	ProtocolSotW = "sotw"
-	// ProtocolDelta is incremental xDS: a response carries only the
-	// resources that changed and the names removed, so one API-key change
-	// sends one ApiKeyShard instead of all of them. A type none of whose
-	// resources changed gets no response, so the control plane records it
-	// ACKed at the last version that changed it, not at the newest: not
-	// the default until the node view and rollouts account for that.
+	// ProtocolDelta (the default) is incremental xDS: a response carries
+	// only the resources that changed and the names removed, so one
+	// API-key change sends one ApiKeyShard instead of all of them. A type
+	// none of whose resources changed gets no response; the control plane
+	// records it at the new version all the same (it knows the client
+	// holds exactly that content), so the node view and rollouts see every
+	// type current.
 	ProtocolDelta = "delta"
+	// ProtocolSotW is state of the world: every resource of a type in each
+	// response, and a response per type for every new version.
+	ProtocolSotW = "sotw"
 )
 
 // deltaSession runs one incremental (DeltaAggregatedResources) stream.

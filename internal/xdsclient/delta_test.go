@@ -2,6 +2,7 @@ package xdsclient_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -29,7 +30,10 @@ type wire struct {
 	resps []wireResp
 }
 
-type wireResp struct{ resources, removed, bytes int }
+type wireResp struct {
+	resources, removed, bytes int
+	delta                     bool
+}
 
 func (w *wire) dialOption() grpc.DialOption {
 	return grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -63,7 +67,7 @@ func (s *countingStream) RecvMsg(m any) error {
 	r := wireResp{bytes: proto.Size(m.(proto.Message))}
 	switch m := m.(type) {
 	case *discovery.DeltaDiscoveryResponse:
-		r.resources, r.removed = len(m.GetResources()), len(m.GetRemovedResources())
+		r.resources, r.removed, r.delta = len(m.GetResources()), len(m.GetRemovedResources()), true
 	case *discovery.DiscoveryResponse:
 		r.resources = len(m.GetResources())
 	}
@@ -216,5 +220,41 @@ func testProtocol(t *testing.T, protocol string) {
 	}
 	if protocol == xdsclient.ProtocolDelta && st.bodies["shard-01"] == "rejected" {
 		t.Fatal("a rejected resource reached the state")
+	}
+}
+
+// The zero Protocol is delta; an unknown one is refused.
+func TestDefaultProtocolIsDelta(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snaps := cache.NewSnapshotCache(false, cache.IDHash{}, nil)
+	if err := snaps.SetSnapshot(ctx, "n1", shards(t, "1", 10, nil, -1)); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, serverv3.NewServer(ctx, snaps, nil))
+	go func() { _ = g.Serve(lis) }()
+	defer g.Stop()
+	w := &wire{}
+	applied := make(chan string, 4)
+	runClient(t, xdsclient.Config{Addr: lis.Addr().String(), Node: &corev3.Node{Id: "n1"}, Types: []string{resource.ClusterType},
+		InsecurePlaintext: true, DialOptions: []grpc.DialOption{w.dialOption()},
+		Apply: func(_, version string, _ []*anypb.Any) error { applied <- version; return nil }})
+	select {
+	case <-applied:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing applied")
+	}
+	if got := w.since(0); len(got) == 0 || !got[0].delta {
+		t.Fatalf("responses %+v: want delta ones", got)
+	}
+	err = xdsclient.Run(ctx, xdsclient.Config{Addr: lis.Addr().String(), Types: []string{resource.ClusterType}, InsecurePlaintext: true,
+		Protocol: "incremental", Apply: func(string, string, []*anypb.Any) error { return nil }})
+	if !errors.Is(err, xdsclient.ErrConfig) {
+		t.Fatalf("Protocol incremental: %v, want ErrConfig", err)
 	}
 }

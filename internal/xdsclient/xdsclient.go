@@ -1,6 +1,6 @@
 // Package xdsclient is the xDS client of Portico's own services (extauthz,
-// ratelimitsvc): one ADS stream over mutual TLS, state of the world (the
-// default) or incremental (delta: one changed resource is sent alone),
+// ratelimitsvc): one ADS stream over mutual TLS, incremental (delta, the
+// default: one changed resource is sent alone) or state of the world,
 // wildcard subscriptions to a fixed list of types, ACK of every response
 // the applier accepts and NACK (with the applier's error as error_detail)
 // of every response it rejects, so the server records why and the client
@@ -84,7 +84,7 @@ type Config struct {
 	MaxRecvMsgBytes int
 	DialOptions     []grpc.DialOption
 	Logger          *slog.Logger
-	// Protocol is ProtocolSotW (default) or ProtocolDelta.
+	// Protocol is ProtocolDelta (default) or ProtocolSotW.
 	Protocol string
 	// Health, when set, is kept up to date with the client's freshness
 	// (a readiness check and metrics read it).
@@ -117,7 +117,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	switch cfg.Protocol {
 	case "":
-		cfg.Protocol = ProtocolSotW
+		cfg.Protocol = ProtocolDelta
 	case ProtocolDelta, ProtocolSotW:
 	default:
 		return fmt.Errorf("%w: Protocol %q: want %s or %s", ErrConfig, cfg.Protocol, ProtocolDelta, ProtocolSotW)

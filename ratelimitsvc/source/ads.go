@@ -62,7 +62,7 @@ type ADS struct {
 	// MaxRecvMsgBytes bounds one response (default
 	// xdsclient.DefaultMaxRecvMsgBytes).
 	MaxRecvMsgBytes int
-	// Protocol is xdsclient.ProtocolSotW (default) or ProtocolDelta.
+	// Protocol is xdsclient.ProtocolDelta (default) or ProtocolSotW.
 	Protocol string
 	// Health, when set, follows the stream's freshness (xdsclient.Health).
 	Health *xdsclient.Health

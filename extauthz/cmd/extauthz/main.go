@@ -31,7 +31,7 @@ func main() {
 	cacheSize := envflag.Uint(fs, "token-cache-size", "PORTICO_EXTAUTHZ_TOKEN_CACHE_SIZE", 100000, "verified-token cache entries")
 	maxRecv := envflag.Uint(fs, "xds-max-recv-msg-bytes", "PORTICO_XDS_MAX_RECV_MSG_BYTES", xdsclient.DefaultMaxRecvMsgBytes, "largest xDS response accepted (every API-key shard arrives in one)")
 	staleAfter := envflag.Duration(fs, "xds-stale-after", "PORTICO_XDS_STALE_AFTER", xdsclient.DefaultStaleAfter, "how long the policy may be out of sync with the control plane before /readyz fails (decisions continue on the last good policy)")
-	protocol := envflag.String(fs, "xds-protocol", "PORTICO_XDS_PROTOCOL", xdsclient.ProtocolSotW, "xDS protocol: sotw (state of the world) or delta (a key change sends one shard; unchanged types stay ACKed at their last changed version in the node view)")
+	protocol := envflag.String(fs, "xds-protocol", "PORTICO_XDS_PROTOCOL", xdsclient.ProtocolDelta, "xDS protocol: delta (incremental: a key change sends one API-key shard) or sotw (state of the world: every shard on every change)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)

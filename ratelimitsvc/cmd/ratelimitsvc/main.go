@@ -40,7 +40,7 @@ func main() {
 	stateDir := envflag.String(fs, "state-dir", "PORTICO_RATELIMIT_STATE_DIR", ratelimitsvc.DefaultStateDir, "directory for the last good xDS rules")
 	maxRecv := envflag.Uint(fs, "xds-max-recv-msg-bytes", "PORTICO_XDS_MAX_RECV_MSG_BYTES", xdsclient.DefaultMaxRecvMsgBytes, "largest xDS response accepted")
 	staleAfter := envflag.Duration(fs, "xds-stale-after", "PORTICO_XDS_STALE_AFTER", xdsclient.DefaultStaleAfter, "how long xDS rules may be out of sync with the control plane before /readyz fails (limits continue on the last good rules)")
-	protocol := envflag.String(fs, "xds-protocol", "PORTICO_XDS_PROTOCOL", xdsclient.ProtocolSotW, "xDS protocol: sotw (state of the world) or delta (incremental)")
+	protocol := envflag.String(fs, "xds-protocol", "PORTICO_XDS_PROTOCOL", xdsclient.ProtocolDelta, "xDS protocol: delta (incremental: only changed rules are sent) or sotw (state of the world)")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
