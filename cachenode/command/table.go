@@ -11,13 +11,16 @@ const (
 	flagAdmin
 	flagLoading
 	flagStale
+	flagBlocking
+	flagMovableKeys
 )
 
 var flagNames = []struct {
 	f    flag
 	name string
 }{{flagWrite, "write"}, {flagReadonly, "readonly"}, {flagDenyOOM, "denyoom"}, {flagAdmin, "admin"},
-	{flagNoAuth, "no_auth"}, {flagLoading, "loading"}, {flagStale, "stale"}, {flagFast, "fast"}}
+	{flagNoAuth, "no_auth"}, {flagLoading, "loading"}, {flagStale, "stale"}, {flagFast, "fast"},
+	{flagBlocking, "blocking"}, {flagMovableKeys, "movablekeys"}}
 
 // Spec describes one command: what COMMAND INFO/DOCS report and how Exec
 // finds its keys (First/Last/Step as in Redis: Last < 0 counts from the
@@ -33,6 +36,11 @@ type Spec struct {
 	// INSERT, DELETE).
 	KeyFlags []string
 	fn       func(*Ctx)
+	// getKeys, when set, finds the keys instead of First/Last/Step, for
+	// commands whose keys move with their arguments (LMPOP's numkeys, SORT's
+	// STORE), as Redis's getkeys_proc. It returns no keys for arguments the
+	// handler will refuse, so a bad numkeys is an error, not a CROSSSLOT.
+	getKeys func(args [][]byte, buf [][]byte) [][]byte
 	// limited: the command touches data, so namespace rate limits apply
 	// (connection setup and introspection are not charged).
 	limited bool
@@ -42,6 +50,9 @@ func (s *Spec) has(f flag) bool { return s.flags&f != 0 }
 
 // keys appends args' keys to buf.
 func (s *Spec) keys(args [][]byte, buf [][]byte) [][]byte {
+	if s.getKeys != nil {
+		return s.getKeys(args, buf)
+	}
 	if s.First == 0 || s.First >= len(args) {
 		return buf
 	}
