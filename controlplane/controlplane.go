@@ -91,6 +91,12 @@ type Config struct {
 	// OperatorJWT, when set, accepts bearer JWTs from the operators' IdP
 	// on the admin API, their claims mapped to roles.
 	OperatorJWT *authn.JWTConfig
+	// XDSMaxMsgBytes bounds one xDS message either way (default
+	// xds.DefaultMaxMsgBytes, the receive limit of Portico's own clients).
+	// Every resource of a type goes in one state-of-the-world response,
+	// and in the first delta response of a stream: a million API keys take
+	// about 78 MB plus their scopes.
+	XDSMaxMsgBytes int
 	// Stdout receives the bootstrap token when it is made (default
 	// os.Stdout); it is never logged.
 	Stdout io.Writer
@@ -162,7 +168,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer st.Close()
 
 	tracker := nodes.NewTracker()
-	xsrv := xds.New(ctx, xds.Config{RequireIdentity: tlsFiles != nil, Tracker: tracker, Registerer: cfg.Registry, Logger: log})
+	xsrv := xds.New(ctx, xds.Config{RequireIdentity: tlsFiles != nil, Tracker: tracker, Registerer: cfg.Registry, Logger: log, MaxMsgBytes: cfg.XDSMaxMsgBytes})
 	pub := newPublisher(st, xsrv, cfg.Compile, cfg.Registry, log)
 	// The rollout controller is the xDS policy; it must be in place before
 	// the first publish so manual mode never serves the head by accident.
@@ -232,7 +238,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// send limit has none): an oversized response then fails at the server
 	// too, not only at the client. Requests get the same room (delta
 	// subscriptions name every resource a client holds).
-	grpcOpts := []grpc.ServerOption{grpc.MaxSendMsgSize(xds.MaxMsgBytes), grpc.MaxRecvMsgSize(xds.MaxMsgBytes)}
+	grpcOpts := []grpc.ServerOption{grpc.MaxSendMsgSize(xsrv.MaxMsgBytes()), grpc.MaxRecvMsgSize(xsrv.MaxMsgBytes())}
 	if tlsFiles != nil {
 		// Every platform role may connect; the view it gets is its role's.
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.ServerConfig(identity.Policy{}))))

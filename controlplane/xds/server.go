@@ -52,10 +52,12 @@ import (
 	"github.com/portico-io/portico/internal/identity"
 )
 
-// MaxMsgBytes bounds one xDS message either way: it equals the receive
-// limit of Portico's own clients (xdsclient.DefaultMaxRecvMsgBytes), since a
-// state-of-the-world response carries every resource of a type at once.
-const MaxMsgBytes = 64 << 20
+// DefaultMaxMsgBytes bounds one xDS message either way unless
+// Config.MaxMsgBytes says otherwise: it equals the receive limit of
+// Portico's own clients (xdsclient.DefaultMaxRecvMsgBytes), since a
+// state-of-the-world response, and the first delta response of a stream,
+// carry every resource of a type at once.
+const DefaultMaxMsgBytes = 256 << 20
 
 // GroupMetadataKey is the node metadata field naming a node's rollout group.
 const GroupMetadataKey = "portico.group"
@@ -79,11 +81,16 @@ type Config struct {
 	// Registerer receives the xDS metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// MaxMsgBytes is the gRPC server's send and receive limit (default
+	// DefaultMaxMsgBytes), named in the node view when a response over it
+	// could not be sent.
+	MaxMsgBytes int
 }
 
 // Server is an xDS server. Create it with New, register it on a gRPC server
 // with Register, and feed it with Publish.
 type Server struct {
+	maxMsgBytes     int
 	requireIdentity bool
 	log             *slog.Logger
 	tracker         *nodes.Tracker
@@ -197,7 +204,11 @@ func New(ctx context.Context, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxMsgBytes <= 0 {
+		cfg.MaxMsgBytes = DefaultMaxMsgBytes
+	}
 	s := &Server{
+		maxMsgBytes:     cfg.MaxMsgBytes,
 		requireIdentity: cfg.RequireIdentity,
 		log:             cfg.Logger,
 		tracker:         cfg.Tracker,
@@ -453,7 +464,7 @@ func (s *Server) closeStream(id int64) {
 	if st.nodeID == "" {
 		return
 	}
-	if types, msg := unanswered(st.last); len(types) > 0 {
+	if types, msg := unanswered(st.last, s.maxMsgBytes); len(types) > 0 {
 		s.m.streamFailures.Inc()
 		s.tracker.StreamFailed(st.nodeID, types, msg)
 		s.log.Warn("xds: stream failed", "node", st.nodeID, "stream", id, "error", msg)
@@ -707,7 +718,7 @@ func (c *nackSuppressor) CreateWatch(req *cache.Request, sub cache.Subscription,
 // unanswered lists the types whose last response on a closing stream the
 // node never answered, and describes them: the stream ended while they were
 // in flight, or because they could not be sent or received.
-func unanswered(last map[string]sent) (types []string, msg string) {
+func unanswered(last map[string]sent, maxMsgBytes int) (types []string, msg string) {
 	var parts []string
 	for typeURL, l := range last {
 		if l.answered {
@@ -715,8 +726,8 @@ func unanswered(last map[string]sent) (types []string, msg string) {
 		}
 		types = append(types, typeURL)
 		p := fmt.Sprintf("%s version %s (%d bytes)", shortType(typeURL), l.version, l.bytes)
-		if l.bytes > MaxMsgBytes {
-			p += fmt.Sprintf(": over the server's send limit of %d bytes", MaxMsgBytes)
+		if l.bytes > maxMsgBytes {
+			p += fmt.Sprintf(": over the server's send limit of %d bytes", maxMsgBytes)
 		}
 		parts = append(parts, p)
 	}
@@ -743,3 +754,7 @@ func (c cacheLogger) Debugf(f string, a ...any) { c.l.Debug(fmt.Sprintf(f, a...)
 func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
 func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
 func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }
+
+// MaxMsgBytes is the send and receive limit the gRPC server carrying this
+// xDS server must be given.
+func (s *Server) MaxMsgBytes() int { return s.maxMsgBytes }

@@ -50,11 +50,13 @@ const (
 	DefaultMinBackoff = 250 * time.Millisecond
 	DefaultMaxBackoff = 30 * time.Second
 	// DefaultMaxRecvMsgBytes bounds one response. State of the world sends
-	// every resource of a type in one response (all 256 ApiKeyShards at
-	// once): gRPC's own 4 MiB default is reached near 54,000 plain API keys
-	// and far sooner with scopes, so the default leaves room for about a
-	// million plain keys.
-	DefaultMaxRecvMsgBytes = 64 << 20
+	// every resource of a type in one response, and so does delta's first
+	// response of a stream (all 256 ApiKeyShards at once): gRPC's own 4 MiB
+	// default is reached near 54,000 plain API keys (about 78 bytes each),
+	// so the default leaves room for a million keys with a few scopes each
+	// (a million plain keys take 78 MB). It equals the control plane's
+	// default send limit (controlplane --xds-max-msg-bytes).
+	DefaultMaxRecvMsgBytes = 256 << 20
 )
 
 // ApplyFunc applies the full state of one type. A non-nil error rejects it

@@ -14,6 +14,7 @@ import (
 	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/seal"
 	"github.com/portico-io/portico/controlplane/spec"
+	"github.com/portico-io/portico/controlplane/xds"
 	"github.com/portico-io/portico/internal/authn"
 	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/envflag"
@@ -45,6 +46,7 @@ func main() {
 	gwKey := envflag.String(fs, "gateway-tls-key-file", "PORTICO_GATEWAY_TLS_KEY_FILE", "", "its key, a path on the gateway hosts")
 	gwCA := envflag.String(fs, "gateway-tls-ca-file", "PORTICO_GATEWAY_TLS_CA_FILE", "", "the platform CA bundle, a path on the gateway hosts")
 	loopIdP := envflag.Bool(fs, "idp-allow-loopback-http", "PORTICO_IDP_ALLOW_LOOPBACK_HTTP", false, "accept JWT providers whose JWKS or introspection endpoint is plain http on a loopback host, marking them allowInsecureLoopback (a development machine's IdP; never in production)")
+	maxMsg := envflag.Uint(fs, "xds-max-msg-bytes", "PORTICO_XDS_MAX_MSG_BYTES", xds.DefaultMaxMsgBytes, "largest xDS message sent or received; every resource of a type goes in one state-of-the-world response and in the first delta response (a million API keys: about 78 MB plus scopes); keep the clients' --xds-max-recv-msg-bytes at least as large")
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "serve xDS without TLS, trusting what clients claim to be (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
@@ -55,6 +57,7 @@ func main() {
 	}
 	cfg.AdminAddr, cfg.XDSAddr, cfg.DatabaseURL, cfg.Logger = *admin, *xdsAddr, *db, log
 	cfg.DeployMode = *deployMode
+	cfg.XDSMaxMsgBytes = int(*maxMsg)
 	cfg.Compile.ExtAuthzAddress, cfg.Compile.RateLimitAddress = *extauthz, *ratelimit
 	cfg.Compile.ListenerPort, cfg.Compile.XFFNumTrustedHops = uint32(*listenerPort), uint32(*xff)
 	cfg.Compile.TracingCollector, cfg.Compile.TracingSamplePercent = *tracing, float64(*sample)
