@@ -82,9 +82,11 @@ func extauthzResponseBytes(t *testing.T, dbURL string, v int64) int {
 // TestPolicyOver4MiBReachesExtauthz: an auth policy whose ApiKeyShards
 // exceed gRPC's default 4 MiB in one response still reaches extauthz (the
 // receive limit is configured with room, the control plane's send limit
-// matches), and a key created after it is allowed. (Delta xDS, where a
-// key change travels alone in its shard, is measured in
-// internal/xdsclient's TestDeltaSendsOnlyTheChange.)
+// matches), and a key created after it is allowed. extauthz speaks delta
+// xDS (the default), whose first response of a stream carries every shard
+// at once, as state of the world does; that a later key change travels
+// alone in its shard is measured in internal/xdsclient's
+// TestDeltaSendsOnlyTheChange.
 func TestPolicyOver4MiBReachesExtauthz(t *testing.T) {
 	dbURL := testdeps.Postgres(t)
 	cp := startControlPlane(t, dbURL, controlplane.Config{})

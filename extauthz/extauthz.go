@@ -75,8 +75,8 @@ type Config struct {
 	// xdsclient.DefaultStaleAfter); a response that cannot be received
 	// fails it at once. Decisions continue on the last good policy.
 	XDSStaleAfter time.Duration
-	// XDSProtocol is xdsclient.ProtocolSotW (default) or
-	// xdsclient.ProtocolDelta (a key change sends one ApiKeyShard).
+	// XDSProtocol is xdsclient.ProtocolDelta (default: a key change sends
+	// one ApiKeyShard) or xdsclient.ProtocolSotW.
 	XDSProtocol string
 	// TLS names this workload's certificate files (role extauthz): the
 	// ext_authz port admits gateway identities only, and the xDS client
