@@ -136,7 +136,7 @@ func BenchmarkKeyChangeAtScale(b *testing.B) {
 			metricsAddrs = append(metricsAddrs, ea.HTTP)
 		}
 		for i := range replicas {
-			api.waitAcked(fmt.Sprintf("bench-scale-extauthz-%d", i), "portico-extauthz", answer.Version, extauthzTypes...)
+			api.waitAckedWithin(10*time.Minute, fmt.Sprintf("bench-scale-extauthz-%d", i), "portico-extauthz", answer.Version, extauthzTypes...)
 		}
 		b.Logf("%d extauthz replicas synced %d keys in %v", replicas, keys, time.Since(syncStart))
 		heap2 := liveHeap()

@@ -321,9 +321,16 @@ func (a *adminAPI) nodes() map[string]nodeView {
 // version v for every type in types.
 func (a *adminAPI) waitAcked(id, cluster string, v int64, types ...string) nodeView {
 	a.t.Helper()
+	return a.waitAckedWithin(convergeTimeout, id, cluster, v, types...)
+}
+
+// waitAckedWithin is waitAcked with its own deadline (benchmarks loading
+// a million keys).
+func (a *adminAPI) waitAckedWithin(timeout time.Duration, id, cluster string, v int64, types ...string) nodeView {
+	a.t.Helper()
 	want := strconv.FormatInt(v, 10)
 	var n nodeView
-	xdstest.Eventually(a.t, convergeTimeout, fmt.Sprintf("node %s to ACK version %s of %v", id, want, types), func() bool {
+	xdstest.Eventually(a.t, timeout, fmt.Sprintf("node %s to ACK version %s of %v", id, want, types), func() bool {
 		n = a.nodes()[id]
 		for _, typ := range types {
 			if n.Types[typ].AckedVersion != want {
