@@ -143,6 +143,10 @@ type Config struct {
 	Shards int
 	// MaxClients caps connections (default server.DefaultMaxClients).
 	MaxClients int
+	// ScriptTimeLimit is how long a Lua script runs before the other
+	// connections of its namespace get -BUSY and SCRIPT KILL may stop it
+	// (default command.DefaultScriptTimeLimit, Redis's 5 s).
+	ScriptTimeLimit time.Duration
 	// KeySamples is how many recent sampled key accesses the node keeps
 	// for CACHE SAMPLES (default 65536).
 	KeySamples int
@@ -439,7 +443,8 @@ func Run(ctx context.Context, cfg Config) error {
 	var handingOver atomic.Bool // holds commands during a handover
 	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
 		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
-		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence, Loading: &loading, Samples: ring, Hold: &handingOver})
+		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence, Loading: &loading, Samples: ring, Hold: &handingOver,
+		ScriptTimeLimit: cfg.ScriptTimeLimit})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}

@@ -110,6 +110,10 @@ type Config struct {
 	// Now is the wall clock (default time.Now). When set, it is also what
 	// TTLs and rate limits see (it must then match the Registry's clock).
 	Now func() time.Time
+	// ScriptTimeLimit is how long a Lua script runs before the other
+	// connections of its namespace get -BUSY and SCRIPT KILL may stop it
+	// (Redis's busy-reply-threshold; default DefaultScriptTimeLimit).
+	ScriptTimeLimit time.Duration
 }
 
 // Engine runs commands. It is safe for concurrent use; each Session is not.
@@ -120,6 +124,7 @@ type Engine struct {
 	nextID    atomic.Int64
 	commands  atomic.Int64
 	conns     atomic.Int64
+	scripts   scripting // script.go
 }
 
 // New returns an Engine.
@@ -139,6 +144,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Clients == nil {
 		cfg.Clients = func() int { return 0 }
+	}
+	if cfg.ScriptTimeLimit <= 0 {
+		cfg.ScriptTimeLimit = DefaultScriptTimeLimit
 	}
 	return &Engine{cfg: cfg, started: cfg.Now(), fakeClock: fake}, nil
 }
@@ -160,6 +168,9 @@ type Session struct {
 	Asking bool
 	// ReadOnly is set by READONLY, cleared by READWRITE (replica reads, later).
 	ReadOnly bool
+	// txn is the connection's MULTI queue and WATCHes (multi.go), nil
+	// when it has neither.
+	txn *txnState
 
 	// Reused per command so Exec does not allocate them.
 	ctx  Ctx
@@ -184,9 +195,19 @@ type Ctx struct {
 	NS   *namespace.Namespace
 	Tx   *keyspace.Txn
 	spec *Spec
+	// asking: ASKING preceded this command (MULTI keeps it for EXEC).
+	asking bool
+	// batch is set while the command runs inside EXEC or a script, on the
+	// batch's locks (batch.go).
+	batch *batch
 }
 
-func (c *Ctx) db() Keyspace { return c.e.keyspace(c.NS) }
+func (c *Ctx) db() Keyspace {
+	if c.batch != nil && c.Tx.HoldsAll() {
+		return heldKeyspace{c.e.keyspace(c.NS), c.Tx}
+	}
+	return c.e.keyspace(c.NS)
+}
 
 func (e *Engine) keyspace(ns *namespace.Namespace) Keyspace {
 	if e.cfg.Keyspace != nil {
@@ -238,7 +259,10 @@ const errLoading = "LOADING Redis is loading the dataset in memory"
 const errReadOnlyReplica = "READONLY You can't write against a read only replica."
 
 // Close records that a session's connection is gone.
-func (e *Engine) Close(s *Session) { e.conns.Add(-1) }
+func (e *Engine) Close(s *Session) {
+	e.conns.Add(-1)
+	e.discardTxn(s)
+}
 
 // Exec runs args (args[0] is the command name) for s, appending exactly one
 // reply to w. args may alias a network buffer: nothing retains them.
@@ -257,6 +281,9 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 		return
 	}
 	w.Proto = s.Proto
+	if s.txn != nil && s.txn.multi && e.queue(s, args, w, nowMs) {
+		return // queued in MULTI, or refused and the transaction flagged
+	}
 	asking := s.Asking // ASKING covers the one command after it
 	s.Asking = false
 	spec := lookup(args[0])
@@ -279,6 +306,10 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 	ns := s.NS
 	if ns.Removed() {
 		w.Error("ERR namespace '" + ns.Name + "' no longer exists; AUTH into another one")
+		return
+	}
+	if e.scripts.busy.Load() != 0 && e.busyFor(ns, spec, args) {
+		w.Error(errBusyScript)
 		return
 	}
 	keys := spec.keys(args, s.keys[:0])
@@ -353,7 +384,7 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 	}
 	before := len(w.Buf)
 	c := &s.ctx
-	*c = Ctx{e: e, Args: args, W: w, S: s, NS: ns, spec: spec, Tx: &s.tx}
+	*c = Ctx{e: e, Args: args, W: w, S: s, NS: ns, spec: spec, Tx: &s.tx, asking: asking}
 	e.keyspace(ns).BeginAt(c.Tx, keys, nowMs)
 	if m != nil && len(keys) > 0 {
 		// The map may have changed while this command waited for the

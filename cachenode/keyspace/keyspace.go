@@ -115,14 +115,16 @@ type DB struct {
 	evicted   atomic.Int64
 	evictNext atomic.Uint32
 	avgTTL    atomic.Int64 // ms, see AvgTTL
+	watching  atomic.Int64 // registered WATCHes (watch.go): 0 skips the lookup
 }
 
 type shard struct {
 	mu     sync.Mutex
 	m      map[string]*Entry
-	vol    map[string]struct{} // keys with a TTL; strings share the map keys' bytes
-	ledger Ledger              // nil: none; read and set under mu
-	_      [24]byte            // keep hot mutexes on separate cache lines
+	vol    map[string]struct{}   // keys with a TTL; strings share the map keys' bytes
+	ledger Ledger                // nil: none; read and set under mu
+	watch  map[string][]*Watcher // WATCHed keys (watch.go); under mu
+	_      [16]byte              // keep hot mutexes on separate cache lines
 }
 
 // Ledger is told, key by key, every change of the bytes accounted and
@@ -190,6 +192,9 @@ func (db *DB) Name() string { return db.name }
 
 // changed reports a change made outside a Txn; sh's lock is held.
 func (db *DB) changed(key string, e *Entry) {
+	if db.watching.Load() != 0 {
+		db.touchString(key)
+	}
 	if db.obs != nil {
 		db.obs.Changed(db, unsafe.Slice(unsafe.StringData(key), len(key)), e)
 	}
@@ -330,6 +335,9 @@ func (tx *Txn) Now() int64 { return tx.now }
 func (tx *Txn) mark(key []byte) {
 	if tx.db.obs != nil {
 		tx.addDirty(key)
+	}
+	if tx.db.watching.Load() != 0 {
+		tx.touch(key)
 	}
 }
 
@@ -714,6 +722,7 @@ func (db *DB) Flush() {
 }
 
 func (db *DB) clearShard(sh *shard) {
+	db.touchFlushed(sh)
 	var freed int64
 	for k, e := range sh.m {
 		freed += int64(e.size)

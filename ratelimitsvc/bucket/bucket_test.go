@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/portico-io/portico/cachenode/cachetest"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 )
@@ -48,19 +49,53 @@ func prefix(t testing.TB) string {
 	return "portico:test:" + t.Name() + ":" + hex.EncodeToString(b[:]) + ":"
 }
 
-// backends returns the memory store, a Redis store and, when cluster is
-// set, a store on that Redis Cluster, all on clk.
-func backends(t *testing.T, clk *clock, cluster redis.UniversalClient) map[string]store {
+// remotes are the shared stores a test runs against besides Redis: a
+// Redis Cluster, a cachenode and a cachenode cluster (nil: not used).
+type remotes struct{ cluster, cacheNode, cacheCluster redis.UniversalClient }
+
+// remoteNames are the stores backends returns besides memory, when set.
+var remoteNames = []string{"redis", "cluster", "cachenode", "cachenode-cluster"}
+
+// allRemotes starts every remote store for t: a Redis Cluster, and a
+// cachenode and a 3-node cachenode cluster in this process (the Redis
+// store runs unchanged on them, EVALSHA and ClusterClient included).
+func allRemotes(t *testing.T) remotes {
+	return remotes{cluster: redisCluster(t), cacheNode: cacheNode(t), cacheCluster: cacheNodeCluster(t)}
+}
+
+// backends returns the memory store, a Redis store and a store on each
+// remote set in r, all on clk.
+func backends(t *testing.T, clk *clock, r remotes) map[string]store {
 	mem := bucket.NewMemory()
 	mem.Now = clk.Now
 	addr := testdeps.Redis(t)
 	c := bucket.NewRedisClient(addr)
 	t.Cleanup(func() { _ = c.Close() })
 	st := map[string]store{"memory": mem, "redis": redisStore(t, c, clk)}
-	if cluster != nil {
-		st["cluster"] = redisStore(t, cluster, clk)
+	for name, rc := range map[string]redis.UniversalClient{"cluster": r.cluster, "cachenode": r.cacheNode, "cachenode-cluster": r.cacheCluster} {
+		if rc != nil {
+			st[name] = redisStore(t, rc, clk)
+		}
 	}
 	return st
+}
+
+// cacheNode starts a cachenode for t and returns a client of it, made as
+// ratelimitsvc makes one (bucket.NewClient).
+func cacheNode(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	c := bucket.NewClient(bucket.ClientConfig{Addr: cachetest.Node(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// cacheNodeCluster starts a 3-node cachenode cluster for t and returns a
+// go-redis ClusterClient of it, seeded with every node.
+func cacheNodeCluster(t *testing.T) redis.UniversalClient {
+	t.Helper()
+	c := bucket.NewClient(bucket.ClientConfig{Addr: strings.Join(cachetest.Cluster(t, 3), ",")})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 func redisStore(t *testing.T, c redis.UniversalClient, clk *clock) *bucket.Redis {
@@ -85,8 +120,8 @@ func redisCluster(t *testing.T) redis.UniversalClient {
 	return c
 }
 
-// TestScripts runs every testdata script against the memory store, Redis
-// and a Redis Cluster, with injected time. Every rule's bucket has a hash
+// TestScripts runs every testdata script against the memory store, Redis,
+// a Redis Cluster, a cachenode and a cachenode cluster, with injected time. Every rule's bucket has a hash
 // tag of its own, so on the Cluster a check of several rules is decided
 // slot by slot (and given back when denied) — with the same answers.
 // Script lines:
@@ -101,11 +136,11 @@ func TestScripts(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no scripts")
 	}
-	cluster := redisCluster(t)
+	r := allRemotes(t)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			clk := &clock{}
-			for name, st := range backends(t, clk, cluster) {
+			for name, st := range backends(t, clk, r) {
 				t.Run(name, func(t *testing.T) {
 					clk.ms.Store(base.UnixMilli())
 					runScript(t, f, st, clk, prefix(t))
@@ -306,7 +341,7 @@ func TestRedisNoScriptReloads(t *testing.T) {
 	}
 }
 
-// TestMemoryMatchesRedis drives the three stores with the same random
+// TestMemoryMatchesRedis drives the stores with the same random
 // requests (every kind, odd limits and windows, costs, leases, shadow items,
 // time jumps within and across windows) and requires identical decisions:
 // the Go arithmetic and check.lua must never drift apart, and on the Cluster,
@@ -320,7 +355,7 @@ func TestRedisNoScriptReloads(t *testing.T) {
 func TestMemoryMatchesRedis(t *testing.T) {
 	clk := &clock{}
 	clk.ms.Store(base.UnixMilli() + 12_345)
-	st := backends(t, clk, redisCluster(t))
+	st := backends(t, clk, allRemotes(t))
 	mem := st["memory"]
 	pfx := prefix(t)
 	seed := time.Now().UnixNano()
@@ -342,7 +377,7 @@ func TestMemoryMatchesRedis(t *testing.T) {
 		pool = append(pool, it)
 	}
 	ctx := context.Background()
-	warmUp(t, pfx, st["redis"], st["cluster"])
+	warmUp(t, pfx, st["redis"], st["cluster"], st["cachenode"], st["cachenode-cluster"])
 	for step := range 1500 {
 		if rng.IntN(3) == 0 {
 			clk.Advance(time.Duration(rng.Int64N(1500)) * time.Millisecond)
@@ -361,7 +396,7 @@ func TestMemoryMatchesRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"redis", "cluster"} {
+		for _, name := range remoteNames {
 			b, err := st[name].Check(ctx, req)
 			if err != nil {
 				t.Fatal(err)
@@ -371,10 +406,12 @@ func TestMemoryMatchesRedis(t *testing.T) {
 			}
 		}
 	}
-	given, failed := st["cluster"].(*bucket.Redis).Refunds()
-	t.Logf("cluster refunds: %d given, %d failed", given, failed)
-	if given == 0 || failed != 0 {
-		t.Fatalf("cluster refunds: %d given, %d failed; want some given and none failed", given, failed)
+	for _, name := range []string{"cluster", "cachenode-cluster"} {
+		given, failed := st[name].(*bucket.Redis).Refunds()
+		t.Logf("%s refunds: %d given, %d failed", name, given, failed)
+		if given == 0 || failed != 0 {
+			t.Fatalf("%s refunds: %d given, %d failed; want some given and none failed", name, given, failed)
+		}
 	}
 }
 
@@ -423,7 +460,11 @@ func TestMemoryConcurrentMultiKey(t *testing.T) {
 // back.
 func TestClusterConcurrentMultiSlot(t *testing.T) {
 	t.Parallel() // each starts a Cluster of its own: overlap the starts
-	c := redisCluster(t)
+	t.Run("redis", func(t *testing.T) { concurrentMultiSlot(t, redisCluster(t)) })
+	t.Run("cachenode", func(t *testing.T) { concurrentMultiSlot(t, cacheNodeCluster(t)) })
+}
+
+func concurrentMultiSlot(t *testing.T, c redis.UniversalClient) {
 	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: c, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
