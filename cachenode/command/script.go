@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -240,7 +241,7 @@ func cmdEval(c *Ctx) {
 		if s = c.e.scripts.lookup(c.NS, sha); s == nil {
 			var err error
 			if s, err = script.Compile(string(c.Args[1])); err != nil {
-				c.W.Error("ERR " + err.Error())
+				c.W.Error(compileError(err))
 				return
 			}
 			c.e.scripts.store(c.NS, s)
@@ -384,7 +385,7 @@ func cmdScript(c *Ctx) {
 	case "load":
 		s, err := script.Compile(string(c.Args[2]))
 		if err != nil {
-			c.W.Error("ERR " + err.Error())
+			c.W.Error(compileError(err))
 			return
 		}
 		c.e.scripts.store(c.NS, s)
@@ -414,6 +415,15 @@ func cmdScript(c *Ctx) {
 	}
 }
 
+// compileError is the reply to a script that does not compile.
+func compileError(err error) string {
+	var ce *script.CompileError
+	if errors.As(err, &ce) {
+		return "ERR Error compiling script (new function): " + ce.Msg
+	}
+	return "ERR " + err.Error()
+}
+
 func flushMode(args [][]byte) bool {
 	return len(args) == 0 || (len(args) == 1 && (eqFold(args[0], "sync") || eqFold(args[0], "async")))
 }
@@ -438,5 +448,5 @@ func cmdFunction(c *Ctx) {
 
 // overMemory reports whether a write in ns would need eviction first.
 func (e *Engine) overMemory(ns *namespace.Namespace) bool {
-	return ns.OverQuota() || (e.cfg.MaxMemory > 0 && e.cfg.Registry.NodeUsage().Load() > e.cfg.MaxMemory)
+	return ns.OverQuota() || (e.maxMemory() > 0 && e.cfg.Registry.NodeUsage().Load() > e.maxMemory())
 }

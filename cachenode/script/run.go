@@ -19,9 +19,6 @@ type Caller interface {
 	Call(args [][]byte, proto int, w *resp.Writer)
 }
 
-// ErrKilled is the cause to cancel Run's context with for SCRIPT KILL.
-var ErrKilled = errors.New("Script killed by user with SCRIPT KILL...")
-
 var pool = sync.Pool{New: func() any { return newVM() }}
 
 // run is one execution of a script.
@@ -35,7 +32,7 @@ type run struct {
 // Run runs s with keys and argv and appends its result to w (RESP
 // version w.Proto): the converted return value, or the error it raised.
 // Cancelling ctx stops the script; the error then names the cause
-// (context.Cause), ErrKilled's text for SCRIPT KILL.
+// (context.Cause; ErrKilled is worded as Redis words SCRIPT KILL's).
 func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.Writer) {
 	v := pool.Get().(*vm)
 	r := &run{s: s, caller: c, proto: 2}
@@ -50,7 +47,10 @@ func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.
 	err := L.PCall(0, 1, nil)
 	switch {
 	case ctx.Err() != nil:
-		msg := context.Cause(ctx).Error()
+		msg := "Script killed by user with SCRIPT KILL..."
+		if cause := context.Cause(ctx); !errors.Is(cause, ErrKilled) {
+			msg = "Script stopped: " + cause.Error()
+		}
 		w.Error("ERR " + msg + r.suffix(lineOf(err)))
 	case err != nil:
 		r.raised(err, w)

@@ -35,10 +35,6 @@ import (
 	"github.com/yuin/gopher-lua/parse"
 )
 
-// ErrCompile wraps a script that does not compile; its text is what Redis
-// answers after "ERR ".
-var ErrCompile = errors.New("Error compiling script (new function)")
-
 // chunkName is the source name Redis gives a script: error positions
 // read "user_script:<line>:".
 const chunkName = "user_script"
@@ -58,24 +54,27 @@ func SHA1Hex(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Compile parses and compiles body. A syntax error is an ErrCompile.
+// Compile parses and compiles body. A syntax error is a *CompileError.
 func Compile(body string) (*Script, error) {
 	chunk, err := parse.Parse(strings.NewReader(body), chunkName)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrCompile, compileMessage(err))
+		return nil, &CompileError{Msg: compileMessage(err, body)}
 	}
 	proto, err := lua.Compile(chunk, chunkName)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrCompile, compileMessage(err))
+		return nil, &CompileError{Msg: compileMessage(err, body)}
 	}
 	return &Script{SHA: SHA1Hex([]byte(body)), Body: body, proto: proto}, nil
 }
 
 // compileMessage gives gopher-lua's parse error Lua's shape,
 // "user_script:<line>: <what>", where it can.
-func compileMessage(err error) string {
+func compileMessage(err error, body string) string {
 	var pe *parse.Error
 	if errors.As(err, &pe) {
+		if pe.Pos.Line <= 0 { // at the end of the script
+			return fmt.Sprintf("%s:%d: %s near '<eof>'", chunkName, strings.Count(body, "\n")+1, pe.Message)
+		}
 		return fmt.Sprintf("%s:%d: %s near '%s'", chunkName, pe.Pos.Line, pe.Message, pe.Token)
 	}
 	return strings.ReplaceAll(err.Error(), "\n", " ")
