@@ -38,7 +38,9 @@ func (c *Ctx) create(key []byte, kind keyspace.Kind) (*keyspace.Entry, bool) {
 	default:
 		o = keyspace.NewHash()
 	}
-	return c.Tx.SetObject(key, o, c.defaultExpire()), true
+	e = c.Tx.SetObject(key, o, c.defaultExpire())
+	c.signal(key) // clients blocked on it (BLPOP) wake once the command, or EXEC, is done
+	return e, true
 }
 
 // --- lists ---

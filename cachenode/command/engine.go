@@ -124,7 +124,9 @@ type Engine struct {
 	nextID    atomic.Int64
 	commands  atomic.Int64
 	conns     atomic.Int64
-	scripts   scripting // script.go
+	blk       blocking   // blocking.go
+	live      liveConfig // config.go: what CONFIG SET changed
+	scripts   scripting  // script.go
 }
 
 // New returns an Engine.
@@ -168,6 +170,19 @@ type Session struct {
 	Asking bool
 	// ReadOnly is set by READONLY, cleared by READWRITE (replica reads, later).
 	ReadOnly bool
+	// CanBlock: the connection can wait for a blocking command (BLPOP and
+	// the like; the server sets it, see Blocked). Without it, and inside
+	// MULTI or a script, those commands answer at once as if timed out.
+	CanBlock bool
+	// Wake, when set, is called from another goroutine when the command
+	// this session blocked on completes (served, timed out or unblocked);
+	// see ArmWait (blocking.go).
+	Wake func()
+	// block is the blocking command this session waits on, nil when none;
+	// ready the keys its commands made ready for blocked clients (served
+	// once the command, or EXEC, is done).
+	block *waiter
+	ready []readyKey
 	// txn is the connection's MULTI queue and WATCHes (multi.go), nil
 	// when it has neither.
 	txn *txnState
@@ -262,6 +277,9 @@ const errReadOnlyReplica = "READONLY You can't write against a read only replica
 func (e *Engine) Close(s *Session) {
 	e.conns.Add(-1)
 	e.discardTxn(s)
+	if s.block != nil {
+		e.abandon(s) // a blocked client that closes leaves the wait queues
+	}
 }
 
 // Exec runs args (args[0] is the command name) for s, appending exactly one
@@ -419,7 +437,13 @@ func (e *Engine) ExecAt(s *Session, args [][]byte, w *resp.Writer, nowMs int64) 
 		}
 	}
 	spec.fn(c)
+	if e.blk.n.Load() > 0 && spec.has(flagWrite) && s.block == nil {
+		s.ready = e.blk.readyKeys(ns, keys, s.ready)
+	}
 	c.Tx.End()
+	if len(s.ready) > 0 {
+		e.serveReady(s, nowMs) // the clients blocked on what it pushed, before its reply goes out
+	}
 	if c.NS != ns { // AUTH/HELLO switched namespaces
 		ns, pc = c.NS, nil
 	}
@@ -463,13 +487,13 @@ func (e *Engine) observe(ns *namespace.Namespace, pc *namespace.PrefixCounters, 
 func (e *Engine) makeRoom(ns *namespace.Namespace) bool {
 	node := e.cfg.Registry.NodeUsage()
 	over := func() bool {
-		return ns.OverQuota() || (e.cfg.MaxMemory > 0 && node.Load() > e.cfg.MaxMemory)
+		return ns.OverQuota() || (e.maxMemory() > 0 && node.Load() > e.maxMemory())
 	}
 	for i := 0; over(); i++ {
 		if i == maxEvictionsPerCommand {
 			return false
 		}
-		if _, ok := ns.DB.EvictOne(e.cfg.EvictionSamples); !ok {
+		if _, ok := ns.DB.EvictOne(e.evictionSamples()); !ok {
 			return false
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -225,51 +224,6 @@ func cmdTime(c *Ctx) {
 	c.W.BulkString(itoa(int64(now.Nanosecond() / 1000)))
 }
 
-func cmdConfig(c *Ctx) {
-	sub := lower(c.Args[1])
-	switch sub {
-	case "get":
-		if len(c.Args) < 3 {
-			c.W.Error("ERR wrong number of arguments for 'config|get' command")
-			return
-		}
-		params := map[string]string{
-			"save":              "",
-			"appendonly":        "no",
-			"maxmemory":         itoa(c.e.cfg.MaxMemory),
-			"maxmemory-policy":  c.NS.Settings().Policy.String(),
-			"maxmemory-samples": itoa(int64(c.e.cfg.EvictionSamples)),
-			"databases":         "1",
-			"cluster-enabled":   map[bool]string{false: "no", true: "yes"}[c.e.cfg.Cluster != nil],
-		}
-		names := make([]string, 0, len(params))
-		for n := range params {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		var out []string
-		seen := map[string]bool{}
-		for _, pat := range c.Args[2:] {
-			for _, n := range names {
-				if !seen[n] && globMatch([]byte(lower(pat)), []byte(n)) {
-					seen[n] = true
-					out = append(out, n, params[n])
-				}
-			}
-		}
-		c.W.Map(len(out) / 2)
-		for _, s := range out {
-			c.W.BulkString(s)
-		}
-	case "resetstat":
-		c.W.OK()
-	case "set":
-		c.W.Error("ERR CONFIG SET is not supported: cachenode is configured by flags and the namespaces file")
-	default:
-		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CONFIG HELP.")
-	}
-}
-
 // cmdCache is CACHE HOTKEYS [namespace] (and SAMPLES, MIGRATIONS below): the sampled top keys with their
 // estimated access counts (sampled count × sampling rate). A connection
 // sees its own namespace; one in "default" may name any namespace.
@@ -432,7 +386,7 @@ func cmdInfo(c *Ctx) {
 		"tcp_port:"+itoa(int64(e.cfg.Port)),
 		"uptime_in_seconds:"+itoa(uptime),
 		"uptime_in_days:"+itoa(uptime/86400))
-	section("Clients", "connected_clients:"+itoa(int64(e.cfg.Clients())))
+	section("Clients", "connected_clients:"+itoa(int64(e.cfg.Clients())), "blocked_clients:"+itoa(e.blk.n.Load()))
 	used := e.cfg.Registry.NodeUsage().Load()
 	var ms runtime.MemStats
 	if all || want["memory"] {
@@ -443,8 +397,8 @@ func cmdInfo(c *Ctx) {
 		"used_memory_human:"+human(used),
 		"used_memory_rss:"+itoa(rss()),
 		"used_memory_heap:"+itoa(int64(ms.HeapInuse)),
-		"maxmemory:"+itoa(e.cfg.MaxMemory),
-		"maxmemory_human:"+human(e.cfg.MaxMemory),
+		"maxmemory:"+itoa(e.maxMemory()),
+		"maxmemory_human:"+human(e.maxMemory()),
 		"maxmemory_policy:"+ns.Settings().Policy.String(),
 		"namespace_used_memory:"+itoa(ns.DB.Used()),
 		"namespace_maxmemory:"+itoa(ns.Settings().MaxMemory),

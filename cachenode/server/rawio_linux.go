@@ -68,11 +68,23 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 	rw.writeFn = rw.write
 	c.rd = resp.NewReader(rw, s.cfg.Limits)
 	c.out = rw
-	done := false
+	done, resume := false, false
+	c.nowMs = time.Now().UnixMilli() // read with every input: the idle timeout counts from it
 	// Called at once, then each time the poller reports the socket
-	// readable; true ends the connection.
+	// readable; true ends the connection, or leaves the callback for a
+	// blocking command to wait (c.sess.Blocked).
 	serve := func(fd uintptr) bool {
 		rw.fd = fd
+		if resume { // a blocking command completed: its reply and the commands after it
+			resume = false
+			if !c.run() {
+				done = true
+				return true
+			}
+			if c.sess.Blocked() {
+				return true
+			}
+		}
 		for {
 			err := c.rd.Fill()
 			if err == errWouldBlock {
@@ -88,6 +100,9 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 				done = true
 				return true
 			}
+			if c.sess.Blocked() {
+				return true
+			}
 			if !rw.full {
 				// The read drained the socket: anything sent since raises
 				// an event, so wait for it instead of reading to EAGAIN.
@@ -100,17 +115,31 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 		}
 	}
 	for !done {
+		if c.sess.Blocked() {
+			if !s.waitBlockedRaw(nc, rw, c) {
+				return true
+			}
+			resume = true
+		}
 		// A FIN or reset that arrived with the last data raised its event
 		// before that read, and no other follows: without this deadline a
 		// client that half-closes after its commands would keep its
 		// connection open forever (Redis closes it). When the deadline
 		// passes the callback starts again with a read, which sees the
 		// end; a connection that is merely idle reads EAGAIN and waits on.
-		if nc.SetReadDeadline(time.Now().Add(s.cfg.IdleCheck)) != nil {
+		check := s.cfg.IdleCheck
+		timeout := c.eng.IdleTimeout()
+		if timeout > 0 {
+			check = min(check, max(timeout-time.Since(time.UnixMilli(c.nowMs)), time.Millisecond))
+		}
+		if nc.SetReadDeadline(time.Now().Add(check)) != nil {
 			return true
 		}
 		if err := rc.Read(serve); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return true
+		}
+		if timeout > 0 && !c.sess.Blocked() && time.Since(time.UnixMilli(c.nowMs)) >= timeout {
+			return true // idle past CONFIG SET timeout: closed, as Redis does
 		}
 		// The deadline passed. A client that sent nothing for a whole
 		// period gives its buffers back until it sends again.
@@ -120,6 +149,38 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 		rw.active = false
 	}
 	return true
+}
+
+// waitBlockedRaw is conn.waitBlocked on the raw socket: it waits in the
+// poller, reading what arrives into the buffer until the blocking command
+// completes (Wake interrupts the wait with a past deadline) or the client
+// closes. The periodic deadline also sees an end that came with the last
+// data, as serveRaw's does.
+func (s *Server) waitBlockedRaw(nc net.Conn, rw *rawIO, c *conn) bool {
+	closed := false
+	read := func(fd uintptr) bool {
+		rw.fd = fd
+		for {
+			err := c.rd.Fill()
+			if err == errWouldBlock {
+				return false
+			}
+			if err != nil {
+				c.fillFailed(err)
+				closed = true
+				return true
+			}
+			if !rw.full {
+				return false
+			}
+		}
+	}
+	for c.eng.ArmWait(c.sess, func() { _ = nc.SetReadDeadline(time.Now().Add(s.cfg.IdleCheck)) }) {
+		if err := rw.rc.Read(read); closed || (err != nil && !errors.Is(err, os.ErrDeadlineExceeded)) {
+			return false
+		}
+	}
+	return c.unblocked()
 }
 
 // Read reads once what the socket has: errWouldBlock when it has nothing.

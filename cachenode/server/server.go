@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -169,6 +170,10 @@ func retryable(err error) bool {
 func (s *Server) serveConn(nc net.Conn) {
 	eng := s.cfg.Engine
 	c := &conn{s: s, eng: eng, sess: eng.NewSession(nc.RemoteAddr().String())}
+	// A blocking command (BLPOP) waits in this goroutine, in a read that
+	// also notices the client closing; its completion interrupts the read.
+	c.sess.CanBlock = true
+	c.sess.Wake = func() { _ = nc.SetReadDeadline(aLongTimeAgo) }
 	defer func() {
 		_ = nc.Close()
 		eng.Close(c.sess)
@@ -179,11 +184,50 @@ func (s *Server) serveConn(nc net.Conn) {
 	}
 	c.rd = resp.NewReader(nc, s.cfg.Limits)
 	c.out = nc
+	c.nc = nc
 	for c.run() {
+		if c.sess.Blocked() {
+			if !c.waitBlocked(nc) {
+				return
+			}
+			continue // its reply, then the commands sent after it
+		}
 		if !c.fill() {
 			return
 		}
 	}
+}
+
+// aLongTimeAgo is a read deadline in the past: it interrupts a read at
+// once (how a blocked connection is woken).
+var aLongTimeAgo = time.Unix(1, 0)
+
+// waitBlocked waits until the blocking command of c completes, reading
+// what the client sends meanwhile into the buffer (it runs afterwards, as
+// Redis runs a blocked client's pipeline), and writes the command's reply
+// into c's buffer. false: the connection must close (the client did, or
+// -UNBLOCKED).
+func (c *conn) waitBlocked(nc net.Conn) bool {
+	for c.eng.ArmWait(c.sess, func() { _ = nc.SetReadDeadline(time.Time{}) }) {
+		if err := c.rd.Fill(); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.fillFailed(err)
+			return false
+		}
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	return c.unblocked()
+}
+
+// unblocked takes the reply of the completed blocking command; false
+// when the connection closes after it (-UNBLOCKED on a role change).
+func (c *conn) unblocked() bool {
+	c.eng.Unblock(c.sess, &c.w)
+	c.nowMs, c.sinceClock = time.Now().UnixMilli(), 0
+	if c.sess.Quit {
+		c.flush()
+		return false
+	}
+	return true
 }
 
 // conn is one connection's command loop, apart from how it waits for input.
@@ -194,6 +238,9 @@ type conn struct {
 	rd   *resp.Reader
 	w    resp.Writer
 	out  io.Writer // replies
+	nc   net.Conn  // set on the net.Conn path (TLS), which needs a deadline for CONFIG SET timeout
+
+	idleDeadline bool // nc has a read deadline for the idle timeout
 
 	nowMs      int64
 	sinceClock int
@@ -203,6 +250,13 @@ type conn struct {
 // fill reads once into the Reader and reads the clock; false: close (the
 // client went away, a read failed, or the query buffer limit).
 func (c *conn) fill() bool {
+	if t := c.eng.IdleTimeout(); t > 0 || c.idleDeadline {
+		var d time.Time
+		if c.idleDeadline = t > 0; t > 0 {
+			d = time.Now().Add(t)
+		}
+		_ = c.nc.SetReadDeadline(d) // the read fails past it: the connection closes
+	}
 	if err := c.rd.Fill(); err != nil {
 		c.fillFailed(err)
 		return false
@@ -277,6 +331,11 @@ func (c *conn) run() bool {
 		}
 		c.sinceClock++
 		c.eng.ExecAt(c.sess, args, &c.w, c.nowMs)
+		if c.sess.Blocked() {
+			// The replies before it go out; the caller waits for it
+			// before running the rest of the pipeline.
+			return c.flush()
+		}
 		if c.sess.Quit {
 			c.flush()
 			return false
