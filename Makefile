@@ -42,8 +42,20 @@ deps-check:
 stop:
 	@bash e2e/scripts/stop.sh
 
+# Every benchmark once, then one table of the side-by-side comparisons
+# (tools/benchsummary reads $(BENCH_OUT); BENCHMARKS.md explains it). Each
+# peer is installed first: service_cmd (make peers) and etcd (make etcd)
+# from the Go module proxy, redis-server from apt (make deps), River as a
+# module of go.mod. Narrow a run with, e.g.,
+#   make bench BENCH=SchedulerVsRiver BENCH_PKGS=./scheduler/
+BENCH ?= .
+BENCH_PKGS ?= ./...
+BENCH_OUT ?= .run/bench.txt
 bench: deps peers etcd
-	set -o pipefail; $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee .run/bench.txt
+	@mkdir -p $(dir $(BENCH_OUT))
+	@set -o pipefail; status=0; \
+	$(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 120m $(BENCH_PKGS) | tee $(BENCH_OUT) || status=$$?; \
+	$(GO) run ./tools/benchsummary $(BENCH_OUT); exit $$status
 
 # envoyproxy/ratelimit's service_cmd: ratelimitsvc's peer test and benchmark.
 peers: $(PORTICO_RATELIMIT_PEER_BIN)

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/peerbench"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/portico-io/portico/ratelimitsvc"
@@ -75,45 +76,12 @@ func peerBin(t testing.TB) string {
 
 func freePort(t testing.TB) int { return testdeps.FreePort(t) }
 
-// startPeer runs service_cmd on loopback with yaml as its only config file
-// and returns a client; it is stopped when the test ends.
-func startPeer(t testing.TB, bin, redisAddr, keyPrefix, yaml string) rlsv3.RateLimitServiceClient {
-	t.Helper()
-	return startPeerWith(t, bin, redisAddr, keyPrefix, yaml, nil, insecure.NewCredentials())
-}
-
-// startPeerWith is startPeer with extra environment for service_cmd and
-// the client's transport credentials.
-func startPeerWith(t testing.TB, bin, redisAddr, keyPrefix, yaml string, env []string, creds credentials.TransportCredentials) rlsv3.RateLimitServiceClient {
-	t.Helper()
-	return runPeer(t, bin, redisAddr, keyPrefix, map[string]string{"config.yaml": yaml}, env, creds).client
-}
-
 // peerProc is a running service_cmd.
 type peerProc struct {
 	client rlsv3.RateLimitServiceClient
 	// dir is its config directory: it reloads every file there on a change.
-	dir string
-	// out collects its stdout and stderr (its log).
-	out *lockedBuffer
-}
-
-// lockedBuffer is an io.Writer a test may read while a process writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	dir  string
+	proc *peerbench.Proc
 }
 
 // putFile replaces dir/name atomically (a rename), so neither service's
@@ -152,18 +120,16 @@ func runPeer(t testing.TB, bin, redisAddr, keyPrefix string, files map[string]st
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+strconv.Itoa(grpcPort),
 		"CACHE_KEY_PREFIX="+keyPrefix, "LOG_LEVEL=warn")
 	cmd.Env = append(cmd.Env, env...)
-	stderr := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort), grpc.WithTransportCredentials(creds))
+	proc := peerbench.Start(t, "service_cmd", cmd)
+	return &peerProc{client: dialServing(t, proc, grpcPort, creds), dir: dir, proc: proc}
+}
+
+// dialServing connects to a rate-limit service process on loopback port
+// and returns its client once it answers ShouldRateLimit (any domain), or
+// fails t after 30 s or when the process exits.
+func dialServing(t testing.TB, proc *peerbench.Proc, port int, creds credentials.TransportCredentials) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", port), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,15 +142,15 @@ func runPeer(t testing.TB, bin, redisAddr, keyPrefix string, files map[string]st
 			{Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}, grpc.WaitForReady(true))
 		cancel()
 		if err == nil {
-			return &peerProc{client: c, dir: dir, out: stderr}
+			return c
 		}
 		select {
-		case <-exited:
-			t.Fatalf("service_cmd exited: %s", stderr.String())
+		case <-proc.Exited():
+			t.Fatalf("%s exited: %s", proc.Name, proc.Output())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("service_cmd not serving after 30s: %v\n%s", err, stderr.String())
+			t.Fatalf("%s not serving after 30s: %v\n%s", proc.Name, err, proc.Output())
 		}
 	}
 }
@@ -351,7 +317,7 @@ func TestPeerSameSequence(t *testing.T) {
 			return strings.Contains(ours.metrics(t), `portico_ratelimitsvc_rule_updates_total{result="rejected",source="file"} 1`)
 		})
 		eventually(t, 10*time.Second, "envoyproxy/ratelimit to reject self.yaml", func() bool {
-			return strings.Contains(peer.out.String(), "replaces should not contain name of same descriptor")
+			return strings.Contains(peer.proc.Output(), "replaces should not contain name of same descriptor")
 		})
 		compare("after self.yaml ", after)
 		if began.Truncate(time.Minute) != time.Now().Truncate(time.Minute) {
@@ -370,16 +336,104 @@ func TestPeerSameSequence(t *testing.T) {
 	t.Fatal("every attempt straddled a minute boundary")
 }
 
+// The side-by-side benchmarks (BENCHMARKS.md, "ratelimitsvc vs
+// envoyproxy/ratelimit"). Both services are processes of their own, built
+// from their real commands (ours by peerbench.Build, the peer by make
+// peers), answering the same client (this process) over loopback gRPC,
+// counting in the same private redis-server (started for the benchmark, so
+// other tests on the shared one do not weigh on a round, and its CPU per
+// request is measured) under their own key prefixes. What is levelled:
+//   - Redis pool: 64 connections each (ours is fixed at 64 in
+//     bucket.NewClient; the peer's REDIS_POOL_SIZE, default 10, is raised
+//     to match).
+//   - Redis timeout: 1 s each (ours: --redis-timeout, whose 5 ms production
+//     default would fail open under saturation and answer without Redis;
+//     the peer's REDIS_TIMEOUT, default 10 s).
+//   - Metrics: both export Prometheus metrics, unscraped (the peer's
+//     USE_PROMETHEUS; without a sink it would dump every stat to stdout
+//     every 10 s, megabytes with 10,000 consumers).
+//   - Everything else at each side's defaults: GOMAXPROCS, our replica
+//     counting through Redis, the peer's per-descriptor stats, neither
+//     side's local over-limit cache (the peer's LOCAL_CACHE_SIZE_IN_BYTES
+//     is 0 by default; ours has none), no Redis pipelining window on the
+//     peer (REDIS_PIPELINE_WINDOW 0).
+//   - Rounds alternate ours, peer, peer, ours (peerbench.Order); both
+//     processes stay up throughout, idle while the other is measured.
+
+// Load mixes. A request carries two descriptors, [consumer=c] and
+// [path=/x]; the consumer "over" has a limit of 1 an hour (so every request
+// of it but the first is denied), the others are far from theirs, spread
+// over mixConsumers consumers (each its own counter, as a gateway sees).
+const (
+	mixConsumers   = 10000
+	benchRulesYAML = `domain: bench
+descriptors:
+  - key: consumer
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+  - key: consumer
+    value: over
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+`
+)
+
+// loadMix is a share of over-limit requests, in percent.
+type loadMix struct {
+	name      string
+	deniedPct int
+}
+
+var loadMixes = []loadMix{
+	{name: "mostly-allowed", deniedPct: 1}, // what a gateway mostly sees
+	{name: "mostly-denied", deniedPct: 90}, // a client hammering past its limit
+}
+
+// requests returns n requests of the mix: request i is over the limit
+// when i%100 < deniedPct, so every stretch of 100 has the same share.
+func (m loadMix) requests(n int) []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, n)
+	for i := range reqs {
+		c := "c" + strconv.Itoa(i%mixConsumers)
+		if i%100 < m.deniedPct {
+			c = "over"
+		}
+		reqs[i] = rlReq("bench", []string{"consumer", c}, []string{"path", "/x"})
+	}
+	return reqs
+}
+
 type loadResult struct {
 	rps      float64
 	p50, p99 time.Duration
+	denied   int
+	// cpuPerReq and redisCPUPerReq are the server process's and the Redis
+	// server's CPU time over the requests.
+	cpuPerReq, redisCPUPerReq time.Duration
 }
 
-// load sends n requests from callers goroutines and measures them.
-func load(b *testing.B, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitRequest, callers, n int) loadResult {
-	var next atomic.Int64
+func (r loadResult) String() string {
+	return fmt.Sprintf("%.0f req/s, p50 %v p99 %v, CPU-µs/req %.1f (Redis %.1f), %d denied", r.rps, r.p50, r.p99,
+		float64(r.cpuPerReq)/float64(time.Microsecond), float64(r.redisCPUPerReq)/float64(time.Microsecond), r.denied)
+}
+
+// rlSide is one service under load: its client, its process and its
+// Redis (the benchmark's own, shared by both sides).
+type rlSide struct {
+	name   string
+	client rlsv3.RateLimitServiceClient
+	proc   *peerbench.Proc
+	redis  *testdeps.RedisProc
+}
+
+// load sends reqs from callers goroutines sharing side's one connection
+// and measures them, with the server's CPU time.
+func load(b *testing.B, side rlSide, reqs []*rlsv3.RateLimitRequest, callers int) loadResult {
+	n := len(reqs)
+	var next, denied atomic.Int64
 	lat := make([]time.Duration, n)
 	var wg sync.WaitGroup
+	cpu0, rcpu0 := peerbench.CPUTime(side.proc.Pid()), peerbench.CPUTime(side.redis.Pid())
 	began := time.Now()
 	for range callers {
 		wg.Go(func() {
@@ -389,10 +443,16 @@ func load(b *testing.B, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitReques
 					return
 				}
 				t0 := time.Now()
-				resp, err := c.ShouldRateLimit(context.Background(), r)
+				resp, err := side.client.ShouldRateLimit(context.Background(), reqs[i])
 				lat[i] = time.Since(t0)
-				if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
-					b.Errorf("%v %v", resp, err)
+				switch {
+				case err != nil:
+					b.Errorf("%s: %v", side.name, err)
+					return
+				case resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+					denied.Add(1)
+				case resp.GetOverallCode() != rlsv3.RateLimitResponse_OK:
+					b.Errorf("%s: %v", side.name, resp)
 					return
 				}
 			}
@@ -400,115 +460,142 @@ func load(b *testing.B, c rlsv3.RateLimitServiceClient, r *rlsv3.RateLimitReques
 	}
 	wg.Wait()
 	el := time.Since(began)
+	cpu, rcpu := peerbench.CPUTime(side.proc.Pid())-cpu0, peerbench.CPUTime(side.redis.Pid())-rcpu0
 	slices.Sort(lat)
-	return loadResult{rps: float64(n) / el.Seconds(), p50: lat[n/2], p99: lat[n*99/100]}
+	return loadResult{rps: float64(n) / el.Seconds(), p50: lat[n/2], p99: lat[n*99/100], denied: int(denied.Load()),
+		cpuPerReq: cpu / time.Duration(n), redisCPUPerReq: rcpu / time.Duration(n)}
 }
 
-// benchRules writes the peer benchmarks' rules (two descriptors, limits
-// never reached) to a directory of their own and returns it and the YAML.
-func benchRules(b *testing.B) (dir, doc string) {
-	doc = "domain: bench\ndescriptors:\n  - key: consumer\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n"
-	dir = b.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(doc), 0o644); err != nil {
+// benchSides starts both services on the benchmark rules: ours from its
+// command with args added, the peer with env added; creds for both
+// clients (peerCreds for the peer's when set).
+func benchSides(b *testing.B, ourArgs, peerEnv []string, creds, peerCreds credentials.TransportCredentials) (ours, peer rlSide) {
+	b.Helper()
+	bin := peerBin(b)
+	// A Redis of the benchmark's own: the shared one serves other tests
+	// meanwhile, and its CPU per request is part of each side's cost.
+	rp := testdeps.RedisServer(b)
+	redis := rp.Addr
+	ourBin := peerbench.Build(b, "./ratelimitsvc/cmd/ratelimitsvc")
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), []byte(benchRulesYAML), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	return dir, doc
+	pfx := fmt.Sprintf("portico:peerbench:%d:", time.Now().UnixNano())
+	grpcPort := freePort(b)
+	cmd := exec.Command(ourBin, append([]string{"--grpc-addr", "127.0.0.1:" + strconv.Itoa(grpcPort),
+		"--http-addr", "127.0.0.1:" + strconv.Itoa(freePort(b)), "--redis-addr", redis, "--redis-timeout", "1s",
+		"--config-dir", dir, "--state-dir", b.TempDir(), "--log-level", "warn"}, ourArgs...)...)
+	// Ours counts under its default key prefix (the command has no flag
+	// for it), the peer under its own, both in a Redis fresh for this run.
+	proc := peerbench.Start(b, "ratelimitsvc", cmd)
+	ours = rlSide{name: "portico", client: dialServing(b, proc, grpcPort, creds), proc: proc, redis: rp}
+	if peerCreds == nil {
+		peerCreds = creds
+	}
+	pp := runPeer(b, bin, redis, pfx+"peer:", map[string]string{"bench.yaml": benchRulesYAML},
+		append([]string{"REDIS_POOL_SIZE=64", "REDIS_TIMEOUT=1s",
+			"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(freePort(b))}, peerEnv...), peerCreds)
+	peer = rlSide{name: "envoyproxy/ratelimit", client: pp.client, proc: pp.proc, redis: rp}
+	return ours, peer
+}
+
+// sideBySide runs one sub-benchmark: a warm-up of both, then rounds of n
+// requests of mix per side in peerbench order, every round logged, and
+// the reported means and ratios.
+func sideBySide(b *testing.B, ours, peer rlSide, mix loadMix, callers int) {
+	const rounds, n, warm = 4, 20000, 2000
+	reqs := mix.requests(n)
+	load(b, ours, reqs[:warm], callers)
+	load(b, peer, reqs[:warm], callers)
+	b.Logf("%d rounds of %d requests per side (%d%% over the limit), %d callers on one connection per side; %s",
+		rounds, n, mix.deniedPct, callers, peerbench.Machine())
+	run := func(side rlSide) func(int) loadResult {
+		return func(i int) loadResult {
+			r := load(b, side, reqs, callers)
+			b.Logf("round %d %-20s %s", i+1, side.name+":", r)
+			// Both must answer alike: the same share denied (within 1%; the
+			// first request of "over" in an hour is allowed).
+			if want := n * mix.deniedPct / 100; r.denied < want-n/100 || r.denied > want+n/100 {
+				b.Fatalf("%s denied %d of %d, want about %d", side.name, r.denied, n, want)
+			}
+			return r
+		}
+	}
+	o, p := peerbench.Rounds(rounds, run(ours), run(peer))
+	col := func(rs []loadResult, f func(loadResult) float64) []float64 {
+		var out []float64
+		for _, r := range rs {
+			out = append(out, f(r))
+		}
+		return out
+	}
+	µs := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	for _, m := range []struct {
+		name, unit string
+		f          func(loadResult) float64
+	}{
+		{"throughput", "req/s", func(r loadResult) float64 { return r.rps }},
+		{"p50", "p50-µs", func(r loadResult) float64 { return µs(r.p50) }},
+		{"p99", "p99-µs", func(r loadResult) float64 { return µs(r.p99) }},
+		{"cpu", "cpu-µs/req", func(r loadResult) float64 { return µs(r.cpuPerReq) }},
+		{"redis-cpu", "redis-cpu-µs/req", func(r loadResult) float64 { return µs(r.redisCPUPerReq) }},
+	} {
+		ov, pv := col(o, m.f), col(p, m.f)
+		b.ReportMetric(peerbench.Mean(ov), "portico-"+m.unit)
+		b.ReportMetric(peerbench.Mean(pv), "peer-"+m.unit)
+		peerbench.Report(b, m.name, peerbench.Ratios(ov, pv))
+	}
 }
 
 // BenchmarkPeer: ShouldRateLimit over loopback gRPC, Portico vs
-// envoyproxy/ratelimit's service_cmd, same Redis, same two descriptors per
-// request, same client load (callers goroutines sharing one connection
-// each side), one after the other. Reported: each side's throughput and
-// p50/p99, and the ratios portico/peer (throughput: higher is better;
-// latency: lower is better).
+// envoyproxy/ratelimit's service_cmd, both plaintext, for each load mix
+// (mostly-allowed: 1% over the limit; mostly-denied: 90%) at 4 and 32
+// callers. Reported per sub-benchmark: each side's mean req/s, p50, p99,
+// server CPU and Redis CPU per request, and the ratios portico/peer over
+// round pairs (throughput-ratio: > 1 favours Portico; p50-, p99-, cpu-,
+// redis-cpu-ratio: < 1 does). ns/op is meaningless (both sides run in one
+// op).
+//
+//	go test -run '^$' -bench 'BenchmarkPeer$' -benchtime 1x ./ratelimitsvc/
 func BenchmarkPeer(b *testing.B) {
-	bin := peerBin(b)
-	redis := testdeps.Redis(b)
-	dir, doc := benchRules(b)
-	pfx := fmt.Sprintf("portico:peerbench:%d:", time.Now().UnixNano())
-	// The production timeout (5ms) would fail open under saturation on a
-	// small machine and flatter Portico; the peer has no timeout at all.
-	ours := start(b, ratelimitsvc.Config{ConfigDir: dir, RedisAddr: redis, RedisTimeout: time.Second, KeyPrefix: pfx + "ours:"})
-	peer := startPeer(b, bin, redis, pfx+"peer:", doc)
-	r := rlReq("bench", []string{"consumer", "acme"}, []string{"path", "/x"})
-	for _, callers := range []int{4, 32} {
-		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			// make bench runs -benchtime 1x: still enough requests for a p99.
-			n := max(b.N, 20000)
-			load(b, ours.client, r, callers, min(n, 1000)) // warm up both
-			load(b, peer, r, callers, min(n, 1000))
-			b.ResetTimer()
-			o := load(b, ours.client, r, callers, n)
-			p := load(b, peer, r, callers, n)
-			b.StopTimer()
-			b.ReportMetric(o.rps, "portico-req/s")
-			b.ReportMetric(p.rps, "peer-req/s")
-			b.ReportMetric(o.rps/p.rps, "throughput-ratio")
-			b.ReportMetric(float64(o.p50.Microseconds()), "portico-p50-µs")
-			b.ReportMetric(float64(p.p50.Microseconds()), "peer-p50-µs")
-			b.ReportMetric(float64(o.p99.Microseconds()), "portico-p99-µs")
-			b.ReportMetric(float64(p.p99.Microseconds()), "peer-p99-µs")
-			b.ReportMetric(float64(o.p99)/float64(p.p99), "p99-ratio")
-			b.ReportMetric(float64(o.p50)/float64(p.p50), "p50-ratio")
-		})
+	ours, peer := benchSides(b, []string{"--insecure-plaintext"}, nil, insecure.NewCredentials(), nil)
+	for _, mix := range loadMixes {
+		for _, callers := range []int{4, 32} {
+			b.Run(fmt.Sprintf("mix=%s/callers=%d", mix.name, callers), func(b *testing.B) {
+				for range b.N {
+					sideBySide(b, ours, peer, mix, callers)
+				}
+			})
+		}
 	}
 }
 
-// BenchmarkPeerTLS is BenchmarkPeer with both servers on mutual TLS, as a
-// production deployment runs them: ratelimitsvc admitting gateway
-// identities only, envoyproxy/ratelimit with GRPC_SERVER_USE_TLS and a
-// client CA (it verifies the chain; ours also checks the SPIFFE role).
-// Both present the same server certificate; the clients present the same
-// gateway certificate over one connection each. Rounds alternate the
-// order and each is logged; the reported ratios are the medians.
+// BenchmarkPeerTLS is BenchmarkPeer (mostly-allowed mix) with both servers
+// on mutual TLS, as a production deployment runs them: ratelimitsvc
+// admitting gateway identities only, envoyproxy/ratelimit with
+// GRPC_SERVER_USE_TLS and a client CA (it verifies the chain; ours also
+// checks the SPIFFE role). Both present the same server certificate; the
+// clients present the same gateway certificate over one connection each.
 //
 //	go test -run '^$' -bench PeerTLS -benchtime 1x ./ratelimitsvc/
 func BenchmarkPeerTLS(b *testing.B) {
-	bin := peerBin(b)
-	redis := testdeps.Redis(b)
-	dir, doc := benchRules(b)
 	ca := tlstest.New(b)
 	srv := ca.Files(b, identity.RateLimit, "ratelimit")
 	gw := ca.Load(b, identity.Gateway, "gateway")
-	pfx := fmt.Sprintf("portico:peerbenchtls:%d:", time.Now().UnixNano())
-	ours := start(b, ratelimitsvc.Config{ConfigDir: dir, RedisAddr: redis, RedisTimeout: time.Second, KeyPrefix: pfx + "ours:", TLS: srv})
-	conn, err := grpc.NewClient(ours.addrs.GRPC, grpc.WithTransportCredentials(credentials.NewTLS(
-		gw.ClientConfig(identity.Policy{Roles: []identity.Role{identity.RateLimit}}))))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { conn.Close() })
-	oursTLS := rlsv3.NewRateLimitServiceClient(conn)
+	oursCreds := credentials.NewTLS(gw.ClientConfig(identity.Policy{Roles: []identity.Role{identity.RateLimit}}))
 	// The peer's client verifies its server by host name (localhost, a SAN
 	// of the same certificate), as its documentation sets it up.
 	peerClient := ca.ClientTLS(nil)
 	peerClient.GetClientCertificate = gw.ClientConfig(identity.Policy{}).GetClientCertificate
-	peer := startPeerWith(b, bin, redis, pfx+"peer:", doc, []string{"GRPC_SERVER_USE_TLS=true",
-		"GRPC_SERVER_TLS_CERT=" + srv.CertFile, "GRPC_SERVER_TLS_KEY=" + srv.KeyFile, "GRPC_CLIENT_TLS_CACERT=" + srv.CAFile},
-		credentials.NewTLS(peerClient))
-	r := rlReq("bench", []string{"consumer", "acme"}, []string{"path", "/x"})
-	const rounds, n = 4, 20000
+	ours, peer := benchSides(b, []string{"--tls-cert-file", srv.CertFile, "--tls-key-file", srv.KeyFile, "--tls-ca-file", srv.CAFile},
+		[]string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + srv.CertFile, "GRPC_SERVER_TLS_KEY=" + srv.KeyFile,
+			"GRPC_CLIENT_TLS_CACERT=" + srv.CAFile}, oursCreds, credentials.NewTLS(peerClient))
 	for _, callers := range []int{4, 32} {
-		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			load(b, oursTLS, r, callers, 1000) // warm up both
-			load(b, peer, r, callers, 1000)
-			var tput, p99 []float64
-			for round := range rounds {
-				var o, p loadResult
-				if round%2 == 0 {
-					o, p = load(b, oursTLS, r, callers, n), load(b, peer, r, callers, n)
-				} else {
-					p, o = load(b, peer, r, callers, n), load(b, oursTLS, r, callers, n)
-				}
-				b.Logf("round %d: portico %.0f req/s p50 %v p99 %v | envoyproxy/ratelimit %.0f req/s p50 %v p99 %v | throughput ratio %.2f",
-					round+1, o.rps, o.p50, o.p99, p.rps, p.p50, p.p99, o.rps/p.rps)
-				tput = append(tput, o.rps/p.rps)
-				p99 = append(p99, float64(o.p99)/float64(p.p99))
+		b.Run(fmt.Sprintf("mix=%s/callers=%d", loadMixes[0].name, callers), func(b *testing.B) {
+			for range b.N {
+				sideBySide(b, ours, peer, loadMixes[0], callers)
 			}
-			slices.Sort(tput)
-			slices.Sort(p99)
-			b.ReportMetric(tput[len(tput)/2], "throughput-ratio")
-			b.ReportMetric(p99[len(p99)/2], "p99-ratio")
 		})
 	}
 }

@@ -24,7 +24,8 @@ import (
 
 // TestMain lets the test binary double as bin/scheduler: with
 // PORTICO_SCHEDULER_CHILD=1 it runs scheduler.Run with every role, as the
-// command does, until SIGTERM.
+// command does, until SIGTERM; with PORTICO_SCHEDULER_CHILD=river it is a
+// River client for BenchmarkSchedulerVsRiver.
 func TestMain(m *testing.M) {
 	switch os.Getenv("PORTICO_SCHEDULER_CHILD") {
 	case "1":
@@ -46,9 +47,6 @@ func childMain() int {
 		Roles: scheduler.AllRoles, TargetAllowlist: "127.0.0.0/8", WorkerID: os.Getenv("PORTICO_NODE_ID"),
 		Lease: 2 * time.Second, Tick: 100 * time.Millisecond, WorkerPoll: 50 * time.Millisecond,
 		ReapInterval: 200 * time.Millisecond, ShardTTL: 2 * time.Second, Logger: log, InsecurePlaintext: true}
-	if os.Getenv("PORTICO_CHILD_PROFILE") == "bench" { // default leases, test-speed polling (as River's child)
-		cfg.Lease, cfg.ReapInterval, cfg.ShardTTL = 0, 0, 0
-	}
 	err = scheduler.Run(ctx, cfg)
 	if err != nil {
 		log.Error("child exiting", "err", err)

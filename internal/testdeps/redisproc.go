@@ -93,6 +93,17 @@ func (p *RedisProc) Start() {
 	}
 }
 
+// Pid is the running server's process id (0 when it is not running):
+// benchmarks read its CPU time.
+func (p *RedisProc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Kill stops the server at once (SIGKILL), as a crash would.
 func (p *RedisProc) Kill() {
 	p.mu.Lock()
