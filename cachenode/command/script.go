@@ -448,5 +448,5 @@ func cmdFunction(c *Ctx) {
 
 // overMemory reports whether a write in ns would need eviction first.
 func (e *Engine) overMemory(ns *namespace.Namespace) bool {
-	return ns.OverQuota() || (e.cfg.MaxMemory > 0 && e.cfg.Registry.NodeUsage().Load() > e.cfg.MaxMemory)
+	return ns.OverQuota() || (e.maxMemory() > 0 && e.cfg.Registry.NodeUsage().Load() > e.maxMemory())
 }
