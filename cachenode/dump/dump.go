@@ -11,6 +11,8 @@
 //	body     string: uvarint len, bytes
 //	         list/set: uvarint count, count × (uvarint len, bytes)
 //	         hash: uvarint pairs, pairs × (field, value) each (uvarint len, bytes)
+//	         zset: uvarint count, count × (member: uvarint len, bytes;
+//	               score: 8 bytes little-endian IEEE 754), highest first
 //	crc      8 bytes little-endian CRC-64/ECMA of everything before it
 //
 // A record is framed so a stream reader knows when it has a whole one:
@@ -28,6 +30,7 @@ package dump
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/portico-io/portico/cachenode/keyspace"
 )
@@ -70,6 +73,15 @@ func AppendValue(dst []byte, e *keyspace.Entry) []byte {
 			dst = appendString(dst, f)
 			dst = appendBytes(dst, v)
 		}
+	case keyspace.KindZset:
+		// Highest first: Store then inserts every member at the head of
+		// the skip list, without a search.
+		z := e.Obj.Zset
+		dst = binary.AppendUvarint(dst, uint64(z.Len()))
+		for n := z.Last(); n != nil; n = n.Prev() {
+			dst = appendString(dst, n.Member())
+			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(n.Score()))
+		}
 	}
 	return binary.LittleEndian.AppendUint64(dst, checksum(dst[start:]))
 }
@@ -89,8 +101,11 @@ func appendString(dst []byte, s string) []byte {
 type Value struct {
 	Kind keyspace.Kind
 	Str  []byte
-	// Items are a list's elements in order, or a set's members.
+	// Items are a list's elements in order, or a set's or sorted set's
+	// members.
 	Items [][]byte
+	// Scores are a sorted set's scores, Scores[i] for Items[i].
+	Scores []float64
 	// Fields are a hash's field, value, field, value, ...
 	Fields   [][]byte
 	ExpireAt int64
@@ -130,6 +145,11 @@ func DecodeValue(b []byte) (Value, error) {
 		v.Fields = d.list(2)
 		if d.err == nil && len(v.Fields) == 0 {
 			d.fail("empty hash")
+		}
+	case keyspace.KindZset:
+		v.Items, v.Scores = d.zset()
+		if d.err == nil && len(v.Items) == 0 {
+			d.fail("empty zset")
 		}
 	default:
 		return v, fmt.Errorf("%w: unknown kind %d", ErrCorrupt, v.Kind)
@@ -205,9 +225,43 @@ func (d *decoder) list(per int) [][]byte {
 	return out
 }
 
+// zset reads a count of (member, score) pairs; like list it checks the
+// count against the bytes left (each pair takes at least 9) first. A NaN
+// score is corrupt: no command can make one.
+func (d *decoder) zset() ([][]byte, []float64) {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil, nil
+	}
+	if n > uint64(len(d.b))/9 {
+		d.fail("count past the end")
+		return nil, nil
+	}
+	members, scores := make([][]byte, 0, n), make([]float64, 0, n)
+	for range n {
+		m := d.bytes()
+		if d.err != nil {
+			return nil, nil
+		}
+		if len(d.b) < 8 {
+			d.fail("score past the end")
+			return nil, nil
+		}
+		s := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
+		d.b = d.b[8:]
+		if math.IsNaN(s) {
+			d.fail("NaN score")
+			return nil, nil
+		}
+		members, scores = append(members, m), append(scores, s)
+	}
+	return members, scores
+}
+
 // Store writes v at key in tx (which must hold key's shard), replacing
-// whatever is there, with v's deadline. It copies v's bytes. Set members
-// and hash fields that repeat collapse as SADD/HSET would.
+// whatever is there, with v's deadline. It copies v's bytes. Set members,
+// hash fields and sorted-set members that repeat collapse as SADD, HSET
+// and ZADD would (the last score wins).
 //
 // A list, set or hash without elements deletes key and returns nil, as
 // Redis never keeps empty containers.
@@ -229,6 +283,16 @@ func (v *Value) Store(tx *keyspace.Txn, key []byte) *keyspace.Entry {
 		o := keyspace.NewSet()
 		for _, it := range v.Items {
 			o.SetAdd(it)
+		}
+		return tx.SetObject(key, o, v.ExpireAt)
+	case keyspace.KindZset:
+		longest := 0
+		for _, it := range v.Items {
+			longest = max(longest, len(it))
+		}
+		o := keyspace.NewZsetOf(len(v.Items), longest)
+		for i, it := range v.Items {
+			o.Zset.Set(it, v.Scores[i])
 		}
 		return tx.SetObject(key, o, v.ExpireAt)
 	default:

@@ -2,9 +2,11 @@ package dump
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc64"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -58,6 +60,11 @@ func contents(db *keyspace.DB, key []byte) string {
 			items = append(items, f+"="+string(v))
 		}
 		slices.Sort(items)
+	case keyspace.KindZset:
+		for n := e.Obj.Zset.First(); n != nil; n = n.Next() {
+			items = append(items, fmt.Sprintf("%s=%v", n.Member(), n.Score()))
+		}
+		items = append(items, e.Obj.Zset.Encoding())
 	}
 	return fmt.Sprintf("%s exp=%d %q", e.Kind(), e.ExpireAt(), items)
 }
@@ -96,6 +103,23 @@ func TestValueRoundTrip(t *testing.T) {
 			o.HashSet([]byte(""), []byte(""))
 			o.HashSet(binKey, big)
 			tx.SetObject(k, o, now+99)
+		}},
+		{"zset", []byte("z"), func(tx *keyspace.Txn, k []byte) {
+			o := keyspace.NewZset()
+			for i, m := range []string{"a", "b", "", "tie1", "tie2"} {
+				o.Zset.Set([]byte(m), float64(i%3)-0.5)
+			}
+			o.Zset.Set(binKey, math.Inf(-1))
+			o.Zset.Set([]byte("top"), math.Inf(1))
+			o.Zset.Set([]byte("negzero"), math.Copysign(0, -1))
+			tx.SetObject(k, o, now+7)
+		}},
+		{"big zset", []byte("{t}zset"), func(tx *keyspace.Txn, k []byte) {
+			o := keyspace.NewZset()
+			for i := range 1000 {
+				o.Zset.Set(fmt.Appendf(nil, "m%d", i), float64(i%17)*1.25)
+			}
+			tx.SetObject(k, o, 0)
 		}},
 	}
 	for _, c := range cases {
@@ -144,6 +168,17 @@ func TestDecodeValueRejects(t *testing.T) {
 	v2 = appendCRC(v2)
 	if _, err := DecodeValue(v2); !errors.Is(err, ErrVersion) {
 		t.Errorf("version 2: err %v, want ErrVersion", err)
+	}
+	// A sorted set with a NaN score (checksum valid) is corrupt, and so is
+	// one claiming more pairs than its bytes hold.
+	nan := []byte{Version, byte(keyspace.KindZset), 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 'm'}
+	nan = binary.LittleEndian.AppendUint64(nan, math.Float64bits(math.NaN()))
+	if _, err := DecodeValue(appendCRC(nan)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("NaN score: err %v", err)
+	}
+	short := []byte{Version, byte(keyspace.KindZset), 0, 0, 0, 0, 0, 0, 0, 0, 2, 1, 'm', 0, 0, 0, 0, 0, 0, 0xf0, 0x3f}
+	if _, err := DecodeValue(appendCRC(short)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("zset count past the end: err %v", err)
 	}
 	// A list claiming 2^40 elements in a few bytes must fail before allocating.
 	lie := []byte{Version, byte(keyspace.KindList), 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 1, 'x'}

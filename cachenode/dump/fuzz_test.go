@@ -9,7 +9,7 @@ import (
 func seeds(f *testing.F) [][]byte {
 	db := keyspace.New(keyspace.Config{})
 	var tx keyspace.Txn
-	keys := [][]byte{[]byte("s"), []byte("l"), []byte("h")}
+	keys := [][]byte{[]byte("s"), []byte("l"), []byte("h"), []byte("z")}
 	db.Begin(&tx, keys)
 	defer tx.End()
 	s := tx.SetString(keys[0], []byte("v"), 5)
@@ -19,7 +19,11 @@ func seeds(f *testing.F) [][]byte {
 	h := keyspace.NewHash()
 	h.HashSet([]byte("f"), []byte("v"))
 	he := tx.SetObject(keys[2], h, 0)
-	return [][]byte{AppendValue(nil, s), AppendValue(nil, le), AppendValue(nil, he),
+	z := keyspace.NewZset()
+	z.Zset.Set([]byte("m"), 1.5)
+	z.Zset.Set([]byte("n"), -2)
+	ze := tx.SetObject(keys[3], z, 0)
+	return [][]byte{AppendValue(nil, s), AppendValue(nil, le), AppendValue(nil, he), AppendValue(nil, ze),
 		AppendRecord(AppendRecord(nil, OpSet, "ns", keys[0], s), OpDel, "ns", keys[1], nil),
 		AppendRecord(nil, OpFlush, "ns", nil, nil)}
 }

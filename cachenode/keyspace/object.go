@@ -9,10 +9,11 @@ const (
 	KindList
 	KindSet
 	KindHash
+	KindZset
 )
 
 func (k Kind) String() string {
-	return [...]string{"string", "list", "set", "hash"}[k]
+	return [...]string{"string", "list", "set", "hash", "zset"}[k]
 }
 
 // Per-element overheads used for memory accounting: an estimate of what the
@@ -32,14 +33,16 @@ const (
 	objectOverhead = 64
 )
 
-// Object is the value of a list, set or hash key. Exactly one of its
-// containers is in use, chosen by Kind. Bytes is the payload estimate the
-// memory accounting reads; the mutators below keep it current.
+// Object is the value of a list, set, hash or sorted-set key. Exactly one
+// of its containers is in use, chosen by Kind. Bytes is the payload
+// estimate the memory accounting reads; the mutators below (and Zset's)
+// keep it current.
 type Object struct {
 	Kind  Kind
 	List  Deque
 	Set   map[string]struct{}
 	Hash  map[string][]byte
+	Zset  *Zset // zset.go
 	bytes int64
 }
 
@@ -57,12 +60,19 @@ func (o *Object) Len() int {
 		return len(o.Set)
 	case KindHash:
 		return len(o.Hash)
+	case KindZset:
+		return o.Zset.Len()
 	}
 	return 0
 }
 
 // Bytes is the accounted size of the payload.
-func (o *Object) Bytes() int64 { return objectOverhead + o.bytes }
+func (o *Object) Bytes() int64 {
+	if o.Zset != nil {
+		return objectOverhead + o.Zset.Bytes()
+	}
+	return objectOverhead + o.bytes
+}
 
 // PushFront / PushBack add a copy of v to the list.
 func (o *Object) PushFront(v []byte) {

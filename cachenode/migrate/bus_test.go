@@ -35,7 +35,7 @@ func TestMoveOverBus(t *testing.T) {
 		n.eng.Exec(n.eng.NewSession("t"), a, &w)
 		return string(w.Buf)
 	}
-	for _, c := range []string{"SET {bar}s v EX 3600", "SET {bar}p v", "HSET {bar}h f v", "SADD {bar}set m", "RPUSH {bar}l a b"} {
+	for _, c := range []string{"SET {bar}s v EX 3600", "SET {bar}p v", "HSET {bar}h f v", "SADD {bar}set m", "RPUSH {bar}l a b", "ZADD {bar}z 1 a 2.5 b -inf c"} {
 		if r := exec(a, c); r[0] == '-' {
 			t.Fatalf("%s: %s", c, r)
 		}
@@ -62,10 +62,10 @@ func TestMoveOverBus(t *testing.T) {
 	if st := run(send("wrong")).Status(); len(st) != 1 || st[0].Done || st[0].Moved != 0 || st[0].Err == "" {
 		t.Fatalf("wrong secret: %+v", st)
 	}
-	if n := exec(a, "DBSIZE"); n != ":5\r\n" {
+	if n := exec(a, "DBSIZE"); n != ":6\r\n" {
 		t.Fatalf("source after a refused move: %s", n)
 	}
-	if st := run(send("s3cret")).Status(); len(st) != 1 || !st[0].Done || st[0].Moved != 5 {
+	if st := run(send("s3cret")).Status(); len(st) != 1 || !st[0].Done || st[0].Moved != 6 {
 		t.Fatalf("move: %+v", st)
 	}
 	b.install(t, 4, cluster.Handoff)
@@ -75,7 +75,8 @@ func TestMoveOverBus(t *testing.T) {
 	if ttl, _ := strconv.Atoi(strings.TrimSpace(exec(b, "PTTL {bar}s")[1:])); ttl < 3590000 {
 		t.Fatalf("TTL %d", ttl)
 	}
-	for c, want := range map[string]string{"GET {bar}p": "$1\r\nv\r\n", "HGET {bar}h f": "$1\r\nv\r\n", "SISMEMBER {bar}set m": ":1\r\n", "LLEN {bar}l": ":2\r\n", "PTTL {bar}p": ":-1\r\n"} {
+	for c, want := range map[string]string{"GET {bar}p": "$1\r\nv\r\n", "HGET {bar}h f": "$1\r\nv\r\n", "SISMEMBER {bar}set m": ":1\r\n", "LLEN {bar}l": ":2\r\n", "PTTL {bar}p": ":-1\r\n",
+		"ZRANGE {bar}z 0 -1 WITHSCORES": "*6\r\n$1\r\nc\r\n$4\r\n-inf\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$3\r\n2.5\r\n"} {
 		if r := exec(b, c); r != want {
 			t.Errorf("%s on the target = %q, want %q", c, r, want)
 		}

@@ -161,6 +161,10 @@ func describe(e *keyspace.Entry) string {
 			items = append(items, f+"="+string(v))
 		}
 		slices.Sort(items)
+	case keyspace.KindZset:
+		for n := e.Obj.Zset.First(); n != nil; n = n.Next() {
+			items = append(items, fmt.Sprintf("%s=%v", n.Member(), n.Score()))
+		}
 	}
 	for i, it := range items {
 		if len(it) > 64 { // keep big values cheap to compare and print

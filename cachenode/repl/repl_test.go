@@ -2,6 +2,7 @@ package repl
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -44,6 +45,14 @@ func fill(t *testing.T, n *node, ns, prefix string) {
 		e.Obj.HashSet([]byte("g"), nil)
 		tx.Update(k, e)
 	})
+	n.write(t, ns, prefix+"zset", func(tx *keyspace.Txn, k []byte) {
+		e := tx.SetObject(k, keyspace.NewZset(), t0+40_000)
+		for i := range 300 { // past Redis's listpack size
+			e.Obj.Zset.Set(fmt.Appendf(nil, "z%d", i), float64(i%7)-1.5)
+		}
+		e.Obj.Zset.Set([]byte("top"), math.Inf(1))
+		tx.Update(k, e)
+	})
 	for i := range 200 {
 		n.write(t, ns, fmt.Sprintf("%sk%d", prefix, i), func(tx *keyspace.Txn, k []byte) { tx.SetString(k, k, 0) })
 	}
@@ -76,6 +85,12 @@ func TestFullSyncThenStream(t *testing.T) {
 		tx.Update(k, e)
 	})
 	p.write(t, "a", "set", func(tx *keyspace.Txn, k []byte) { tx.SetExpire(k, tx.Get(k), t0+2_000) })
+	p.write(t, "a", "zset", func(tx *keyspace.Txn, k []byte) {
+		e := tx.Get(k)
+		e.Obj.Zset.RemoveRank(0, 9)
+		e.Obj.Zset.Set([]byte("z100"), -100)
+		tx.Update(k, e)
+	})
 	p.write(t, "b", "x:str", func(tx *keyspace.Txn, k []byte) { tx.Delete(k) })
 	var tx keyspace.Txn
 	keys := [][]byte{[]byte("k1"), []byte("renamed")}

@@ -10,6 +10,7 @@
 package resp
 
 import (
+	"math"
 	"strconv"
 )
 
@@ -118,15 +119,29 @@ func (w *Writer) Set(n int) {
 	w.header('*', n)
 }
 
-// Double writes a floating-point number (a bulk string in RESP2).
+// Double writes a floating-point number (a bulk string in RESP2) as Redis
+// 7.0 prints one: "%.17g", and "inf"/"-inf" for the infinities.
 func (w *Writer) Double(f float64) {
+	var tmp [32]byte
+	d := AppendDouble(tmp[:0], f)
 	if w.Proto == 3 {
 		w.Buf = append(w.Buf, ',')
-		w.Buf = strconv.AppendFloat(w.Buf, f, 'g', 17, 64)
+		w.Buf = append(w.Buf, d...)
 		w.Buf = append(w.Buf, '\r', '\n')
 		return
 	}
-	w.BulkString(strconv.FormatFloat(f, 'g', 17, 64))
+	w.Bulk(d)
+}
+
+// AppendDouble appends f formatted as Double writes it.
+func AppendDouble(dst []byte, f float64) []byte {
+	switch {
+	case math.IsInf(f, 1):
+		return append(dst, "inf"...)
+	case math.IsInf(f, -1):
+		return append(dst, "-inf"...)
+	}
+	return strconv.AppendFloat(dst, f, 'g', 17, 64)
 }
 
 // Verbatim writes a verbatim text string (RESP3 =, bulk in RESP2), as INFO does.
