@@ -99,7 +99,7 @@ var configParams = map[string]configParam{
 			if err != nil {
 				return nil, "argument(s) must be one of the following: allkeys-lru, allkeys-lfu, volatile-ttl, noeviction"
 			}
-			return func() { setPolicy(c, p) }, ""
+			return func() { c.NS.SetPolicy(p) }, ""
 		}},
 	"maxmemory-samples": {get: func(c *Ctx) string { return itoa(int64(c.e.evictionSamples())) },
 		set: func(c *Ctx, v string) (func(), string) {
@@ -135,19 +135,6 @@ var configParams = map[string]configParam{
 	"activedefrag":              {get: func(*Ctx) string { return "no" }},
 }
 
-// setPolicy makes p the eviction policy of the connection's namespace.
-func setPolicy(c *Ctx, p evict.Policy) {
-	all := c.e.cfg.Registry.All()
-	set := make([]namespace.Settings, 0, len(all))
-	for _, n := range all {
-		s := *n.Settings()
-		if n == c.NS {
-			s.Policy = p
-		}
-		set = append(set, s)
-	}
-	_ = c.e.cfg.Registry.Apply(set) // valid: every entry is a current setting
-}
 
 func cmdConfig(c *Ctx) {
 	switch sub := lower(c.Args[1]); sub {

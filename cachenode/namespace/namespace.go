@@ -115,6 +115,16 @@ func (n *Namespace) apply(s *Settings) {
 	n.bw.setRate(s.BytesPerSecond)
 }
 
+// SetPolicy changes the namespace's eviction policy at once (CONFIG SET
+// maxmemory-policy), keeping its other settings; the next reload of the
+// namespaces file that changes anything sets the file's policy again.
+func (n *Namespace) SetPolicy(p evict.Policy) {
+	s := *n.settings.Load()
+	s.Policy = p
+	n.settings.Store(&s)
+	n.DB.SetPolicy(p)
+}
+
 // Admit charges one operation of reqBytes against the rate limits.
 func (n *Namespace) Admit(reqBytes int, nowMs int64) error {
 	if !n.ops.take(1, nowMs) {
