@@ -65,6 +65,10 @@ type Snapshot struct {
 	items      map[string]map[string]types.ResourceWithTTL
 	versionMap map[string]map[string]string
 	envoy      *cache.Snapshot
+	// wire holds items' resources as encoded ones (encoded.go), and
+	// encoded serves them to go-control-plane's cache.
+	wire    map[string]map[string]types.ResourceWithTTL
+	encoded *encodedSnapshot
 	// views holds what each kind of client may receive (View). Every view
 	// shares the same array, so View on a view returns the same values.
 	views *[numViews]*Snapshot
@@ -134,6 +138,7 @@ func newSnapshotKnown(version string, res map[string][]Resource, known map[Resou
 		version:    version,
 		items:      make(map[string]map[string]types.ResourceWithTTL, len(res)),
 		versionMap: make(map[string]map[string]string, len(res)),
+		wire:       make(map[string]map[string]types.ResourceWithTTL, len(res)),
 	}
 	envoy := map[resource.Type][]types.Resource{}
 	for _, typeURL := range TypeURLs {
@@ -142,6 +147,7 @@ func newSnapshotKnown(version string, res map[string][]Resource, known map[Resou
 			return nil, fmt.Errorf("%w: type %s missing", ErrInvalidOutput, typeURL)
 		}
 		byName := make(map[string]types.ResourceWithTTL, len(list))
+		wire := make(map[string]types.ResourceWithTTL, len(list))
 		hashes := make(map[string]string, len(list))
 		for _, r := range list {
 			name := cache.GetResourceName(r)
@@ -152,16 +158,19 @@ func newSnapshotKnown(version string, res map[string][]Resource, known map[Resou
 				return nil, fmt.Errorf("%w: duplicate %s %q", ErrInvalidOutput, typeURL, name)
 			}
 			h, ok := known[r]
+			var b []byte // nil for a known resource: encoded on first use
 			if !ok {
 				var err error
-				if h, err = checkAndHash(typeURL, name, r); err != nil {
+				if h, b, err = checkAndEncode(typeURL, name, r); err != nil {
 					return nil, err
 				}
 			}
 			byName[name] = types.ResourceWithTTL{Resource: r}
+			wire[name] = types.ResourceWithTTL{Resource: newEncoded(name, r, b)}
 			hashes[name] = h
 		}
 		s.items[typeURL] = byName
+		s.wire[typeURL] = wire
 		s.versionMap[typeURL] = hashes
 		if cache.GetResponseType(typeURL) != types.UnknownType {
 			envoy[typeURL] = list
@@ -178,6 +187,7 @@ func newSnapshotKnown(version string, res map[string][]Resource, known map[Resou
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOutput, err)
 	}
 	s.envoy = es
+	s.encoded = &encodedSnapshot{view: s, items: s.wire}
 	views := new([numViews]*Snapshot)
 	for v := range numViews {
 		views[v] = s.view(v)
@@ -190,16 +200,23 @@ func newSnapshotKnown(version string, res map[string][]Resource, known map[Resou
 // checkAndHash validates r (ValidateAll) and returns the hash of its
 // deterministic encoding: its version in delta xDS.
 func checkAndHash(typeURL, name string, r Resource) (string, error) {
+	h, _, err := checkAndEncode(typeURL, name, r)
+	return h, err
+}
+
+// checkAndEncode is checkAndHash returning the encoding too: the bytes
+// go-control-plane's MarshalResource produces, which every stream sends.
+func checkAndEncode(typeURL, name string, r Resource) (string, []byte, error) {
 	if v, ok := r.(validator); ok {
 		if err := v.ValidateAll(); err != nil {
-			return "", fmt.Errorf("%w: %s %q: %w", ErrInvalidOutput, typeURL, name, err)
+			return "", nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidOutput, typeURL, name, err)
 		}
 	}
 	b, err := cache.MarshalResource(r)
 	if err != nil {
-		return "", fmt.Errorf("%w: marshal %s %q: %w", ErrInvalidOutput, typeURL, name, err)
+		return "", nil, fmt.Errorf("%w: marshal %s %q: %w", ErrInvalidOutput, typeURL, name, err)
 	}
-	return cache.HashResource(b), nil
+	return cache.HashResource(b), b, nil
 }
 
 // view returns the snapshot restricted to what v may receive. Types it
@@ -208,6 +225,7 @@ func (s *Snapshot) view(v View) *Snapshot {
 	out := *s
 	out.items = make(map[string]map[string]types.ResourceWithTTL, len(s.items))
 	out.versionMap = make(map[string]map[string]string, len(s.versionMap))
+	out.wire = make(map[string]map[string]types.ResourceWithTTL, len(s.wire))
 	keep := map[string]func(name string, r types.Resource) bool{}
 	for _, t := range viewTypes[v] {
 		keep[t] = nil
@@ -226,21 +244,26 @@ func (s *Snapshot) view(v View) *Snapshot {
 		case !ok:
 			out.items[typeURL] = map[string]types.ResourceWithTTL{}
 			out.versionMap[typeURL] = map[string]string{}
+			out.wire[typeURL] = map[string]types.ResourceWithTTL{}
 		case filter == nil:
 			out.items[typeURL] = items
 			out.versionMap[typeURL] = s.versionMap[typeURL]
+			out.wire[typeURL] = s.wire[typeURL]
 		default:
 			kept := map[string]types.ResourceWithTTL{}
 			hashes := map[string]string{}
+			wire := map[string]types.ResourceWithTTL{}
 			for name, r := range items {
 				if filter(name, r.Resource) {
 					kept[name] = r
 					hashes[name] = s.versionMap[typeURL][name]
+					wire[name] = s.wire[typeURL][name]
 				}
 			}
-			out.items[typeURL], out.versionMap[typeURL] = kept, hashes
+			out.items[typeURL], out.versionMap[typeURL], out.wire[typeURL] = kept, hashes, wire
 		}
 	}
+	out.encoded = &encodedSnapshot{view: &out, items: out.wire}
 	return &out
 }
 

@@ -126,6 +126,14 @@ type Viewer interface {
 	View(compile.View) cache.ResourceSnapshot
 }
 
+// Encoder is implemented by snapshots that hold their resources encoded
+// (compile.Snapshot): Encoded is what the go-control-plane cache is given,
+// so each resource is marshalled once per snapshot rather than once per
+// stream and response. It serves the same versions and bytes.
+type Encoder interface {
+	Encoded() cache.ResourceSnapshot
+}
+
 // reservedClusters are the node clusters only one role may claim.
 var reservedClusters = map[string]identity.Role{
 	NodeClusterGateway:   identity.Gateway,
@@ -317,17 +325,23 @@ func (s *Server) targetLocked(ctx context.Context, id string) error {
 		}
 		snap = v.View(view)
 	}
-	if cur, err := s.cache.GetSnapshot(id); err == nil && cur == snap {
+	// The cache gets the encoded form; everything else here (c.snap, the
+	// delta accounting) keeps the compiled messages.
+	wire := snap
+	if e, ok := snap.(Encoder); ok {
+		wire = e.Encoded()
+	}
+	if cur, err := s.cache.GetSnapshot(id); err == nil && cur == wire {
 		return nil
 	}
 	// Built before the cache sees the snapshot, which may build it on
 	// another goroutine otherwise (compile.Snapshot builds its own at
 	// compile time: a no-op then).
-	if err := snap.ConstructVersionMap(); err != nil {
+	if err := wire.ConstructVersionMap(); err != nil {
 		return fmt.Errorf("xds: version map for %s: %w", id, err)
 	}
-	s.cache.nacks.arm(id, snap)
-	if err := s.cache.SetSnapshot(ctx, id, snap); err != nil {
+	s.cache.nacks.arm(id, wire)
+	if err := s.cache.SetSnapshot(ctx, id, wire); err != nil {
 		return fmt.Errorf("xds: set snapshot for %s: %w", id, err)
 	}
 	if c != nil {
@@ -748,12 +762,22 @@ func shortType(typeURL string) string {
 	return typeURL
 }
 
+// cacheLogger adapts slog to go-control-plane's logger. go-control-plane
+// logs at debug and info on every watch and response (with resource name
+// lists), so a message is formatted only when its level is enabled.
 type cacheLogger struct{ l *slog.Logger }
 
-func (c cacheLogger) Debugf(f string, a ...any) { c.l.Debug(fmt.Sprintf(f, a...)) }
-func (c cacheLogger) Infof(f string, a ...any)  { c.l.Debug(fmt.Sprintf(f, a...)) }
-func (c cacheLogger) Warnf(f string, a ...any)  { c.l.Warn(fmt.Sprintf(f, a...)) }
-func (c cacheLogger) Errorf(f string, a ...any) { c.l.Error(fmt.Sprintf(f, a...)) }
+func (c cacheLogger) Debugf(f string, a ...any) { c.logf(slog.LevelDebug, f, a) }
+func (c cacheLogger) Infof(f string, a ...any)  { c.logf(slog.LevelDebug, f, a) }
+func (c cacheLogger) Warnf(f string, a ...any)  { c.logf(slog.LevelWarn, f, a) }
+func (c cacheLogger) Errorf(f string, a ...any) { c.logf(slog.LevelError, f, a) }
+
+func (c cacheLogger) logf(level slog.Level, f string, a []any) {
+	ctx := context.Background()
+	if c.l.Enabled(ctx, level) {
+		c.l.Log(ctx, level, fmt.Sprintf(f, a...))
+	}
+}
 
 // MaxMsgBytes is the send and receive limit the gRPC server carrying this
 // xDS server must be given.
