@@ -127,6 +127,9 @@ var surfaceScript = [][]any{
 	{"SORT", "sl", "GET", "nostar", "STORE", "sst2"}, {"LRANGE", "sst2", "0", "-1"}, {"SORT", "sl", "GET", "o_*", "STORE", "sst3"}, {"LRANGE", "sst3", "0", "-1"},
 	{"SADD", "sset", "5", "3", "9"}, {"SORT", "sset"}, {"SORT", "sset", "BY", "nosort", "STORE", "sst4"}, {"LRANGE", "sst4", "0", "-1"},
 	{"RPUSH", "smix", "1", "a"}, {"SORT", "smix"}, {"SORT", "smix", "ALPHA"}, {"RPUSH", "sdup", "1", "1.0", "01", " 2", ""}, {"SORT", "sdup"},
+	{"ZADD", "zs", "3", "10", "1", "5", "2", "7", "2", "a"}, {"SORT", "zs", "BY", "nosort"}, {"SORT", "zs", "BY", "nosort", "DESC", "LIMIT", "1", "2"},
+	{"SORT", "zs", "ALPHA"}, {"SORT", "zs"}, {"SORT", "zs", "BY", "nosort", "STORE", "zst"}, {"LRANGE", "zst", "0", "-1"}, {"ZREM", "zs", "a"},
+	{"SORT", "zs", "DESC"}, {"SORT_RO", "zs", "BY", "w_*", "GET", "#"},
 	{"SORT", "str"}, {"SORT", "sl", "LIMIT", "1"}, {"SORT", "sl", "LIMIT", "x", "1"}, {"SORT", "sl", "BOGUS"}, {"SORT", "sl", "STORE"},
 	{"SORT", "none"}, {"SORT_RO", "sl"}, {"SORT_RO", "sl", "STORE", "x"}, {"SORT_RO", "sl", "BY", "w_*", "GET", "o_*", "DESC"}, {"SORT"},
 	// CONFIG

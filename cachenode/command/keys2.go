@@ -310,6 +310,10 @@ func sortGeneric(c *Ctx, readonly bool) {
 			for m := range e.Obj.Set {
 				elems = append(elems, []byte(m))
 			}
+		case keyspace.KindZset: // in score order, what BY nosort keeps
+			for n := e.Obj.Zset.First(); n != nil; n = n.Next() {
+				elems = append(elems, []byte(n.Member()))
+			}
 		default:
 			c.W.Error(errWrongType)
 			return
