@@ -135,7 +135,6 @@ var configParams = map[string]configParam{
 	"activedefrag":              {get: func(*Ctx) string { return "no" }},
 }
 
-
 func cmdConfig(c *Ctx) {
 	switch sub := lower(c.Args[1]); sub {
 	case "get":
