@@ -465,7 +465,10 @@ func TestClusterConcurrentMultiSlot(t *testing.T) {
 }
 
 func concurrentMultiSlot(t *testing.T, c redis.UniversalClient) {
-	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: c, Timeout: 2 * time.Second})
+	// A generous timeout: a check that timed out would leave its commit
+	// unknown, and under -race on a loaded machine 32 callers can queue
+	// for seconds behind in-process nodes.
+	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: c, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
