@@ -39,9 +39,21 @@ type ZNode struct {
 	level    []zlevel
 }
 
+// zlevel is one link. It keeps a copy of the score of the node it points
+// to, so a search reads the next node only when it moves onto it (or on a
+// tie of scores): the node where a level's search stops is never touched,
+// about a fifth of a search's cache misses on a large set.
 type zlevel struct {
 	forward *ZNode
-	span    int // nodes crossed by following forward (rank distance)
+	span    int     // nodes crossed by following forward (rank distance)
+	score   float64 // forward's score (undefined when forward is nil)
+}
+
+// before reports whether l leads to a node that sorts before (score,
+// member).
+func (l *zlevel) before(score float64, member string) bool {
+	f := l.forward
+	return f != nil && (l.score < score || (l.score == score && f.member < member))
 }
 
 const (
@@ -60,8 +72,8 @@ const (
 // (allocSize). An empty set costs the Zset with its header and the map's
 // first group.
 const (
-	zsetElemCost = 132
-	zsetOverhead = 300
+	zsetElemCost = 136
+	zsetOverhead = 330
 )
 
 // NewZset returns an empty sorted set.
@@ -276,11 +288,6 @@ func newNode(level int, score float64, member string) *ZNode {
 	return n
 }
 
-// before reports whether node x sorts before (score, member).
-func (x *ZNode) before(score float64, member string) bool {
-	return x.score < score || (x.score == score && x.member < member)
-}
-
 // insert adds (score, member), which must not be in the list.
 func (z *Zset) insert(score float64, member string) *ZNode {
 	return z.link(nil, score, member)
@@ -296,9 +303,9 @@ func (z *Zset) link(reuse *ZNode, score float64, member string) *ZNode {
 		if i < z.level-1 {
 			rank[i] = rank[i+1]
 		}
-		for f := x.level[i].forward; f != nil && f.before(score, member); f = x.level[i].forward {
+		for x.level[i].before(score, member) {
 			rank[i] += x.level[i].span
-			x = f
+			x = x.level[i].forward
 		}
 		update[i] = x
 	}
@@ -323,8 +330,8 @@ func (z *Zset) link(reuse *ZNode, score float64, member string) *ZNode {
 		x = newNode(level, score, member)
 	}
 	for i := 0; i < level; i++ {
-		x.level[i].forward = update[i].level[i].forward
-		update[i].level[i].forward = x
+		x.level[i].forward, x.level[i].score = update[i].level[i].forward, update[i].level[i].score
+		update[i].level[i].forward, update[i].level[i].score = x, score
 		x.level[i].span = update[i].level[i].span - (rank[0] - rank[i])
 		update[i].level[i].span = rank[0] - rank[i] + 1
 	}
@@ -348,8 +355,8 @@ func (z *Zset) link(reuse *ZNode, score float64, member string) *ZNode {
 func (z *Zset) seek(score float64, member string, update *[zsetMaxLevel]*ZNode) *ZNode {
 	x := &z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for f := x.level[i].forward; f != nil && f.before(score, member); f = x.level[i].forward {
-			x = f
+		for x.level[i].before(score, member) {
+			x = x.level[i].forward
 		}
 		update[i] = x
 	}
@@ -361,7 +368,7 @@ func (z *Zset) unlink(x *ZNode, update *[zsetMaxLevel]*ZNode) {
 	for i := 0; i < z.level; i++ {
 		if update[i].level[i].forward == x {
 			update[i].level[i].span += x.level[i].span - 1
-			update[i].level[i].forward = x.level[i].forward
+			update[i].level[i].forward, update[i].level[i].score = x.level[i].forward, x.level[i].score
 		} else {
 			update[i].level[i].span--
 		}
@@ -377,16 +384,29 @@ func (z *Zset) unlink(x *ZNode, update *[zsetMaxLevel]*ZNode) {
 	z.length--
 }
 
-// updateScore moves n to score: in place when its neighbours keep it in
-// order, else unlinked and linked again where it belongs (unlike Redis,
-// which allocates a new node). It returns n.
+// updateScore moves n to score, as Redis's zslUpdateScore: in place when
+// its neighbours keep it in order (the links into it updated), else
+// unlinked and linked again where it belongs (Redis allocates a new node).
+// It returns n.
 func (z *Zset) updateScore(n *ZNode, score float64) *ZNode {
-	if (n.backward == nil || n.backward.score < score) && (n.level[0].forward == nil || n.level[0].forward.score > score) {
-		n.score = score
+	var update [zsetMaxLevel]*ZNode
+	inPlace := (n.backward == nil || n.backward.score < score) && (n.level[0].forward == nil || n.level[0].score > score)
+	if inPlace && len(n.level) == 1 { // its one link in is its predecessor's
+		prev := n.backward
+		if prev == nil {
+			prev = &z.header
+		}
+		n.score, prev.level[0].score = score, score
 		return n
 	}
-	var update [zsetMaxLevel]*ZNode
 	z.seek(n.score, n.member, &update)
+	if inPlace {
+		n.score = score
+		for i := range n.level {
+			update[i].level[i].score = score
+		}
+		return n
+	}
 	z.unlink(n, &update)
 	return z.link(n, score, n.member)
 }
@@ -395,9 +415,9 @@ func (z *Zset) updateScore(n *ZNode, score float64) *ZNode {
 func (z *Zset) rankOf(n *ZNode) int {
 	x, rank := &z.header, 0
 	for i := z.level - 1; i >= 0; i-- {
-		for f := x.level[i].forward; f != nil && (f.score < n.score || (f.score == n.score && f.member <= n.member)); f = x.level[i].forward {
-			rank += x.level[i].span
-			x = f
+		for l := &x.level[i]; l.forward != nil && (l.score < n.score || (l.score == n.score && l.forward.member <= n.member)); l = &x.level[i] {
+			rank += l.span
+			x = l.forward
 		}
 		if x == n {
 			return rank
@@ -507,8 +527,8 @@ func (z *Zset) FirstInScore(r *ScoreRange) *ZNode {
 	}
 	x := &z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for f := x.level[i].forward; f != nil && !r.gteMin(f.score); f = x.level[i].forward {
-			x = f
+		for x.level[i].forward != nil && !r.gteMin(x.level[i].score) {
+			x = x.level[i].forward
 		}
 	}
 	x = x.level[0].forward
@@ -525,8 +545,8 @@ func (z *Zset) LastInScore(r *ScoreRange) *ZNode {
 	}
 	x := &z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for f := x.level[i].forward; f != nil && r.lteMax(f.score); f = x.level[i].forward {
-			x = f
+		for x.level[i].forward != nil && r.lteMax(x.level[i].score) {
+			x = x.level[i].forward
 		}
 	}
 	if x == &z.header || !r.gteMin(x.score) {
@@ -698,8 +718,8 @@ func (z *Zset) RemoveScore(r *ScoreRange) int {
 	var update [zsetMaxLevel]*ZNode
 	x := &z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for f := x.level[i].forward; f != nil && !r.gteMin(f.score); f = x.level[i].forward {
-			x = f
+		for x.level[i].forward != nil && !r.gteMin(x.level[i].score) {
+			x = x.level[i].forward
 		}
 		update[i] = x
 	}

@@ -11,15 +11,16 @@ import (
 )
 
 // checkZset verifies every invariant of z's skip list and map: order,
-// back links, tail, spans on every level (each node's rank), length, the
-// map pointing at the list's nodes, and the byte count.
+// back links, tail, spans on every level (each node's rank), the scores
+// links keep of their targets, length, the map pointing at the list's
+// nodes, and the byte count.
 func checkZset(t *testing.T, z *Zset) {
 	t.Helper()
 	var prev *ZNode
 	n, bytes := 0, int64(0)
 	for x := z.First(); x != nil; x = x.Next() {
 		n++
-		if prev != nil && !prev.before(x.score, x.member) {
+		if prev != nil && !(prev.score < x.score || (prev.score == x.score && prev.member < x.member)) {
 			t.Fatalf("out of order: (%v %q) then (%v %q)", prev.score, prev.member, x.score, x.member)
 		}
 		if x.backward != prev {
@@ -50,6 +51,12 @@ func checkZset(t *testing.T, z *Zset) {
 			x = x.level[l].forward
 			if ranks[x] != rank {
 				t.Fatalf("level %d: %q reached at rank %d, is %d", l, x.member, rank, ranks[x])
+			}
+			if from := z.header.level[l]; x == from.forward && math.Float64bits(from.score) != math.Float64bits(x.score) {
+				t.Fatalf("level %d: the header's link to %q keeps score %v, not %v", l, x.member, from.score, x.score)
+			}
+			if f := x.level[l].forward; f != nil && math.Float64bits(x.level[l].score) != math.Float64bits(f.score) {
+				t.Fatalf("level %d: the link %q→%q keeps score %v, not %v", l, x.member, f.member, x.level[l].score, f.score)
 			}
 		}
 	}
