@@ -96,15 +96,7 @@ func (e *encodedSnapshot) GetResourcesAndTTL(typeURL string) map[string]types.Re
 }
 
 func (e *encodedSnapshot) GetResources(typeURL string) map[string]types.Resource {
-	items, ok := e.items[typeURL]
-	if !ok {
-		return nil
-	}
-	out := make(map[string]types.Resource, len(items))
-	for k, v := range items {
-		out[k] = v.Resource
-	}
-	return out
+	return withoutTTL(e.items[typeURL])
 }
 
 func (e *encodedSnapshot) ConstructVersionMap() error { return nil }

@@ -339,8 +339,12 @@ func (s *Snapshot) GetResourcesAndTTL(typeURL string) map[string]types.ResourceW
 
 // GetResources returns the resources of typeURL keyed by name.
 func (s *Snapshot) GetResources(typeURL string) map[string]types.Resource {
-	items, ok := s.items[typeURL]
-	if !ok {
+	return withoutTTL(s.items[typeURL])
+}
+
+// withoutTTL is items' resources keyed by name (nil for nil items).
+func withoutTTL(items map[string]types.ResourceWithTTL) map[string]types.Resource {
+	if items == nil {
 		return nil
 	}
 	out := make(map[string]types.Resource, len(items))
