@@ -2,6 +2,7 @@ package cachenode_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"fmt"
@@ -16,48 +17,69 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/portico-io/portico/internal/peerbench"
 	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // BenchmarkVsRedisServer runs redis-benchmark against cachenode and a
 // Debian redis-server (no persistence) started side by side on loopback,
 // both as separate processes: GET and SET with 100-byte values, 50
-// clients, -P 1 and -P 16. It reports each side's ops/s and p99 and the
-// cachenode/redis ratios; cachenode runs with GOMAXPROCS=1 so the ratio is
-// per core (redis-server executes commands on one thread).
+// clients, -P 1 and -P 16. Two sub-benchmarks differ only in cachenode's
+// GOMAXPROCS: gomaxprocs=1 (one core's worth of scheduler, as
+// redis-server executes commands on one thread) and gomaxprocs=default (no
+// override: cachenode as operators run it). redis-server is at its
+// defaults in both.
 //
 // Each side's process CPU time (every thread's, nanoseconds, see
-// cpuSeconds) is read around every redis-benchmark run, and ops per
-// CPU-second over all rounds is reported too: throughput alone flatters
-// whichever server gets more of the shared machine's CPU during its rounds.
+// cpuSeconds) is read around every redis-benchmark run: throughput alone
+// flatters whichever server gets more of the shared machine's CPU during
+// its rounds, so ops per CPU-second is the per-core comparison. Rounds run
+// in peerbench.Order (ours, peer, peer, ours, ...), every round is logged,
+// and each case reports, by the "-ratio" convention tools/benchsummary
+// reads (median over round pairs, with -ratio-min and -ratio-max):
+// <case>-per-cpu-ratio (cachenode's ops per CPU-second ÷ redis-server's,
+// > 1 favours cachenode), <case>-throughput-ratio and <case>-p99-ratio,
+// plus each side's mean ops/s and ops/CPU-s.
 //
-// It then loads N keys with 100-byte values into each and reports memory
+// It first loads N keys with 100-byte values into each and reports memory
 // per key from INFO memory (used_memory and RSS deltas). With
-// -benchtime 1x (make bench) N is 200k, and each server gets 4 rounds of
-// 100k requests at -P 1 and of 800k at -P 16 (about 2 s each: shorter
-// rounds left the per-CPU ratio swinging ±10 % with the machine's other
-// load); for the full-size run:
+// -benchtime 1x (make bench) N is 200k, and each server gets 4 rounds
+// (PORTICO_BENCH_ROUNDS) of 100k requests at -P 1 and of 800k at -P 16
+// (about 2 s each: shorter rounds left the per-CPU ratio swinging ±10 %
+// with the machine's other load); for the full-size run:
 //
 //	PORTICO_BENCH_KEYS=1000000 PORTICO_BENCH_REQUESTS=500000 \
-//	  go test -run '^$' -bench VsRedisServer -benchtime 1x ./cachenode/
+//	  go test -run '^$' -bench 'BenchmarkVsRedisServer$' -benchtime 1x ./cachenode/
 func BenchmarkVsRedisServer(b *testing.B) {
 	for _, tool := range []string{"redis-server", "redis-benchmark"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			b.Skipf("SKIPPED LOUDLY: %s not found (Debian redis-server/redis-tools; `make deps` installs them): %v", tool, err)
 		}
 	}
+	bin := peerbench.Build(b, "./cachenode/cmd/cachenode")
+	b.Run("gomaxprocs=1", func(b *testing.B) { vsRedisServer(b, bin, "1") })
+	b.Run("gomaxprocs=default", func(b *testing.B) { vsRedisServer(b, bin, "") })
+}
+
+// vsRedisServer is one sub-benchmark of BenchmarkVsRedisServer: fresh
+// processes of both sides, cachenode with GOMAXPROCS=procs (unset: Go's
+// default).
+func vsRedisServer(b *testing.B, bin, procs string) {
 	requests := envInt("PORTICO_BENCH_REQUESTS", 100000)
 	keys := envInt("PORTICO_BENCH_KEYS", 200000)
 	rounds := envInt("PORTICO_BENCH_ROUNDS", 4)
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "cachenode")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachenode").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
 	cnPort, redisPort := freePort(b), freePort(b)
 	// Both sides plaintext: redis-server's default port is.
 	cn := exec.Command(bin, "--resp-addr", "127.0.0.1:"+cnPort, "--http-addr", "127.0.0.1:"+freePort(b), "--log-level", "warn", "--insecure-plaintext")
-	cn.Env = append(os.Environ(), "GOMAXPROCS=1")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			cn.Env = append(cn.Env, kv)
+		}
+	}
+	if procs != "" {
+		cn.Env = append(cn.Env, "GOMAXPROCS="+procs)
+	}
 	rs := exec.Command("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--protected-mode", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
 	for _, p := range []*exec.Cmd{cn, rs} {
@@ -69,17 +91,19 @@ func BenchmarkVsRedisServer(b *testing.B) {
 	for _, port := range []string{cnPort, redisPort} {
 		waitPing(b, "127.0.0.1:"+port)
 	}
+	b.Logf("cachenode GOMAXPROCS=%s vs redis-server; %d rounds per side per case, order ours, peer, peer, ours; %s",
+		cmp.Or(procs, "default"), rounds, peerbench.Machine())
 
 	for b.Loop() {
 		// Memory first, on fresh processes, so RSS deltas are not hidden by
 		// pages the throughput runs already faulted in.
 		ourMem := loadAndMeasure(b, "127.0.0.1:"+cnPort, keys)
 		redisMem := loadAndMeasure(b, "127.0.0.1:"+redisPort, keys)
-		b.ReportMetric(ourMem.used, "cachenode_used_memory_B/key")
-		b.ReportMetric(ourMem.rss, "cachenode_rss_B/key")
-		b.ReportMetric(redisMem.used, "redis_used_memory_B/key")
-		b.ReportMetric(redisMem.rss, "redis_rss_B/key")
-		b.ReportMetric(ourMem.rss/redisMem.rss, "rss_per_key_ratio")
+		b.ReportMetric(ourMem.used, "portico-used-memory-B/key")
+		b.ReportMetric(ourMem.rss, "portico-rss-B/key")
+		b.ReportMetric(redisMem.used, "peer-used-memory-B/key")
+		b.ReportMetric(redisMem.rss, "peer-rss-B/key")
+		b.ReportMetric(ourMem.rss/redisMem.rss, "rss-per-key-ratio")
 		b.Logf("memory for %d keys, 100-byte values: cachenode used_memory %.0f B/key rss %.0f B/key | redis-server used_memory %.0f B/key rss %.0f B/key",
 			keys, ourMem.used, ourMem.rss, redisMem.used, redisMem.rss)
 		for _, pipeline := range []int{1, 16} {
@@ -88,22 +112,55 @@ func BenchmarkVsRedisServer(b *testing.B) {
 				n *= 8
 			}
 			for _, test := range []string{"set", "get"} {
-				// Alternate the two servers and keep each one's best round:
-				// the machine is shared, and load from elsewhere only ever
-				// makes a round slower.
-				var ours, theirs benchResult
-				var ourCPU, theirCPU float64
-				for range rounds {
-					r, cpu := measureCPU(b, cn.Process.Pid, func() benchResult { return redisBenchmark(b, cnPort, test, pipeline, n) })
-					ours, ourCPU = ours.best(r), ourCPU+cpu
-					r, cpu = measureCPU(b, rs.Process.Pid, func() benchResult { return redisBenchmark(b, redisPort, test, pipeline, n) })
-					theirs, theirCPU = theirs.best(r), theirCPU+cpu
+				name := fmt.Sprintf("%s-P%d", test, pipeline)
+				// Every round in run order, on one line per case: go test
+				// cuts a benchmark's log after 10 lines without -v.
+				var log []string
+				round := func(side peerbench.Side, pid int, port string) func(int) roundResult {
+					return func(i int) roundResult {
+						r, cpu := measureCPU(b, pid, func() benchResult { return redisBenchmark(b, port, test, pipeline, n) })
+						rr := roundResult{benchResult: r, perCPU: float64(n) / cpu}
+						log = append(log, fmt.Sprintf("%s %.0f ops/s p99 %.2f ms %.0f ops/cpu-s", side, r.rps, r.p99, rr.perCPU))
+						return rr
+					}
 				}
-				reportPair(b, fmt.Sprintf("%s_P%d", test, pipeline), "cachenode", "redis-server",
-					float64(rounds*n), ours, theirs, ourCPU, theirCPU)
+				ours, theirs := peerbench.Rounds(rounds, round(peerbench.Ours, cn.Process.Pid, cnPort), round(peerbench.Peer, rs.Process.Pid, redisPort))
+				reportRounds(b, name, ours, theirs, strings.Join(log, "; "))
 			}
 		}
 	}
+}
+
+// roundResult is one redis-benchmark run against one side: its ops/s and
+// p99, and ops per CPU-second of the server over the run.
+type roundResult struct {
+	benchResult
+	perCPU float64
+}
+
+// reportRounds reports one case of BenchmarkVsRedisServer by the "-ratio"
+// convention (one ratio per round pair) and each side's mean, and logs the
+// rounds; log lists the rounds in run order.
+func reportRounds(b *testing.B, name string, ours, theirs []roundResult, log string) {
+	field := func(rs []roundResult, f func(roundResult) float64) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = f(r)
+		}
+		return out
+	}
+	perCPU := func(r roundResult) float64 { return r.perCPU }
+	rps := func(r roundResult) float64 { return r.rps }
+	p99 := func(r roundResult) float64 { return r.p99 }
+	peerbench.Report(b, name+"-per-cpu", peerbench.Ratios(field(ours, perCPU), field(theirs, perCPU)))
+	peerbench.Report(b, name+"-throughput", peerbench.Ratios(field(ours, rps), field(theirs, rps)))
+	peerbench.Report(b, name+"-p99", peerbench.Ratios(field(ours, p99), field(theirs, p99)))
+	b.ReportMetric(peerbench.Mean(field(ours, perCPU)), "portico-"+name+"-ops/cpu-s")
+	b.ReportMetric(peerbench.Mean(field(theirs, perCPU)), "peer-"+name+"-ops/cpu-s")
+	b.ReportMetric(peerbench.Mean(field(ours, rps)), "portico-"+name+"-ops/s")
+	b.ReportMetric(peerbench.Mean(field(theirs, rps)), "peer-"+name+"-ops/s")
+	med, lo, hi := peerbench.Spread(peerbench.Ratios(field(ours, perCPU), field(theirs, perCPU)))
+	b.Logf("%s: per-CPU ratio %.2f [%.2f–%.2f] over %d round pairs; rounds: %s", name, med, lo, hi, len(ours), log)
 }
 
 type benchResult struct{ rps, p99 float64 }

@@ -35,8 +35,8 @@ var comparisons = []comparison{
 	{title: "kvnode CP vs etcd", pkg: "kvnode/cp", bench: regexp.MustCompile(`^BenchmarkCPVsEtcd(/|$)`),
 		// Written before the convention: "put_cp/etcd" is ours ÷ etcd's.
 		units: regexp.MustCompile(`_cp/etcd(_grpc)?$`), note: "rounds pooled into one value per metric"},
-	{title: "cachenode vs redis-server", pkg: "cachenode", linkOnly: true,
-		note: "numbers in cachenode/README.md for now; they move to BENCHMARKS.md later"},
+	{title: "cachenode vs redis-server", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkVsRedisServer(/|$)`),
+		note: "per-cpu: cachenode's ops per CPU-second ÷ redis-server's, > 1 favours cachenode"},
 	{title: "controlplane propagation", pkg: "controlplane", bench: regexp.MustCompile(`^BenchmarkPropagation`),
 		units: regexp.MustCompile(`^(p50|p99|max)-ms$`), note: "absolute ms, no peer; targets p99 < 1 s, at scale < 2 s"},
 }

@@ -11,8 +11,9 @@ var update = flag.Bool("update", false, "rewrite testdata/summary.golden")
 
 // testdata/bench.txt holds what the table must cope with: a result whose
 // numbers follow a child's log line, a skipped and a failed comparison, a
-// benchmark written before the "-ratio" convention, a link-only
-// comparison and a ratio outside every comparison.
+// benchmark written before the "-ratio" convention, a comparison's
+// sub-benchmarks beside a benchmark of its package that it does not show,
+// and a ratio outside every comparison.
 func TestSummaryGolden(t *testing.T) {
 	f, err := os.Open("testdata/bench.txt")
 	if err != nil {
