@@ -35,6 +35,7 @@ import (
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlstest"
+	"github.com/portico-io/portico/internal/xdstest"
 )
 
 // BenchmarkPropagationAtScale is BenchmarkPropagation at the size of the
@@ -347,16 +348,10 @@ func (a *scaleAdmin) compileSeconds(b *testing.B) (sum, count float64) {
 // waitCompiles polls /metrics until n versions were compiled.
 func (a *scaleAdmin) waitCompiles(b *testing.B, n float64) {
 	b.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, c := a.compileSeconds(b); c >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("fewer than %v versions compiled after 2 minutes", n)
-		}
-		time.Sleep(10 * time.Millisecond) // polling /metrics; no signal to wait on from outside
-	}
+	xdstest.Eventually(b, 2*time.Minute, fmt.Sprintf("%v versions compiled", n), func() bool {
+		_, c := a.compileSeconds(b)
+		return c >= n
+	})
 }
 
 // waitFleet waits until every client holds version v (or newer) of every

@@ -24,6 +24,7 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/xdstest"
 )
 
 // BenchmarkKeyChangeAtScale loads PORTICO_BENCH_KEYS API keys (default
@@ -192,21 +193,15 @@ func BenchmarkKeyChangeAtScale(b *testing.B) {
 // waitAllowed polls client until it allows key, as a client would (there
 // is no signal to wait on); a minute after t0 it fails the benchmark.
 func waitAllowed(b *testing.B, client authv3.AuthorizationClient, key string, t0 time.Time) {
-	for {
+	xdstest.Eventually(b, time.Minute-time.Since(t0), "a created key to be allowed", func() bool {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		resp, err := client.Check(cctx, keyedCheck(key))
 		ccancel()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if resp.GetStatus().GetCode() == int32(code.Code_OK) {
-			return
-		}
-		if time.Since(t0) > time.Minute {
-			b.Fatal("a created key was not allowed within a minute")
-		}
-		time.Sleep(2 * time.Millisecond) // polling extauthz as a client would; no signal to wait on
-	}
+		return resp.GetStatus().GetCode() == int32(code.Code_OK)
+	})
 }
 
 // liveHeap is the process's live heap after a full collection.
