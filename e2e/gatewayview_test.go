@@ -371,8 +371,7 @@ func checkRequest(t *testing.T, rt *routev3.Route, r *httpRequest) *authv3.Check
 		t.Fatalf("route %s has no ext_authz per-route config (the filter would run without context extensions)", rt.GetName())
 	}
 	per := &extauthzv3.ExtAuthzPerRoute{}
-	unwrapPerFilter(t, a, per)
-	if per.GetDisabled() {
+	if disabled := unwrapPerFilter(t, a, per); disabled || per.GetDisabled() {
 		return nil
 	}
 	ext := per.GetCheckSettings().GetContextExtensions()
@@ -398,19 +397,25 @@ func checkRequest(t *testing.T, rt *routev3.Route, r *httpRequest) *authv3.Check
 }
 
 // unwrapPerFilter decodes a typed_per_filter_config entry, which may be
-// wrapped in envoy.config.route.v3.FilterConfig.
-func unwrapPerFilter(t *testing.T, a *anypb.Any, into proto.Message) {
+// wrapped in envoy.config.route.v3.FilterConfig. It reports true, decoding
+// nothing, when that wrapper disables the filter for the route (Envoy then
+// skips the filter and ignores any config).
+func unwrapPerFilter(t *testing.T, a *anypb.Any, into proto.Message) (disabled bool) {
 	t.Helper()
 	fc := &routev3.FilterConfig{}
 	if a.MessageIs(fc) {
 		if err := a.UnmarshalTo(fc); err != nil {
 			t.Fatal(err)
 		}
+		if fc.GetDisabled() {
+			return true
+		}
 		a = fc.GetConfig()
 	}
 	if err := a.UnmarshalTo(into); err != nil {
 		t.Fatalf("per-filter config %s: %v", a.GetTypeUrl(), err)
 	}
+	return false
 }
 
 // applyAllowed changes r the way Envoy does on an OK check: the response's

@@ -211,30 +211,43 @@ type variant struct {
 	methods []string // nil: any method
 	canary  bool
 	retry   bool
+	// retryMethods, when set, limits the retry policy to these methods
+	// (retriable_request_headers on :method); nil: every method it matches.
+	retryMethods []string
 }
+
+// grpcRetryOn are the retry conditions grpc-go's xDS client acts on; it
+// ignores retriable_request_headers, so a route retrying on one of them
+// keeps the method split (gRPC calls are POSTs and must not be retried).
+var grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
 
 // variants splits a spec route into the Envoy routes it needs, in match
 // order. A header canary is a copy with the extra header matcher placed
 // before the main route. Retries: Envoy would retry any method, so unless
-// AllowNonIdempotent is set the retry policy goes only on a copy restricted
-// to the idempotent methods, placed before a copy without retries that
-// catches the remaining methods. When the route lists methods, they are
-// partitioned exactly instead (no copy matches a method twice).
+// AllowNonIdempotent is set only the idempotent methods may be retried.
+// One route does that with retriable_request_headers when nothing else
+// tells the two apart; otherwise (a per-try timeout, which Envoy applies
+// to the first try too, or a retry condition grpc-go honours) the retry
+// policy goes on a copy restricted to the idempotent methods, placed
+// before a copy without retries that catches the remaining methods. When
+// the route lists methods, they are partitioned exactly instead (no copy
+// matches a method twice).
+//
+// The single route matters at scale: the copies were nearly half of a
+// large route configuration, and every gateway receives all of it on any
+// change.
 func variants(r *spec.Route) []variant {
 	type split struct {
 		suffix  string
 		methods []string
 		retry   bool
+		only    []string
 	}
 	var splits []split
 	p := effectiveRetries(r)
-	switch {
-	case p == nil || p.AllowNonIdempotent:
-		splits = []split{{"", r.Match.Methods, p != nil}}
-	case len(r.Match.Methods) == 0:
-		splits = []split{{"/retry", idempotentMethods, true}, {"", nil, false}}
-	default:
-		var idem, other []string
+	idem, other := idempotentMethods, []string(nil)
+	if len(r.Match.Methods) > 0 {
+		idem = nil
 		for _, m := range r.Match.Methods {
 			if slices.Contains(idempotentMethods, m) {
 				idem = append(idem, m)
@@ -242,25 +255,47 @@ func variants(r *spec.Route) []variant {
 				other = append(other, m)
 			}
 		}
-		switch {
-		case len(other) == 0:
-			splits = []split{{"", idem, true}}
-		case len(idem) == 0:
-			splits = []split{{"", other, false}}
-		default:
-			splits = []split{{"/retry", idem, true}, {"", other, false}}
-		}
+	}
+	switch {
+	case p == nil || p.AllowNonIdempotent:
+		splits = []split{{"", r.Match.Methods, p != nil, nil}}
+	case len(r.Match.Methods) > 0 && len(other) == 0:
+		splits = []split{{"", idem, true, nil}}
+	case len(r.Match.Methods) > 0 && len(idem) == 0:
+		splits = []split{{"", other, false, nil}}
+	case oneRetryRoute(r, p):
+		splits = []split{{"", r.Match.Methods, true, idem}}
+	case len(r.Match.Methods) == 0:
+		splits = []split{{"/retry", idempotentMethods, true, nil}, {"", nil, false, nil}}
+	default:
+		splits = []split{{"/retry", idem, true, nil}, {"", other, false, nil}}
 	}
 	var out []variant
 	if r.Canary != nil {
 		for _, s := range splits {
-			out = append(out, variant{"/canary" + s.suffix, s.methods, true, s.retry})
+			out = append(out, variant{"/canary" + s.suffix, s.methods, true, s.retry, s.only})
 		}
 	}
 	for _, s := range splits {
-		out = append(out, variant{s.suffix, s.methods, false, s.retry})
+		out = append(out, variant{s.suffix, s.methods, false, s.retry, s.only})
 	}
 	return out
+}
+
+// oneRetryRoute reports whether r's retries restricted to the idempotent
+// methods fit on one Envoy route: no per-try timeout (explicit, or the
+// share of the route timeout retryPolicy gives each try) and no retry
+// condition grpc-go acts on.
+func oneRetryRoute(r *spec.Route, p *spec.RetryPolicy) bool {
+	if p.PerTryTimeout > 0 || r.Timeout > 0 {
+		return false
+	}
+	for _, on := range p.RetryOn {
+		if slices.Contains(grpcRetryOn, on) {
+			return false
+		}
+	}
+	return true
 }
 
 // routes compiles r; buffer is c.needsBuffer(), computed once per compile.
@@ -387,6 +422,9 @@ func routeAction(r *spec.Route, v variant, rateLimitStage uint32) *routev3.Route
 	}
 	if v.retry {
 		a.RetryPolicy = retryPolicy(effectiveRetries(r), r.Timeout.D())
+		if mm := methodMatcher(v.retryMethods); mm != nil {
+			a.RetryPolicy.RetriableRequestHeaders = []*routev3.HeaderMatcher{mm}
+		}
 	}
 	if r.WebSocket {
 		a.UpgradeConfigs = []*routev3.RouteAction_UpgradeConfig{{
@@ -505,8 +543,19 @@ func (c *compiler) perFilterConfig(r *spec.Route, buffer bool) (map[string]*anyp
 		out[name] = a
 		return nil
 	}
-	if err := add(FilterExtAuthz, extAuthzPerRoute(r)); err != nil {
-		return nil, err
+	if pr := extAuthzPerRoute(r); pr != nil {
+		if err := add(FilterExtAuthz, pr); err != nil {
+			return nil, err
+		}
+	} else {
+		// A route without auth turns the filter off with FilterConfig's own
+		// disabled (Envoy 1.27+): no inner config to carry, a third of the
+		// bytes of ExtAuthzPerRoute{disabled}, on every such route.
+		a, err := anyOf(&routev3.FilterConfig{Disabled: true, IsOptional: true})
+		if err != nil {
+			return nil, err
+		}
+		out[FilterExtAuthz] = a
 	}
 	// The overload filters are disabled in the chain; an empty FilterConfig
 	// turns one on for this route.
@@ -544,11 +593,11 @@ func (c *compiler) perFilterConfig(r *spec.Route, buffer bool) (map[string]*anyp
 	return out, nil
 }
 
-// extAuthzPerRoute disables ext_authz for routes without auth and otherwise
-// tells extauthz what to check through context extensions.
+// extAuthzPerRoute tells extauthz what to check through context
+// extensions; nil for a route without auth (the filter is disabled there).
 func extAuthzPerRoute(r *spec.Route) *extauthzv3.ExtAuthzPerRoute {
 	if r.Auth == nil || r.Auth.Mode == spec.AuthNone || r.Auth.Mode == "" {
-		return &extauthzv3.ExtAuthzPerRoute{Override: &extauthzv3.ExtAuthzPerRoute_Disabled{Disabled: true}}
+		return nil
 	}
 	ext := map[string]string{CtxRoute: r.Name, CtxMode: r.Auth.Mode}
 	if r.Auth.Provider != "" {
