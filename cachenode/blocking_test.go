@@ -252,6 +252,8 @@ func TestBlockingTimeouts(t *testing.T) {
 		{[]string{"BLMOVE", "t1", "t2", "LEFT", "LEFT", "0.3"}, 300 * time.Millisecond, "*-1\r\n"},
 		{[]string{"BLMPOP", "0.05", "2", "t1", "t2", "RIGHT"}, 50 * time.Millisecond, "*-1\r\n"},
 		{[]string{"BRPOPLPUSH", "t1", "t2", "0.2"}, 200 * time.Millisecond, "*-1\r\n"},
+		{[]string{"BZPOPMIN", "t1", "t2", "0.1"}, 100 * time.Millisecond, "*-1\r\n"},
+		{[]string{"BZMPOP", "0.05", "1", "t1", "MAX", "COUNT", "2"}, 50 * time.Millisecond, "*-1\r\n"},
 	} {
 		rc := dialRaw(t, n.addrs.RESP)
 		start := time.Now()

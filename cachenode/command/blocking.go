@@ -384,8 +384,9 @@ func (w *waiter) recheck() {
 }
 
 // blockTimeout parses a blocking command's timeout in seconds as Redis 7.0
-// does: a float (fractions are milliseconds; what truncates to 0 ms blocks
-// forever), 0 = forever, negative refused. A value too large to be a
+// 7.0.15 does: a float, rounded up to whole milliseconds (0.0001 times
+// out after 1 ms, measured against redis-server; only what rounds to 0
+// blocks forever), 0 = forever, negative refused. A value too large to be a
 // count of milliseconds wraps negative in Redis's C conversion, so it is
 // refused as negative; one that is not (but ends past the clock's end)
 // waits forever, as there.
@@ -395,12 +396,12 @@ func (c *Ctx) blockTimeout(arg []byte) (time.Duration, bool) {
 		c.W.Error(errTimeoutNotFloat)
 		return 0, false
 	}
-	ms := f * 1000
+	ms := math.Ceil(f * 1000)
 	if ms >= math.MaxInt64 || ms <= math.MinInt64 || ms != ms {
 		c.W.Error(errTimeoutNegative)
 		return 0, false
 	}
-	n := int64(ms) // truncates toward zero, as the C cast
+	n := int64(ms)
 	if n < 0 {
 		c.W.Error(errTimeoutNegative)
 		return 0, false

@@ -116,6 +116,7 @@ func cmdRestore(c *Ctx) {
 	}
 	v.ExpireAt = ttl
 	e := v.Store(c.Tx, key)
+	c.signal(key)
 	if e != nil {
 		p := c.NS.DB.Policy()
 		switch {

@@ -142,6 +142,7 @@ func cmdRename(c *Ctx) {
 		return
 	}
 	c.Tx.Rename(c.Args[1], c.Args[2], e)
+	c.signal(c.Args[2])
 	c.W.OK()
 }
 

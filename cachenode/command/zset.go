@@ -198,6 +198,7 @@ options:
 	if z == nil && !xx {
 		e = c.Tx.SetObject(key, keyspace.NewZset(), c.defaultExpire())
 		z = e.Obj.Zset
+		c.signal(key) // clients blocked on it (BZPOPMIN) wake once the command, or EXEC, is done
 	}
 	for j := 0; z != nil && j < elements; j++ {
 		member := c.Args[idx+2*j+1]
@@ -545,6 +546,7 @@ func storeRange(c *Ctx, dst []byte, first *keyspace.ZNode, n int, reverse bool) 
 		o.Zset.SetString(x.Member(), x.Score())
 	}
 	c.Tx.SetObject(dst, o, c.defaultExpire())
+	c.signal(dst)
 	c.W.Int(int64(n))
 }
 
@@ -999,6 +1001,7 @@ func zsetOperation(c *Ctx, store bool, op zsetOp, cardOnly bool) {
 			o.Zset.SetString(p.m, p.s)
 		}
 		c.Tx.SetObject(dst, o, c.defaultExpire())
+		c.signal(dst)
 		c.W.Int(int64(len(out)))
 	default:
 		slices.SortFunc(out, func(a, b scored) int {
