@@ -246,7 +246,7 @@ func Compile(cfg *spec.Config, opts Options) (*Snapshot, error) {
 
 // compileConfig is Compile, reusing the ApiKeyShards of an earlier
 // compile kept in shards (nil: none; see Compiler).
-func compileConfig(cfg *spec.Config, opts Options, shards *shardCache) (*Snapshot, error) {
+func compileConfig(cfg *spec.Config, opts Options, shards *reuseCache) (*Snapshot, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("%w: nil config", ErrInvalidConfig)
 	}
@@ -267,12 +267,15 @@ func compileConfig(cfg *spec.Config, opts Options, shards *shardCache) (*Snapsho
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c := &compiler{cfg: cfg, opts: opts}
+	if shards != nil {
+		shards.next = &compileState{cfg: cfg}
+	}
 
 	clusters, endpoints, err := c.clusters()
 	if err != nil {
 		return nil, err
 	}
-	routes, err := c.routeConfiguration()
+	routes, routesWire, err := c.routeConfigurationReusing(shards)
 	if err != nil {
 		return nil, err
 	}
@@ -288,6 +291,7 @@ func compileConfig(cfg *spec.Config, opts Options, shards *shardCache) (*Snapsho
 	if err != nil {
 		return nil, err
 	}
+	known[routes] = routesWire
 	res := map[string][]Resource{
 		ClusterType:         clusters,
 		EndpointType:        endpoints,

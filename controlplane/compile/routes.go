@@ -47,26 +47,6 @@ type vhRoute struct {
 	tier int
 }
 
-// routeConfiguration compiles RDS: one virtual host per domain
-// (virtualHosts), holding its routes in match order.
-func (c *compiler) routeConfiguration() (*routev3.RouteConfiguration, error) {
-	buffer := c.needsBuffer()
-	rc := &routev3.RouteConfiguration{Name: RouteConfigName}
-	for _, v := range c.virtualHosts() {
-		// Named after its only domain: unique, and no hostname can be "*".
-		vh := &routev3.VirtualHost{Name: v.domain, Domains: []string{v.domain}}
-		for _, m := range v.routes {
-			rs, err := c.routes(m.r, buffer)
-			if err != nil {
-				return nil, err
-			}
-			vh.Routes = append(vh.Routes, rs...)
-		}
-		rc.VirtualHosts = append(rc.VirtualHosts, vh)
-	}
-	return rc, nil
-}
-
 // virtualHost is one domain's virtual host: its routes in match order.
 type virtualHost struct {
 	domain string

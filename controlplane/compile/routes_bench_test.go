@@ -61,12 +61,35 @@ func scaleRoutes(routes int) *spec.Config {
 	return cfg
 }
 
-// BenchmarkCompileRoutes compiles benchRoutes routes (scaleRoutes): what
-// every route change costs the control plane before it can publish.
+// BenchmarkCompileRoutes compiles benchRoutes routes (scaleRoutes) from
+// nothing: a control plane's first compile.
 func BenchmarkCompileRoutes(b *testing.B) {
 	cfg := scaleRoutes(benchRoutes)
-	c := NewCompiler(Options{})
 	for b.Loop() {
+		if _, err := Compile(cfg, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCompileRouteChange is what every one-route change costs the
+// control plane before it can publish, at benchRoutes routes: a Compiler
+// that compiled the version before rebuilds one virtual host.
+func BenchmarkCompileRouteChange(b *testing.B) {
+	cfg := scaleRoutes(benchRoutes)
+	c := NewCompiler(Options{})
+	if _, err := c.Compile(cfg); err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	for b.Loop() {
+		cfg = cfg.Clone()
+		cfg.Version++
+		name := fmt.Sprintf("r-%05d", (i*997)%benchRoutes)
+		r := *cfg.Routes[name]
+		r.Timeout = spec.Duration(time.Duration(10+i%50) * time.Second)
+		cfg.Routes[name] = &r
+		i++
 		if _, err := c.Compile(cfg); err != nil {
 			b.Fatal(err)
 		}

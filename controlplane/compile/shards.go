@@ -55,7 +55,7 @@ func unhex(c byte) byte {
 type Compiler struct {
 	opts Options
 	mu   sync.Mutex
-	last *shardState // of the last successful compile
+	last *compileState // of the last successful compile
 }
 
 // NewCompiler returns a Compiler for opts.
@@ -64,7 +64,7 @@ func NewCompiler(opts Options) *Compiler { return &Compiler{opts: opts} }
 // Compile compiles cfg; see Compile.
 func (c *Compiler) Compile(cfg *spec.Config) (*Snapshot, error) {
 	c.mu.Lock()
-	sc := &shardCache{prev: c.last}
+	sc := &reuseCache{prev: c.last}
 	c.mu.Unlock()
 	snap, err := compileConfig(cfg, c.opts, sc)
 	if err != nil {
@@ -76,23 +76,28 @@ func (c *Compiler) Compile(cfg *spec.Config) (*Snapshot, error) {
 	return snap, nil
 }
 
-// shardCache carries one compile's previous shard state in, and its new
-// state out.
-type shardCache struct {
-	prev, next *shardState
-	// rebuilt counts the shards the compile built (tests, benchmarks).
-	rebuilt int
+// reuseCache carries the previous compile's state in, and the new one
+// out.
+type reuseCache struct {
+	prev, next *compileState
+	// rebuilt counts the shards the compile built, vhostsRebuilt the
+	// virtual hosts (tests, benchmarks).
+	rebuilt, vhostsRebuilt int
 }
 
-// shardState is what a compile's shards were built from. cfg is the
-// config compiled (valid, and immutable by the store's contract), kept to
-// compare with; members and shards are immutable once the state is built,
-// and shared between states where unchanged.
-type shardState struct {
+// compileState is what a compile built that the next may reuse: its
+// ApiKeyShards and the virtual hosts of its route configuration. cfg is
+// the config compiled (valid, and immutable by the store's contract: a
+// change replaces a value, never edits it), kept to compare with; the rest
+// is immutable once the state is built, and shared between states where
+// unchanged.
+type compileState struct {
 	cfg *spec.Config
 	// members are the keys of each ApiKeyShard, by id.
 	members [numShards]map[string]*spec.APIKey
 	shards  [numShards]*builtShard // nil: no keys
+	// routes are the route configuration's virtual hosts (vhosts.go).
+	routes *routeState
 }
 
 type builtShard struct {
@@ -103,12 +108,12 @@ type builtShard struct {
 // apiKeyShardsReusing compiles the ApiKeyShards, reusing sc.prev's where
 // their inputs are unchanged, and records the new state in sc.next. It
 // returns the shards (only non-empty ones) and the hash of each.
-func (c *compiler) apiKeyShardsReusing(sc *shardCache) ([]Resource, map[Resource]string, error) {
-	var prev *shardState
+func (c *compiler) apiKeyShardsReusing(sc *reuseCache) ([]Resource, map[Resource]checked, error) {
+	var prev *compileState
 	if sc != nil {
 		prev = sc.prev
 	}
-	next := &shardState{cfg: c.cfg}
+	next := &compileState{cfg: c.cfg}
 	var dirty [numShards]bool
 	if prev == nil {
 		for i := range dirty {
@@ -142,15 +147,16 @@ func (c *compiler) apiKeyShardsReusing(sc *shardCache) ([]Resource, map[Resource
 		rebuilt++
 	}
 	out := []Resource{}
-	known := map[Resource]string{}
+	known := map[Resource]checked{}
 	for _, b := range next.shards {
 		if b != nil {
 			out = append(out, b.res)
-			known[b.res] = b.hash
+			known[b.res] = checked{hash: b.hash}
 		}
 	}
 	if sc != nil {
-		sc.next, sc.rebuilt = next, rebuilt
+		sc.next.members, sc.next.shards = next.members, next.shards
+		sc.rebuilt = rebuilt
 	}
 	return out, known, nil
 }
@@ -180,7 +186,7 @@ func (c *compiler) buildShard(members map[string]*spec.APIKey) (*builtShard, err
 // returns the shards whose inputs changed: a key added, removed or
 // changed (both its old and new shard), or a key whose consumer's tenant
 // or tier changed.
-func (c *compiler) updateMembers(prev, next *shardState) [numShards]bool {
+func (c *compiler) updateMembers(prev, next *compileState) [numShards]bool {
 	var dirty, owned [numShards]bool
 	member := func(i int) map[string]*spec.APIKey {
 		if !owned[i] {

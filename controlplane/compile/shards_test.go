@@ -44,10 +44,10 @@ func next(cfg *spec.Config) *spec.Config {
 // change, and rebuilds only the shards the change touches.
 func TestCompilerReusesUnchangedShards(t *testing.T) {
 	cfg, opts := withKeys(t, 3000)
-	var state *shardState
+	var state *compileState
 	step := func(name string, cfg *spec.Config, wantRebuilt int) {
 		t.Helper()
-		sc := &shardCache{prev: state}
+		sc := &reuseCache{prev: state}
 		got, err := compileConfig(cfg, opts, sc)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -129,11 +129,19 @@ func newSnapshot(version string, res map[string][]Resource) (*Snapshot, error) {
 	return newSnapshotKnown(version, res, nil)
 }
 
-// newSnapshotKnown is newSnapshot for resources some of which were
-// validated and hashed already (by an earlier compile that produced the
-// very same message): known maps them to their hash, and they are neither
-// validated nor marshalled again.
-func newSnapshotKnown(version string, res map[string][]Resource, known map[Resource]string) (*Snapshot, error) {
+// checked is a resource validated and hashed already: by an earlier
+// compile that produced the very same message, or assembled from checked
+// parts (vhosts.go). wire is its encoding when known (nil: encoded on
+// first use).
+type checked struct {
+	hash string
+	wire []byte
+}
+
+// newSnapshotKnown is newSnapshot for resources some of which are checked
+// already: known maps them to their hash (and encoding), and they are
+// neither validated nor marshalled again.
+func newSnapshotKnown(version string, res map[string][]Resource, known map[Resource]checked) (*Snapshot, error) {
 	s := &Snapshot{
 		version:    version,
 		items:      make(map[string]map[string]types.ResourceWithTTL, len(res)),
@@ -157,8 +165,8 @@ func newSnapshotKnown(version string, res map[string][]Resource, known map[Resou
 			if _, dup := byName[name]; dup {
 				return nil, fmt.Errorf("%w: duplicate %s %q", ErrInvalidOutput, typeURL, name)
 			}
-			h, ok := known[r]
-			var b []byte // nil for a known resource: encoded on first use
+			k, ok := known[r]
+			h, b := k.hash, k.wire
 			if !ok {
 				var err error
 				if h, b, err = checkAndEncode(typeURL, name, r); err != nil {
