@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -86,6 +87,8 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Checkpoints a backup left behind when the process died mid-stream.
+	_ = os.RemoveAll(filepath.Join(cfg.DataDir, backupTmpDir))
 	n := &Node{cfg: cfg, st: st, clock: hlc.New(cfg.Now, cfg.MaxClockOffset)}
 	cfg.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_kvnode_hlc_refused_timestamps_total",
 		Help: "Record timestamps refused for being further ahead of this node's clock than the maximum offset."},
@@ -525,8 +528,24 @@ func (s server) Rebalance(ctx context.Context, _ *kvv1.RebalanceRequest) (*kvv1.
 func (n *Node) merge(ms []*kvv1.Member) {
 	if n.mem.Merge(ms) {
 		n.savePeers()
+		n.persistStandDown()
 		n.gate.Lock()
 		n.gate.Unlock() //nolint:staticcheck // barrier: wait for in-flight writes
+	}
+}
+
+// persistStandDown records LEFT when gossip told this node it was
+// replaced while it was down (membership stands it down), so a restart
+// does not claim the tokens again.
+func (n *Node) persistStandDown() {
+	if n.mem.Self().State != kvv1.MemberState_MEMBER_STATE_LEFT {
+		return
+	}
+	if sb, err := n.st.GetMeta(metaState); err == nil && len(sb) == 1 && kvv1.MemberState(sb[0]) != kvv1.MemberState_MEMBER_STATE_LEFT {
+		n.cfg.Logger.Warn("kvnode: another node took this node's tokens while it was down (replaced); standing down")
+		if err := n.st.PutMeta(metaState, []byte{byte(kvv1.MemberState_MEMBER_STATE_LEFT)}); err != nil {
+			n.cfg.Logger.Error("kvnode: persisting the stand-down", "err", err)
+		}
 	}
 }
 
@@ -626,6 +645,9 @@ const (
 	metaTokens = "tokens"
 	metaState  = "state"
 	metaPeers  = "peers"
+	// metaReplacing names the dead node a JOINING node is replacing (empty
+	// for a plain join), so a restart resumes the replacement.
+	metaReplacing = "replacing"
 )
 
 func (n *Node) restoreSelf() error {
@@ -659,13 +681,17 @@ func (n *Node) restoreSelf() error {
 	return nil
 }
 
+func encodeTokens(tokens []uint64) []byte {
+	b := make([]byte, 0, 8*len(tokens))
+	for _, t := range tokens {
+		b = binary.BigEndian.AppendUint64(b, t)
+	}
+	return b
+}
+
 func (n *Node) persistSelf(state kvv1.MemberState, tokens []uint64) error {
 	if tokens != nil {
-		b := make([]byte, 0, 8*len(tokens))
-		for _, t := range tokens {
-			b = binary.BigEndian.AppendUint64(b, t)
-		}
-		if err := n.st.PutMeta(metaTokens, b); err != nil {
+		if err := n.st.PutMeta(metaTokens, encodeTokens(tokens)); err != nil {
 			return err
 		}
 	}
@@ -817,6 +843,12 @@ func (n *Node) Join(ctx context.Context) error {
 }
 
 func (n *Node) finishJoin(ctx context.Context) error {
+	if dead, err := n.st.GetMeta(metaReplacing); err != nil {
+		return err
+	} else if len(dead) > 0 {
+		_, err := n.finishReplace(ctx, string(dead))
+		return err
+	}
 	n.moveMu.Lock()
 	defer n.moveMu.Unlock()
 	if err := n.announce(ctx); err != nil {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -47,6 +48,8 @@ func (fakeCP) Put(context.Context, string, string, []byte, *uint64, uint64) (cp.
 	return cp.Entry{Revision: 1}, nil
 }
 func (fakeCP) Delete(context.Context, string, string, *uint64) (uint64, error) { return 1, nil }
+func (fakeCP) SaveSnapshot(context.Context, io.Writer) (uint64, error)         { return 1, nil }
+func (fakeCP) RestoreSnapshot(context.Context, []byte) (uint64, error)         { return 1, nil }
 func (fakeCP) Members(context.Context) ([]cp.Member, error)                    { return nil, nil }
 func (fakeCP) AddVoter(context.Context, string, string) error                  { return nil }
 func (fakeCP) RemoveServer(context.Context, string) error                      { return nil }
@@ -67,6 +70,17 @@ func (fakeAdmin) Repair(context.Context) (any, error) { return map[string]any{},
 func (fakeAdmin) RepairStatus() any                   { return map[string]any{} }
 func (fakeAdmin) Join(context.Context) error          { return nil }
 func (fakeAdmin) Decommission(context.Context) error  { return nil }
+func (fakeAdmin) Backup(context.Context) (Archive, error) {
+	return fakeArchive{}, nil
+}
+func (fakeAdmin) Load(context.Context, io.Reader) (any, error) { return map[string]any{}, nil }
+func (fakeAdmin) Cleanup(context.Context) (any, error)         { return map[string]any{}, nil }
+func (fakeAdmin) Replace(context.Context, string) (any, error) { return map[string]any{}, nil }
+
+type fakeArchive struct{}
+
+func (fakeArchive) WriteTo(io.Writer) (int64, error) { return 0, nil }
+func (fakeArchive) Close() error                     { return nil }
 func newTestAPI(t *testing.T, c Config, ts authn.TokenStore) *API {
 	t.Helper()
 	auth, err := authn.New(authn.Config{Tokens: ts})

@@ -54,6 +54,7 @@ type Admin interface {
 	RepairStatus() any
 	Join(ctx context.Context) error
 	Decommission(ctx context.Context) error
+	Ops
 }
 
 // Config is what Handler serves.
@@ -182,6 +183,7 @@ func register(rt *routeTable, c Config) {
 	})
 	rt.handle("POST /admin/v1/join", authz.ClusterAdmin, func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Join) })
 	rt.handle("POST /admin/v1/decommission", authz.ClusterAdmin, func(w http.ResponseWriter, r *http.Request) { adminAction(w, r, admin.Decommission) })
+	mountOps(rt, admin)
 }
 
 func adminAction(w http.ResponseWriter, r *http.Request, fn func(context.Context) error) {

@@ -34,6 +34,8 @@ type CPEngine interface {
 	KeepAlive(ctx context.Context, id uint64) (int64, error)
 	RevokeLease(ctx context.Context, id uint64) error
 	Watch(ctx context.Context, keyspace, prefix string, from uint64, send func([]cp.Event) error) error
+	SaveSnapshot(ctx context.Context, w io.Writer) (uint64, error)
+	RestoreSnapshot(ctx context.Context, data []byte) (uint64, error)
 }
 
 var _ CPEngine = (*cp.Group)(nil)
@@ -246,6 +248,8 @@ func mountCP(rt *routeTable, e CPEngine, keyspaces []string, peerTLS *tls.Config
 	rt.handle("GET /admin/v1/cp/members", authz.ClusterRead, h.members)
 	rt.handle("POST /admin/v1/cp/members", authz.ClusterAdmin, h.members)
 	rt.handle("DELETE /admin/v1/cp/members/{id}", authz.ClusterAdmin, h.members)
+	rt.handle("POST /admin/v1/cp/snapshot", authz.ClusterAdmin, h.snapshot)
+	rt.handle("POST /admin/v1/cp/restore", authz.ClusterAdmin, h.restore)
 	return h
 }
 

@@ -236,26 +236,60 @@ func (c *Coordinator) newRecord(key, value []byte, tomb bool, o WriteOptions) *k
 }
 
 func (c *Coordinator) doWrite(ctx context.Context, key, value []byte, tomb bool, o WriteOptions) (WriteResult, error) {
-	cur, pend := c.topo.Placement(ring.Token(key))
-	if len(cur) == 0 {
-		return WriteResult{}, fmt.Errorf("%w: the ring has no members", ErrUnavailable)
-	}
-	targets := append(slices.Clone(cur), pend...)
-	// During a move the pending owner must ack too, so the quorum still
-	// intersects once ownership flips (W + pending, as Cassandra does).
-	need := o.Level.Required(len(cur)) + len(pend)
-	alive := 0
-	for _, t := range targets {
-		if c.topo.Alive(t) {
-			alive++
-		}
-	}
-	if alive < need {
-		return WriteResult{}, fmt.Errorf("%w: %d of %d replicas alive, %s needs %d", ErrUnavailable, alive, len(targets), o.Level, need)
+	p, err := c.place(key, o.Level)
+	if err != nil {
+		return WriteResult{}, err
 	}
 	entry := &kvv1.Entry{Key: key, Siblings: &kvv1.Siblings{Records: []*kvv1.Record{c.newRecord(key, value, tomb, o)}}}
+	return c.replicate(ctx, entry, p, c.VectorClocks(key))
+}
+
+// ApplyEntry writes an existing sibling set (records with their own
+// timestamps, tombstones, expiries and dots, as a backup holds them) to
+// every replica of its key at level l, hinting the replicas that miss it,
+// like a client write but without stamping a new version: replicas merge
+// it, so applying an entry older than what they hold changes nothing.
+func (c *Coordinator) ApplyEntry(ctx context.Context, e *kvv1.Entry, l Level) (WriteResult, error) {
+	p, err := c.place(e.Key, l)
+	if err != nil {
+		return WriteResult{}, err
+	}
+	return c.replicate(ctx, e, p, false)
+}
+
+// placement is where one write goes and how many acks it needs.
+type placement struct {
+	cur, targets []string
+	need, alive  int
+}
+
+func (c *Coordinator) place(key []byte, l Level) (placement, error) {
+	cur, pend := c.topo.Placement(ring.Token(key))
+	if len(cur) == 0 {
+		return placement{}, fmt.Errorf("%w: the ring has no members", ErrUnavailable)
+	}
+	p := placement{cur: cur, targets: append(slices.Clone(cur), pend...)}
+	// During a move the pending owner must ack too, so the quorum still
+	// intersects once ownership flips (W + pending, as Cassandra does).
+	p.need = l.Required(len(cur)) + len(pend)
+	for _, t := range p.targets {
+		if c.topo.Alive(t) {
+			p.alive++
+		}
+	}
+	if p.alive < p.need {
+		return placement{}, fmt.Errorf("%w: %d of %d replicas alive, %s needs %d", ErrUnavailable, p.alive, len(p.targets), l, p.need)
+	}
+	return p, nil
+}
+
+// replicate sends entry to p's targets and waits for p.need acks; with
+// dotted, one live current replica first issues the dot and merges
+// (vector-clock keyspaces), and the others get its merged set.
+func (c *Coordinator) replicate(ctx context.Context, entry *kvv1.Entry, p placement, dotted bool) (WriteResult, error) {
+	cur, targets, need, alive := p.cur, p.targets, p.need, p.alive
 	acks, skip := 0, ""
-	if c.VectorClocks(key) {
+	if dotted {
 		// One replica issues the dot and merges; its whole sibling set is
 		// what the others receive (see kvv1.ApplyRequest.assign_dots).
 		for _, t := range cur {

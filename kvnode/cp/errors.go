@@ -25,6 +25,9 @@ var (
 	// ErrCompacted: a watch asked for history that is no longer kept.
 	// Returned wrapped in *CompactedError.
 	ErrCompacted = errors.New("cp: revision compacted")
+	// ErrBadSnapshot: a snapshot given to RestoreSnapshot does not decode;
+	// nothing was changed.
+	ErrBadSnapshot = errors.New("cp: bad snapshot")
 	// ErrClosed: the group has been shut down.
 	ErrClosed = errors.New("cp: closed")
 )

@@ -125,10 +125,20 @@ func (m *Membership) Merge(from []*kvv1.Member) bool {
 			continue
 		}
 		if in.Id == m.cfg.ID {
+			me := m.members[m.cfg.ID]
+			if replaced(in, me) {
+				// Another node took our tokens while we were down
+				// (Takeover): stand down instead of claiming them again.
+				me.State = kvv1.MemberState_MEMBER_STATE_LEFT
+				me.Generation = max(me.Generation, in.Generation)
+				me.Version = max(me.Version, in.Version) + 1
+				ringChanged = true
+				continue
+			}
 			// Peers hold a record of us newer than our own (a restart with
 			// the clock behind the last generation): move past it, or every
 			// peer would ignore our heartbeats and judge us down.
-			if me := m.members[m.cfg.ID]; newer(in, me) > 0 {
+			if newer(in, me) > 0 {
 				me.Generation = in.Generation + 1
 				me.Version++
 				ringChanged = true
@@ -137,6 +147,11 @@ func (m *Membership) Merge(from []*kvv1.Member) bool {
 		}
 		cur, ok := m.members[in.Id]
 		if ok && newer(in, cur) <= 0 {
+			continue
+		}
+		if ok && replaced(cur, in) {
+			// A replaced node come back with its old state: it left the
+			// ring; only a fresh start (no tokens, then a join) re-enters.
 			continue
 		}
 		if !ok || cur.Generation != in.Generation || cur.Version != in.Version {
@@ -153,6 +168,42 @@ func (m *Membership) Merge(from []*kvv1.Member) bool {
 		m.rebuildLocked()
 	}
 	return ringChanged
+}
+
+// replaced reports whether held, a LEFT record, says that claim (a record
+// of the same node serving tokens, NORMAL or LEAVING) is stale: the node
+// left, or was replaced, with exactly these tokens.
+func replaced(held, claim *kvv1.Member) bool {
+	serving := claim.State == kvv1.MemberState_MEMBER_STATE_NORMAL || claim.State == kvv1.MemberState_MEMBER_STATE_LEAVING
+	return held.State == kvv1.MemberState_MEMBER_STATE_LEFT && serving && slices.Equal(held.Tokens, claim.Tokens)
+}
+
+// Takeover sets the local node to state (and tokens, when not nil) and
+// member other to otherState in one step, with one ring rebuild, so no
+// ring ever holds both with the same tokens. A node replacing a dead one
+// (which cannot announce anything itself) uses it to mark the dead node
+// LEAVING while it joins with its tokens, then LEFT as it turns NORMAL;
+// the dead node's version is bumped so peers take the change over the
+// record they hold.
+func (m *Membership) Takeover(state kvv1.MemberState, tokens []uint64, other string, otherState kvv1.MemberState) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.members[other]
+	if !ok || other == m.cfg.ID {
+		return false
+	}
+	me := m.members[m.cfg.ID]
+	me.State = state
+	if tokens != nil {
+		me.Tokens = slices.Clone(tokens)
+	}
+	me.Version++
+	if o.State != otherState {
+		o.State = otherState
+		o.Version++
+	}
+	m.rebuildLocked()
+	return true
 }
 
 // Snapshot returns copies of every known member, sorted by id.
