@@ -377,6 +377,10 @@ func Run(ctx context.Context, cfg Config) error {
 		replPos  func() (int64, bool)
 		loading  atomic.Bool // a full sync is being applied
 	)
+	// Replicated and imported keys serve the clients blocked on them. The
+	// engine is built below, before the bus and the follower start.
+	var eng *command.Engine
+	keyStored := func(ns string, key []byte) { eng.KeyStored(ns, key) }
 	if clusterState != nil {
 		addr := cfg.BusAddr
 		if addr == "" {
@@ -395,7 +399,7 @@ func Run(ctx context.Context, cfg Config) error {
 			busLis = tls.NewListener(busLis, files.ServerConfig(cacheNodes))
 		}
 		busSrv = &bus.Server{Secret: cfg.ClusterSecret, Logger: log}
-		busSrv.Handle(migrate.ImportCommand, migrate.ImportHandler(clusterState, reg))
+		busSrv.Handle(migrate.ImportCommand, migrate.ImportHandler(clusterState, reg, keyStored))
 		sender = &migrate.BusSender{Bus: peer}
 		mover, err = migrate.New(migrate.Config{State: clusterState, Registry: reg, Send: sender.Send,
 			KeysPerSecond: cfg.MigrateKeysPerSecond, Logger: log, Registerer: cfg.Registry})
@@ -412,7 +416,7 @@ func Run(ctx context.Context, cfg Config) error {
 		primary.Register(busSrv)
 		// Acks every 100 ms: what a primary handing over waits for.
 		follower = repl.NewFollower(repl.FollowerConfig{Registry: reg, Bus: peer, Logger: log, Metrics: rm, AckInterval: 100 * time.Millisecond,
-			Announce: net.JoinHostPort(clusterState.Load().Myself().Host, strconv.Itoa(port))})
+			Stored: keyStored, Announce: net.JoinHostPort(clusterState.Load().Myself().Host, strconv.Itoa(port))})
 		replInfo = func() string { return repl.Info(feed, primary, follower) }
 		replPos = func() (int64, bool) {
 			if st := follower.Status(); st.Primary != "" {
@@ -441,7 +445,7 @@ func Run(ctx context.Context, cfg Config) error {
 		fence = monitor.WriteFence
 	}
 	var handingOver atomic.Bool // holds commands during a handover
-	eng, err := command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
+	eng, err = command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
 		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
 		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence, Loading: &loading, Samples: ring, Hold: &handingOver,
 		ScriptTimeLimit: cfg.ScriptTimeLimit})

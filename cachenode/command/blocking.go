@@ -261,7 +261,34 @@ func errorReply(msg string) []byte {
 // serveReady serves the clients blocked on the keys the session's last
 // command made ready, in arrival order per key. Its locks are released.
 func (e *Engine) serveReady(s *Session, nowMs int64) {
-	queue := s.ready
+	s.ready = e.serveQueue(s.ready, nowMs)
+}
+
+// KeyStored serves the clients blocked on key of namespace ns after a
+// write that did not run through Exec: a record of the replication
+// stream, a key a slot import brought. Redis serves blocked clients after
+// every command, its master's and a migration's RESTORE included
+// (handleClientsBlockedOnKeys); without this a client blocked on a key
+// such a write filled would wait out its timeout with the data there. It
+// serves in the caller's goroutine, which must hold no shard lock; with no
+// blocked client it is one atomic load.
+func (e *Engine) KeyStored(ns string, key []byte) {
+	if e.blk.n.Load() == 0 {
+		return
+	}
+	n, err := e.cfg.Registry.Get(ns)
+	if err != nil {
+		return
+	}
+	if ready := e.blk.readyKeys(n, [][]byte{key}, nil); len(ready) > 0 {
+		e.serveQueue(ready, e.cfg.Now().UnixMilli())
+	}
+}
+
+// serveQueue serves the waiters of the keys in queue (and of the keys
+// their serves push to), in arrival order per key, and returns queue
+// emptied for reuse.
+func (e *Engine) serveQueue(queue []readyKey, nowMs int64) []readyKey {
 	for i := 0; i < len(queue); i++ {
 		dup := false
 		for _, p := range queue[:i] {
@@ -275,7 +302,7 @@ func (e *Engine) serveReady(s *Session, nowMs int64) {
 		}
 	}
 	clear(queue)
-	s.ready = queue[:0]
+	return queue[:0]
 }
 
 // serveKey serves rk's waiters while it holds data for them, appending the

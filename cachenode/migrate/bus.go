@@ -62,12 +62,13 @@ func (s *BusSender) Close() {
 }
 
 // ImportHandler is the target's IMPORT handler: it applies the batch
-// (Import) and replies +OK, or an error naming why nothing was applied.
-func ImportHandler(st *cluster.State, reg *namespace.Registry) bus.Handler {
+// (Import, which calls stored per key) and replies +OK, or an error
+// naming why nothing was applied.
+func ImportHandler(st *cluster.State, reg *namespace.Registry, stored func(ns string, key []byte)) bus.Handler {
 	return func(c *bus.Conn, args [][]byte) {
 		if len(args) != 2 {
 			c.W.Error("ERR wrong number of arguments for 'import' command")
-		} else if n, err := Import(st, reg, args[1], reg.Now()); err != nil {
+		} else if n, err := Import(st, reg, args[1], reg.Now(), stored); err != nil {
 			c.W.Error("ERR import failed after " + strconv.Itoa(n) + " records: " + err.Error())
 		} else {
 			c.W.OK()

@@ -22,7 +22,7 @@ func TestMoveOverBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &bus.Server{Secret: "s3cret"}
-	srv.Handle(ImportCommand, ImportHandler(b.state, b.reg))
+	srv.Handle(ImportCommand, ImportHandler(b.state, b.reg, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go srv.Serve(ctx, lis)

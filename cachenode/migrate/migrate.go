@@ -310,8 +310,11 @@ var ErrNotImporting = errors.New("migrate: slot not importing here")
 // Import applies a batch of records sent by a Mover, after checking that
 // every record's slot is importing into this node in the current map (a
 // stale or misdirected sender changes nothing). A batch is applied whole
-// or, on a check failure, not at all.
-func Import(st *cluster.State, reg *namespace.Registry, batch []byte, nowMs int64) (int, error) {
+// or, on a check failure, not at all. stored, when set, is called with
+// each key applied, once its locks are released: the node serves the
+// clients blocked on it (one that came with ASKING), as Redis's RESTORE
+// does on the target of a MIGRATE.
+func Import(st *cluster.State, reg *namespace.Registry, batch []byte, nowMs int64, stored func(ns string, key []byte)) (int, error) {
 	m := st.Load()
 	var recs []dump.Record
 	for len(batch) > 0 {
@@ -336,6 +339,9 @@ func Import(st *cluster.State, reg *namespace.Registry, batch []byte, nowMs int6
 	for i := range recs {
 		if err := dump.Apply(reg, &recs[i], nowMs); err != nil {
 			return i, err
+		}
+		if stored != nil && recs[i].Op == dump.OpSet {
+			stored(recs[i].NS, recs[i].Key)
 		}
 	}
 	return len(recs), nil

@@ -160,7 +160,7 @@ func TestMigrationUnderLoad(t *testing.T) {
 			}
 			sentMu.Unlock()
 		}
-		_, err := Import(b.state, b.reg, batch, time.Now().UnixMilli())
+		_, err := Import(b.state, b.reg, batch, time.Now().UnixMilli(), nil)
 		return err
 	}
 	mv, err := New(Config{State: a.state, Registry: a.reg, Send: send, BatchKeys: 16, KeysPerSecond: 20000, Poll: 5 * time.Millisecond})
@@ -289,22 +289,22 @@ func TestImportRefusesSlotsNotImporting(t *testing.T) {
 	}
 	tx.End()
 	bdef, _ := b.reg.Get("default")
-	if n, err := Import(b.state, b.reg, batch, time.Now().UnixMilli()); !errors.Is(err, ErrNotImporting) || n != 0 || bdef.DB.Len() != 0 {
+	if n, err := Import(b.state, b.reg, batch, time.Now().UnixMilli(), nil); !errors.Is(err, ErrNotImporting) || n != 0 || bdef.DB.Len() != 0 {
 		t.Fatalf("import without a migration: %d, %v, %d keys", n, err, bdef.DB.Len())
 	}
 	b.install(t, 2, cluster.Importing)
-	if _, err := Import(b.state, b.reg, batch[:len(batch)-3], time.Now().UnixMilli()); err == nil || bdef.DB.Len() != 0 {
+	if _, err := Import(b.state, b.reg, batch[:len(batch)-3], time.Now().UnixMilli(), nil); err == nil || bdef.DB.Len() != 0 {
 		t.Fatalf("truncated batch: %v, %d keys", err, bdef.DB.Len())
 	}
 	wrongNS := dump.AppendRecord(append([]byte(nil), batch...), dump.OpDel, "nosuch", keys[0], nil)
-	if _, err := Import(b.state, b.reg, wrongNS, time.Now().UnixMilli()); err == nil || bdef.DB.Len() != 0 {
+	if _, err := Import(b.state, b.reg, wrongNS, time.Now().UnixMilli(), nil); err == nil || bdef.DB.Len() != 0 {
 		t.Fatalf("unknown namespace: %v, %d keys", err, bdef.DB.Len())
 	}
-	if n, err := Import(b.state, b.reg, batch, time.Now().UnixMilli()); err != nil || n != 2 || bdef.DB.Len() != 2 {
+	if n, err := Import(b.state, b.reg, batch, time.Now().UnixMilli(), nil); err != nil || n != 2 || bdef.DB.Len() != 2 {
 		t.Fatalf("import while importing: %d, %v, %d keys", n, err, bdef.DB.Len())
 	}
 	// On the source, a node that is not the target refuses too.
-	if _, err := Import(a.state, a.reg, batch, time.Now().UnixMilli()); !errors.Is(err, ErrNotImporting) {
+	if _, err := Import(a.state, a.reg, batch, time.Now().UnixMilli(), nil); !errors.Is(err, ErrNotImporting) {
 		t.Fatalf("source accepted an import: %v", err)
 	}
 }

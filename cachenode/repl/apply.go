@@ -22,11 +22,12 @@ type applier struct {
 	off     int64  // stream offset of pending[0]: everything before is applied
 	pending []byte // data bytes not yet making a whole record
 
-	snapshot bool                // between FULLRESYNC and 'E'
-	skip     map[string]*nsSkip  // per namespace, from the shard headers; nil once caught up
-	catchUp  int64               // the largest O_s: past it skip no longer matters
-	primary  int64               // the primary's offset from its last ping
-	warned   map[string]struct{} // namespaces this replica lacks, logged once
+	snapshot bool                        // between FULLRESYNC and 'E'
+	skip     map[string]*nsSkip          // per namespace, from the shard headers; nil once caught up
+	catchUp  int64                       // the largest O_s: past it skip no longer matters
+	primary  int64                       // the primary's offset from its last ping
+	warned   map[string]struct{}         // namespaces this replica lacks, logged once
+	stored   func(ns string, key []byte) // FollowerConfig.Stored, or nil
 }
 
 // nsSkip is one namespace's shard layout on the primary and the feed
@@ -195,4 +196,7 @@ func (a *applier) apply(r *dump.Record) {
 		return
 	}
 	a.m.applied.Inc()
+	if a.stored != nil && r.Op == dump.OpSet {
+		a.stored(r.NS, r.Key)
+	}
 }

@@ -45,6 +45,12 @@ type FollowerConfig struct {
 	// OnApplied, when set, is called with the applied offset after every
 	// frame (tests wait on it); it must be fast.
 	OnApplied func(offset int64)
+	// Stored, when set, is called after each applied record that stored a
+	// key (not deletions or flushes), in the follower's goroutine with no
+	// lock held: the node serves the clients blocked on the key, as Redis
+	// does after each command its master sends. It must be fast when
+	// nothing waits.
+	Stored func(ns string, key []byte)
 }
 
 // Follower keeps a replica's registry a copy of a primary's: it applies the
@@ -214,6 +220,7 @@ func (f *Follower) session(ctx context.Context, addr string, log *slog.Logger) (
 	switch {
 	case r.Kind == bus.KindSimple && len(word) == 2 && word[0] == "CONTINUE" && word[1] == replid:
 		a = newApplier(f.cfg.Registry, f.m, log, off, false)
+		a.stored = f.cfg.Stored
 		f.m.partial.WithLabelValues("replica").Inc()
 		f.mu.Lock()
 		f.st.PartialSyncs++
@@ -241,6 +248,7 @@ func (f *Follower) session(ctx context.Context, addr string, log *slog.Logger) (
 			ns.DB.Flush()
 		}
 		a = newApplier(f.cfg.Registry, f.m, log, x, true)
+		a.stored = f.cfg.Stored
 		off = x
 	default:
 		return false, fmt.Errorf("%w: SYNC replied %q", ErrStream, r.String())
