@@ -6,6 +6,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/runtime/protoiface"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -16,7 +17,7 @@ import (
 // RouteConfiguration (megabytes) was encoded hundreds of times. The compile
 // already encodes every resource once (checkAndHash, for its delta
 // version); a snapshot keeps those bytes, and Encoded hands go-control-plane
-// resources whose encoding is a copy of them.
+// resources whose encoding is those very bytes (wireMessage), not a copy.
 //
 // An encoded resource is an emptypb.Empty whose unknown fields are the
 // resource's deterministic encoding: proto.Marshal, deterministic or not,
@@ -39,10 +40,10 @@ type encoded struct {
 	name string
 	src  Resource
 	once sync.Once
-	// wire carries the encoding as unknown fields; nil when encoding src
-	// failed, in which case ProtoReflect is src's (go-control-plane then
-	// marshals src itself, as it did before).
-	wire *emptypb.Empty
+	// wire carries the encoding; nil when encoding src failed, in which
+	// case ProtoReflect is src's (go-control-plane then marshals src
+	// itself, as it did before).
+	wire *wireMessage
 }
 
 var _ types.ResourceWithName = (*encoded)(nil)
@@ -57,11 +58,40 @@ func newEncoded(name string, src Resource, b []byte) *encoded {
 	return e
 }
 
-func wireOf(b []byte) *emptypb.Empty {
+func wireOf(b []byte) *wireMessage {
 	w := &emptypb.Empty{}
 	// SetUnknown keeps b (no copy); nothing writes to it afterwards.
 	w.ProtoReflect().SetUnknown(protoreflect.RawFields(b))
-	return w
+	return &wireMessage{Message: w.ProtoReflect(), b: b[:len(b):len(b)]}
+}
+
+// wireMessage is the reflection of an encoded resource: an Empty whose
+// unknown fields are the encoding, for every generic path (size, range,
+// equality), plus a fast marshal that hands out the encoding itself
+// instead of a copy. go-control-plane marshals a resource once per
+// response, and a response is built per stream: with hundreds of gateways
+// a version's route configuration (megabytes) was copied, and its copies
+// collected, hundreds of times. The slice handed out has no spare
+// capacity, so appending to it copies; nothing writes into it (an Any's
+// Value is only read).
+type wireMessage struct {
+	protoreflect.Message
+	b []byte
+}
+
+func (m *wireMessage) ProtoMethods() *protoiface.Methods { return &wireMethods }
+
+// wireMethods leaves Size unset on purpose: with a Size, proto.Marshal
+// allocates the output buffer before calling Marshal.
+var wireMethods = protoiface.Methods{
+	Flags: protoiface.SupportMarshalDeterministic,
+	Marshal: func(in protoiface.MarshalInput) (protoiface.MarshalOutput, error) {
+		b := in.Message.(*wireMessage).b
+		if len(in.Buf) == 0 {
+			return protoiface.MarshalOutput{Buf: b}, nil
+		}
+		return protoiface.MarshalOutput{Buf: append(in.Buf, b...)}, nil
+	},
 }
 
 func (e *encoded) GetName() string { return e.name }
@@ -76,7 +106,7 @@ func (e *encoded) ProtoReflect() protoreflect.Message {
 	if e.wire == nil {
 		return e.src.ProtoReflect()
 	}
-	return e.wire.ProtoReflect()
+	return e.wire
 }
 
 // encodedSnapshot is a snapshot view as go-control-plane's cache is given

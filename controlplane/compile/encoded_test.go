@@ -7,7 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // checkEncoded checks that snap.Encoded() serves what snap does: the same
@@ -136,4 +138,44 @@ func TestEncodedConcurrentFirstUse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// Marshalling an encoded resource hands out its encoding without copying
+// it, and nothing a caller does with the result reaches the shared bytes.
+func TestEncodedMarshalSharesTheEncoding(t *testing.T) {
+	snap, err := NewCompiler(Options{}).Compile(scaleRoutes(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := snap.Encoded().GetResources(RouteType)[RouteConfigName]
+	b1, err := cache.MarshalResource(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := cache.MarshalResource(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b1) == 0 || &b1[0] != &b2[0] {
+		t.Fatal("each marshal copied the encoding")
+	}
+	want := slices.Clone(b1)
+	grown := append(b1, 0xff) // no spare capacity: a copy
+	grown[0] ^= 0xff
+	if !bytes.Equal(b2, want) {
+		t.Fatal("appending to a marshalled encoding changed the shared bytes")
+	}
+	if n := proto.Size(e); n != len(want) {
+		t.Fatalf("proto.Size %d, encoding %d bytes", n, len(want))
+	}
+	out, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend([]byte("prefix"), e)
+	if err != nil || !bytes.Equal(out, append([]byte("prefix"), want...)) {
+		t.Fatalf("MarshalAppend: %v", err)
+	}
+	// What a stream sends: the Any go-control-plane builds, marshalled by
+	// gRPC, decodes to the compiled route configuration.
+	var rc routev3.RouteConfiguration
+	if err := proto.Unmarshal(b1, &rc); err != nil || !proto.Equal(&rc, snap.GetResources(RouteType)[RouteConfigName]) {
+		t.Fatalf("decoded %v", err)
+	}
 }
