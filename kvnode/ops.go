@@ -247,6 +247,8 @@ func (n *Node) Cleanup(context.Context) (any, error) {
 
 // ReplaceResult is the answer of POST /admin/v1/replace.
 type ReplaceResult struct {
+	// Node is this node (the replacement), Replaced the dead node.
+	Node         string   `json:"node"`
 	Replaced     string   `json:"replaced"`
 	Tokens       []uint64 `json:"tokens"`
 	KeysStreamed int      `json:"keysStreamed"`
@@ -313,7 +315,7 @@ func (n *Node) startReplace(self *kvv1.Member, dead string) error {
 		return bad("it is in rack %q and this node in %q: a replacement keeps the replica placement, so it must be in the same rack", m.Rack, self.Rack)
 	}
 	cur, fut := n.mem.Rings()
-	if !sameRanges(cur.Ranges(), fut.Ranges()) || len(cur.Ranges()) != len(fut.Ranges()) {
+	if len(cur.Ranges()) != len(fut.Ranges()) || !sameRanges(cur.Ranges(), fut.Ranges()) {
 		return bad("a join or leave is in progress; one ring change at a time")
 	}
 	if err := n.st.PutMeta(metaReplacing, []byte(dead)); err != nil {
@@ -353,7 +355,7 @@ func (n *Node) persistTakeover(state kvv1.MemberState, tokens []uint64, dead str
 func (n *Node) finishReplace(ctx context.Context, dead string) (ReplaceResult, error) {
 	n.moveMu.Lock()
 	defer n.moveMu.Unlock()
-	res := ReplaceResult{Replaced: dead, Tokens: n.mem.Self().Tokens}
+	res := ReplaceResult{Node: n.cfg.NodeID, Replaced: dead, Tokens: n.mem.Self().Tokens}
 	if err := n.announce(ctx); err != nil {
 		return res, err
 	}

@@ -224,6 +224,26 @@ func (h *Hints) replayTarget(ctx context.Context, s Sender, target string, alive
 	return nil
 }
 
+// Drop deletes every hint held for target (a member that left the ring)
+// and returns how many it deleted.
+func (h *Hints) Drop(target string) (int, error) {
+	var keys [][]byte
+	if err := h.st.Hints(target, func(hn storage.Hint) bool {
+		keys = append(keys, hn.StorageKey)
+		return true
+	}); err != nil {
+		return 0, err
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	if err := h.st.DeleteHints(keys); err != nil {
+		return 0, err
+	}
+	h.done(target, len(keys))
+	return len(keys), nil
+}
+
 func (h *Hints) done(target string, n int) {
 	h.mu.Lock()
 	h.pending[target] -= n

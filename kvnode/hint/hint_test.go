@@ -96,3 +96,33 @@ func TestReplayIsThrottledDurableAndExpires(t *testing.T) {
 		t.Fatalf("after expiry: sent %d, pending %d, expired %d", s.got["b"], h.PendingTotal(), h.Expired.Load())
 	}
 }
+
+// Drop deletes one target's hints (a member that left) and no other's.
+func TestDropForgetsOneTarget(t *testing.T) {
+	st := open(t)
+	h, err := New(st, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		for _, target := range []string{"gone", "kept"} {
+			if err := h.Add(target, entry(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n, err := h.Drop("gone"); err != nil || n != 5 {
+		t.Fatalf("Drop = %d, %v; want 5", n, err)
+	}
+	if p := h.Pending(); p["gone"] != 0 || p["kept"] != 5 {
+		t.Fatalf("pending after drop: %v", p)
+	}
+	// Durable: a reopened hint set sees the same.
+	h2, err := New(st, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := h2.Pending(); p["gone"] != 0 || p["kept"] != 5 {
+		t.Fatalf("pending after reopen: %v", p)
+	}
+}

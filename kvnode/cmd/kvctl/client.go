@@ -48,6 +48,27 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Msg)
 }
 
+// send makes a request whose answer body is not needed.
+func (c *client) send(ctx context.Context, method, addr, path string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.url(addr, path), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if resp.StatusCode/100 != 2 {
+		return &apiError{Status: resp.StatusCode, Msg: string(bytes.TrimSpace(b))}
+	}
+	return nil
+}
+
 // post sends body to addr+path and returns the response when it is 2xx;
 // the caller closes its body.
 func (c *client) post(ctx context.Context, addr, path, contentType string, body io.Reader) (*http.Response, error) {

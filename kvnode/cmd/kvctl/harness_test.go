@@ -154,10 +154,14 @@ func (c *cluster) start(cfg kvnode.Config) *kvnode.Node {
 	return n
 }
 
-// add starts a new node seeded with the cluster's nodes.
-func (c *cluster) add(id, joinMode string) *kvnode.Node {
+// add starts a new node seeded with the cluster's nodes; tweak (when not
+// nil) changes its config first.
+func (c *cluster) add(id, joinMode string, tweak func(*kvnode.Config)) *kvnode.Node {
 	c.t.Helper()
 	cfg := c.config(id)
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	for _, o := range c.ids() {
 		if n := c.node(o); n != nil {
 			cfg.Seeds = append(cfg.Seeds, n.GRPCAddr())

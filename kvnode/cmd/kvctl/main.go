@@ -23,7 +23,10 @@
 // node cleanup deletes, on each node of --addrs, the data of ranges it no
 // longer replicates (after a join or a replacement); node replace makes
 // the node at --addrs (new, started with --join-mode manual and the
-// cluster as seeds) take over the dead node's tokens and stream its ranges.
+// cluster as seeds) take over the dead node's tokens and stream its ranges;
+// with --raft-addr it then also takes the dead node's place in the
+// consensus tier (member remove, then add as a voter, through the node at
+// --cp-via).
 //
 // Credentials: --admin-token-file (PORTICO_ADMIN_TOKEN_FILE; make run
 // writes .run/admin-token) sends a bearer token; the workload TLS flags
@@ -33,10 +36,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -57,7 +63,7 @@ func main() {
 const usage = `usage: kvctl [flags] backup save --out DIR
        kvctl [flags] backup restore --from DIR [--tombstone-grace D]
        kvctl [flags] node cleanup
-       kvctl [flags] node replace --dead ID
+       kvctl [flags] node replace --dead ID [--raft-addr HOST:PORT --cp-via HOST:PORT]
 flags:
 `
 
@@ -153,21 +159,72 @@ func nodeReplace(ctx context.Context, c *client, args []string, stdout, stderr i
 	fs := flag.NewFlagSet("node replace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dead := fs.String("dead", "", "id of the dead node whose tokens the node at --addrs takes")
+	raftAddr := fs.String("raft-addr", "", "the new node's Raft address: also replace the dead node in the consensus tier (remove it, add the new node as a voter), as etcd's member replace; needs --cp-via")
+	via := fs.String("cp-via", "", "HTTP address of a live node of the consensus tier, through which the member change runs (the new node is not in the group yet)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if *dead == "" || fs.NArg() > 0 || len(c.addrs) != 1 {
-		return fmt.Errorf("%w: node replace --dead ID, with --addrs naming only the new node", errUsage)
+	if *dead == "" || fs.NArg() > 0 || len(c.addrs) != 1 || (*raftAddr == "") != (*via == "") {
+		return fmt.Errorf("%w: node replace --dead ID [--raft-addr HOST:PORT --cp-via HOST:PORT], with --addrs naming only the new node", errUsage)
 	}
 	var res struct {
-		KeysStreamed   int `json:"keysStreamed"`
-		RangesVerified int `json:"rangesVerified"`
-		KeysRepaired   int `json:"keysRepaired"`
+		Node           string `json:"node"`
+		KeysStreamed   int    `json:"keysStreamed"`
+		RangesVerified int    `json:"rangesVerified"`
+		KeysRepaired   int    `json:"keysRepaired"`
 	}
 	if err := c.postJSON(ctx, c.addrs[0], "/admin/v1/replace", map[string]string{"node": *dead}, &res); err != nil {
 		return fmt.Errorf("replace %s: %w", *dead, err)
 	}
-	fmt.Fprintf(stdout, "%s replaced %s: %d keys streamed, %d range replicas verified by Merkle tree (%d keys repaired)\n",
-		c.addrs[0], *dead, res.KeysStreamed, res.RangesVerified, res.KeysRepaired)
+	fmt.Fprintf(stdout, "%s replaced %s in the ring: %d keys streamed, %d range replicas verified by Merkle tree (%d keys repaired)\n",
+		res.Node, *dead, res.KeysStreamed, res.RangesVerified, res.KeysRepaired)
+	if *raftAddr == "" {
+		return nil
+	}
+	return replaceVoter(ctx, c, *via, *dead, res.Node, *raftAddr, stdout)
+}
+
+// replaceVoter removes dead from the consensus tier and adds node as a
+// voter, in that order: with one voter of three dead, removing it first
+// keeps every step's quorum among live voters (adding first would need
+// the new voter caught up to reach a quorum of four). Each step is
+// skipped when already done, so a rerun finishes an interrupted replace.
+func replaceVoter(ctx context.Context, c *client, via, dead, node, raftAddr string, stdout io.Writer) error {
+	var ms struct {
+		Items []struct {
+			ID       string `json:"id"`
+			RaftAddr string `json:"raftAddr"`
+		} `json:"items"`
+	}
+	if err := retry(ctx, 10, func() error { return c.get(ctx, via, "/admin/v1/cp/members", &ms) }); err != nil {
+		return fmt.Errorf("consensus tier members: %w", err)
+	}
+	has := func(id string) bool {
+		for _, m := range ms.Items {
+			if m.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	if has(dead) {
+		err := retry(ctx, 10, func() error {
+			return c.send(ctx, http.MethodDelete, via, "/admin/v1/cp/members/"+url.PathEscape(dead), nil)
+		})
+		if err != nil {
+			return fmt.Errorf("removing %s from the consensus tier: %w", dead, err)
+		}
+		fmt.Fprintf(stdout, "consensus tier: %s removed\n", dead)
+	}
+	if !has(node) {
+		body, _ := json.Marshal(map[string]string{"id": node, "raftAddr": raftAddr})
+		err := retry(ctx, 10, func() error {
+			return c.send(ctx, http.MethodPost, via, "/admin/v1/cp/members", body)
+		})
+		if err != nil {
+			return fmt.Errorf("adding %s to the consensus tier: %w", node, err)
+		}
+		fmt.Fprintf(stdout, "consensus tier: %s added as a voter (%s)\n", node, raftAddr)
+	}
 	return nil
 }

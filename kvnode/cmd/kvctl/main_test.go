@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/portico-io/portico/internal/xdstest"
 	"github.com/portico-io/portico/kvnode"
+	"github.com/portico-io/portico/kvnode/cp"
 	"github.com/portico-io/portico/kvnode/ring"
 	"github.com/portico-io/portico/kvnode/storage"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
@@ -73,7 +75,7 @@ func TestDayTwo(t *testing.T) {
 	t.Logf("restored into a fresh cluster after %s", time.Since(t0))
 
 	// --- cleanup after a join ---
-	b.add("b3", kvnode.JoinAuto)
+	b.add("b3", kvnode.JoinAuto, nil)
 	b.waitNormal("b3")
 	old := []string{"b0", "b1", "b2"}
 	counts := map[string]int{}
@@ -113,7 +115,13 @@ func TestDayTwo(t *testing.T) {
 	b.kill("b1")
 	b.waitAlive("b1", false)
 	log.waitAcks(t, 20)
-	r := b.add("r1", kvnode.JoinManual)
+	// r1 also takes b1's place in the Raft group: it runs the tier,
+	// without bootstrap, and kvctl makes it a voter.
+	r1Raft := freeAddrs(t, 1)[0]
+	r := b.add("r1", kvnode.JoinManual, func(cfg *kvnode.Config) {
+		cfg.CPKeyspaces = []string{"locks"}
+		cfg.CP = cp.Config{BindAddr: r1Raft}
+	})
 	xdstest.Eventually(t, 30*time.Second, "r1 to see the ring and b1 down", func() bool {
 		cur, _ := r.Membership().Rings()
 		_, known := r.Membership().Member("b1")
@@ -123,8 +131,8 @@ func TestDayTwo(t *testing.T) {
 	b.kvctl(1, b.addrs("r1"), "node", "replace", "--dead", "b0")
 	b.kvctl(1, b.addrs("r1"), "node", "replace", "--dead", "nope")
 	b.kvctl(2, b.addrs("r1", "b0"), "node", "replace", "--dead", "b1")
-	out = b.kvctl(0, b.addrs("r1"), "node", "replace", "--dead", "b1")
-	if !strings.Contains(out, "r1") && !strings.Contains(out, "replaced b1") {
+	out = b.kvctl(0, b.addrs("r1"), "node", "replace", "--dead", "b1", "--raft-addr", r1Raft, "--cp-via", b.node("b2").HTTPAddr())
+	if !strings.Contains(out, "r1 replaced b1") || !strings.Contains(out, "b1 removed") || !strings.Contains(out, "r1 added as a voter") {
 		t.Fatalf("replace: %s", out)
 	}
 	b.waitNormal("r1")
@@ -137,6 +145,34 @@ func TestDayTwo(t *testing.T) {
 	}
 	b.verify(log, []string{"b0", "b2", "b3", "r1"})
 	b.verify(before, []string{"r1"})
+	// Hints held for b1 while it was down are dropped once it has left.
+	xdstest.Eventually(t, 10*time.Second, "no hints left for b1", func() bool {
+		for _, id := range b.ids() {
+			if b.node(id).Hints().Pending()["b1"] > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	// The consensus tier: r1 votes instead of b1, and follows the log.
+	var ms struct {
+		Items []cp.Member `json:"items"`
+	}
+	if err := json.Unmarshal(b.must("GET", "r1", "/admin/v1/cp/members", nil, http.StatusOK).body, &ms); err != nil {
+		t.Fatal(err)
+	}
+	var voters []string
+	for _, m := range ms.Items {
+		voters = append(voters, m.ID+"/"+m.Suffrage)
+	}
+	if slices.Sort(voters); strings.Join(voters, ",") != "b0/Voter,b2/Voter,r1/Voter" {
+		t.Fatalf("raft members after the replacement: %v", voters)
+	}
+	b.must("PUT", "r1", "/v1/cp/locks/replaced", []byte("yes"), http.StatusOK)
+	xdstest.Eventually(t, 10*time.Second, "r1 to apply the write", func() bool {
+		r, err := b.do(nil, "GET", "r1", "/v1/cp/locks/replaced?stale=true", nil)
+		return err == nil && r.status == http.StatusOK && string(r.body) == "yes"
+	})
 	t.Logf("every acknowledged write read back after %s", time.Since(t0))
 	// The replacement holds every acknowledged write it replicates itself
 	// (streamed, or written to it as the pending owner), not through read
