@@ -86,6 +86,15 @@ var conformanceScript = [][]any{
 	{"CLUSTER", "INFO"}, {"CLUSTER", "KEYSLOT", "a"}, {"CLUSTER"}, {"CLUSTER", "BOGUS"}, {"CLUSTER", "KEYSLOT"},
 	{"READONLY"}, {"READWRITE"}, {"ASKING"}, {"CONFIG", "GET", "cluster-enabled"},
 	{"FLUSHDB", "BOGUS"}, {"FLUSHDB"}, {"DBSIZE"},
+	// CLIENT KILL, UNBLOCK and LIST where no other client is involved
+	{"CLIENT", "KILL", "1.2.3.4:5"}, {"CLIENT", "KILL", "ID", "999999"}, {"CLIENT", "KILL", "ID", "0"}, {"CLIENT", "KILL", "ID", "x"},
+	{"CLIENT", "KILL", "TYPE", "bogus"}, {"CLIENT", "KILL", "TYPE", "master"}, {"CLIENT", "KILL", "TYPE", "pubsub", "SKIPME", "no"},
+	{"CLIENT", "KILL", "ADDR", "1.2.3.4:5"}, {"CLIENT", "KILL", "LADDR", "1.2.3.4:5", "ID", "3"}, {"CLIENT", "KILL", "SKIPME", "maybe"},
+	{"CLIENT", "KILL", "USER", "nosuchuser"}, {"CLIENT", "KILL", "BOGUS", "x"}, {"CLIENT", "KILL", "ID", "1", "TYPE"}, {"CLIENT", "KILL"},
+	{"CLIENT", "UNBLOCK", "999999"}, {"CLIENT", "UNBLOCK", "x"}, {"CLIENT", "UNBLOCK", "1", "BOGUS"}, {"CLIENT", "UNBLOCK", "1", "ERROR"},
+	{"CLIENT", "UNBLOCK"}, {"CLIENT", "UNBLOCK", "1", "2", "3"}, {"CLIENT", "LIST", "TYPE", "bogus"}, {"CLIENT", "LIST", "TYPE", "master"},
+	{"CLIENT", "LIST", "TYPE", "replica"}, {"CLIENT", "LIST", "ID", "abc"}, {"CLIENT", "LIST", "ID", "999999"}, {"CLIENT", "LIST", "BOGUS"},
+	{"CLIENT", "LIST", "TYPE"},
 }
 
 // unordered commands: replies compared as sorted lists.

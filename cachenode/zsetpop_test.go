@@ -64,18 +64,28 @@ type blockingStep struct {
 func runBlockingScenario(t *testing.T, addr string, conns, proto int, steps []blockingStep) []string {
 	t.Helper()
 	cs := make([]*rawConn, conns)
+	ids := map[string]string{} // "{id:N}" in a step's arguments: connection N's CLIENT ID
 	for i := range cs {
 		cs[i] = dialRaw(t, addr)
 		if proto == 3 {
 			cs[i].do(t, "HELLO", "3")
 		}
+		id := strings.TrimSuffix(strings.TrimPrefix(cs[i].do(t, "CLIENT", "ID"), ":"), "\r\n")
+		ids[fmt.Sprintf("{id:%d}", i)] = id
 	}
 	admin := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer admin.Close()
 	var out []string
 	for i, s := range steps {
 		if s.args != nil {
-			cs[s.conn].send(t, s.args...)
+			args := make([]string, len(s.args))
+			for j, a := range s.args {
+				if id, ok := ids[a]; ok {
+					a = id
+				}
+				args[j] = a
+			}
+			cs[s.conn].send(t, args...)
 		}
 		if s.read {
 			out = append(out, fmt.Sprintf("%d %v -> %q", i, s.args, cs[s.conn].read(t, 10*time.Second)))
@@ -93,7 +103,7 @@ func runBlockingScenario(t *testing.T, addr string, conns, proto int, steps []bl
 // served in arrival order by ZADD (one member each, the rest kept), by a
 // ZADD inside EXEC, by ZUNIONSTORE and RENAME into the awaited key;
 // BZMPOP's COUNT; a list waiter and a sorted-set waiter on one key (each
-// is served only by its own type); RESP2 and RESP3.
+// is served only by its own type); CLIENT UNBLOCK; RESP2 and RESP3.
 func TestBlockingZsetConformWithRedisServer(t *testing.T) {
 	rs := needTool(t, "redis-server")
 	n := startNode(t)
@@ -147,6 +157,12 @@ func TestBlockingZsetConformWithRedisServer(t *testing.T) {
 		do(0, "SET", "wrong", "v"), do(1, "BZPOPMIN", "wrong", "0"),
 		do(1, "BZPOPMIN", "nosuch", "wrong", "0"), do(0, "DEL", "wrong"),
 		block(1, 1, "BZPOPMIN", "nosuch", "wrong", "0"), do(0, "ZADD", "wrong", "2", "w"), read(1),
+		// CLIENT UNBLOCK: the timeout's reply, then -UNBLOCKED; 0 for a
+		// client that is not blocked; the connection goes on.
+		block(1, 1, "BZPOPMIN", "u", "0"), do(0, "CLIENT", "UNBLOCK", "{id:1}"), read(1),
+		block(2, 1, "BLMPOP", "0", "1", "u", "LEFT"), do(0, "CLIENT", "UNBLOCK", "{id:2}", "ERROR"), read(2),
+		do(0, "CLIENT", "UNBLOCK", "{id:1}"), do(0, "CLIENT", "UNBLOCK", "{id:1}", "error"), do(1, "ZADD", "u", "1", "a"),
+		do(0, "CLIENT", "UNBLOCK", "{id:1}", "BOGUS"), do(0, "CLIENT", "UNBLOCK", "x"), do(0, "CLIENT", "UNBLOCK", "{id:1}", "TIMEOUT", "x"),
 	}
 	for _, proto := range []int{2, 3} {
 		ours := runBlockingScenario(t, n.addrs.RESP, 4, proto, steps)

@@ -124,6 +124,7 @@ func (e *Engine) Unblock(s *Session, out *resp.Writer) {
 	reply, closeConn := w.reply, w.closeConn
 	w.mu.Unlock()
 	s.block = nil
+	s.waiting.Store(nil)
 	out.Buf = append(out.Buf, reply...)
 	if closeConn {
 		s.Quit = true
@@ -139,6 +140,7 @@ func (e *Engine) BlockedClients() int64 { return e.blk.n.Load() }
 func (e *Engine) abandon(s *Session) {
 	w := s.block
 	s.block = nil
+	s.waiting.Store(nil)
 	e.blk.claim(w)
 }
 
@@ -367,6 +369,7 @@ func (c *Ctx) block(keys [][]byte, kind keyspace.Kind, timeout time.Duration, ex
 		w.extra = append(w.extra, append([]byte(nil), k...))
 	}
 	c.S.block = w
+	c.S.waiting.Store(w)
 	c.e.blk.add(w, func() {
 		if timeout > 0 {
 			w.timer = time.AfterFunc(timeout, func() {

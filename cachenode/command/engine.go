@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -124,9 +125,10 @@ type Engine struct {
 	nextID    atomic.Int64
 	commands  atomic.Int64
 	conns     atomic.Int64
-	blk       blocking   // blocking.go
-	live      liveConfig // config.go: what CONFIG SET changed
-	scripts   scripting  // script.go
+	blk       blocking       // blocking.go
+	clients   clientRegistry // clients.go
+	live      liveConfig     // config.go: what CONFIG SET changed
+	scripts   scripting      // script.go
 }
 
 // New returns an Engine.
@@ -155,12 +157,15 @@ func New(cfg Config) (*Engine, error) {
 
 // Session is one connection's state. Create it with NewSession.
 type Session struct {
-	ID      int64
+	ID    int64
+	Addr  string // the client's address
+	LAddr string // the node's address of the connection (CLIENT KILL LADDR)
+	// Proto, Name, LibName, LibVer and NS change under info (setInfo),
+	// since other connections read them (CLIENT LIST, clients.go).
 	Proto   int
 	Name    string
 	LibName string
 	LibVer  string
-	Addr    string
 	NS      *namespace.Namespace
 	Authed  bool
 	// Quit is set by QUIT: the server closes the connection after the reply.
@@ -183,6 +188,13 @@ type Session struct {
 	// once the command, or EXEC, is done).
 	block *waiter
 	ready []readyKey
+	// waiting is block for other connections (CLIENT UNBLOCK, LIST's
+	// flags); info guards the fields they read; kill closes the
+	// connection (Attach); created is when it connected (unix ms).
+	waiting atomic.Pointer[waiter]
+	info    sync.Mutex
+	kill    func()
+	created int64
 	// txn is the connection's MULTI queue and WATCHes (multi.go), nil
 	// when it has neither.
 	txn *txnState
@@ -198,7 +210,7 @@ type Session struct {
 func (e *Engine) NewSession(addr string) *Session {
 	e.conns.Add(1)
 	ns, _ := e.cfg.Registry.Get(namespace.Default)
-	return &Session{ID: e.nextID.Add(1), Proto: 2, Addr: addr, NS: ns}
+	return &Session{ID: e.nextID.Add(1), Proto: 2, Addr: addr, NS: ns, created: e.cfg.Now().UnixMilli()}
 }
 
 // Ctx is what a handler sees.
@@ -276,6 +288,7 @@ const errReadOnlyReplica = "READONLY You can't write against a read only replica
 // Close records that a session's connection is gone.
 func (e *Engine) Close(s *Session) {
 	e.conns.Add(-1)
+	e.detach(s)
 	e.discardTxn(s)
 	if s.block != nil {
 		e.abandon(s) // a blocked client that closes leaves the wait queues

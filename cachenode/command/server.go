@@ -62,7 +62,8 @@ func (c *Ctx) authenticate(name string, secret []byte, legacy bool) bool {
 		c.W.Error(errWrongPass)
 		return false
 	}
-	c.S.NS, c.S.Authed, c.NS = ns, true, ns
+	c.S.setInfo(func() { c.S.NS = ns })
+	c.S.Authed, c.NS = true, ns
 	return true
 }
 
@@ -128,10 +129,12 @@ func cmdHello(c *Ctx) {
 		c.W.Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
 		return
 	}
-	if name != nil {
-		c.S.Name = string(name)
-	}
-	c.S.Proto = proto
+	c.S.setInfo(func() {
+		if name != nil {
+			c.S.Name = string(name)
+		}
+		c.S.Proto = proto
+	})
 	c.W.Proto = proto
 	c.W.Map(7)
 	c.W.BulkString("server")
@@ -167,7 +170,7 @@ func cmdClient(c *Ctx) {
 			c.W.Error(errClientName)
 			return
 		}
-		c.S.Name = string(c.Args[2])
+		c.S.setInfo(func() { c.S.Name = string(c.Args[2]) })
 		c.W.OK()
 	case sub == "getname" && len(c.Args) == 2:
 		if c.S.Name == "" {
@@ -184,26 +187,29 @@ func cmdClient(c *Ctx) {
 		}
 		switch lower(c.Args[2]) {
 		case "lib-name":
-			c.S.LibName = string(c.Args[3])
+			c.S.setInfo(func() { c.S.LibName = string(c.Args[3]) })
 		case "lib-ver":
-			c.S.LibVer = string(c.Args[3])
+			c.S.setInfo(func() { c.S.LibVer = string(c.Args[3]) })
 		default:
 			c.W.Error("ERR Unrecognized option '" + truncate(c.Args[2], 64) + "'")
 			return
 		}
 		c.W.OK()
 	case sub == "info" && len(c.Args) == 2:
-		c.W.Verbatim(c.clientLine() + "\n")
-	case sub == "setname" || sub == "getname" || sub == "id" || sub == "setinfo" || sub == "info":
+		c.W.Verbatim(c.e.clientLine(c.S, c.nowMs()) + "\n")
+	case sub == "list":
+		clientList(c)
+	case sub == "kill" && len(c.Args) >= 3:
+		clientKill(c)
+	case sub == "unblock" && (len(c.Args) == 3 || len(c.Args) == 4):
+		clientUnblock(c)
+	case sub == "unblock" && len(c.Args) > 4: // past its arity check, as Redis's handler words it
+		c.W.Error("ERR unknown subcommand or wrong number of arguments for '" + truncate(c.Args[1], 128) + "'. Try CLIENT HELP.")
+	case sub == "setname" || sub == "getname" || sub == "id" || sub == "setinfo" || sub == "info" || sub == "kill" || sub == "unblock":
 		c.W.Error("ERR wrong number of arguments for 'client|" + sub + "' command")
 	default:
 		c.W.Error("ERR unknown subcommand '" + truncate(c.Args[1], 64) + "'. Try CLIENT HELP.")
 	}
-}
-
-func (c *Ctx) clientLine() string {
-	return fmt.Sprintf("id=%d addr=%s name=%s db=0 resp=%d lib-name=%s lib-ver=%s namespace=%s",
-		c.S.ID, c.S.Addr, c.S.Name, c.S.Proto, c.S.LibName, c.S.LibVer, c.S.NS.Name)
 }
 
 func cmdDBSize(c *Ctx) { c.W.Int(c.db().Len()) }

@@ -174,6 +174,11 @@ func (s *Server) serveConn(nc net.Conn) {
 	// also notices the client closing; its completion interrupts the read.
 	c.sess.CanBlock = true
 	c.sess.Wake = func() { _ = nc.SetReadDeadline(aLongTimeAgo) }
+	c.sess.LAddr = nc.LocalAddr().String()
+	// CLIENT KILL from another connection closes the socket: this
+	// goroutine's read or write fails and the connection ends as if the
+	// client had left.
+	eng.Attach(c.sess, func() { _ = nc.Close() })
 	defer func() {
 		_ = nc.Close()
 		eng.Close(c.sess)
