@@ -17,7 +17,7 @@ export PORTICO_HELM_BIN ?= $(CURDIR)/.run/bin/helm
 # etcd 3.7 (kvnode CP tier's peer), built from the tools/etcd module.
 export PORTICO_ETCD_BIN ?= $(CURDIR)/.run/bin/etcd
 
-.PHONY: run test build deps deps-check stop bench lint proto proto-check fmt-check vet peers helm etcd
+.PHONY: run test build deps deps-check stop status bench lint proto proto-check fmt-check vet peers helm etcd
 
 run: deps build
 	@$(BIN)/launch
@@ -41,6 +41,12 @@ deps-check:
 
 stop:
 	@bash e2e/scripts/stop.sh
+
+# What the launcher of a running `make run` supervises: each component's
+# state, pid, restarts, uptime, ports and last exit (from .run/status.json,
+# which the launcher rewrites on every change). Exits 3 when nothing runs.
+status:
+	@if [ -x $(BIN)/launch ]; then $(BIN)/launch status; else echo "portico: not running (no $(BIN)/launch: make run builds it)"; exit 3; fi
 
 # Every benchmark once, then one table of the side-by-side comparisons
 # (tools/benchsummary reads $(BENCH_OUT); BENCHMARKS.md explains it). Each

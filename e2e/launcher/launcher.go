@@ -2,6 +2,14 @@
 // component built so far as its own OS process, waits for each to be ready,
 // seeds a demo configuration through the admin API, prints what to do next,
 // and stops everything on Ctrl-C or SIGTERM (`make stop`).
+//
+// In between it supervises (package supervisor): a component that exits is
+// logged with its exit status and restarted with a backoff while the others
+// keep serving, and every state change is written to .run/status.json,
+// which `launch status` (`make status`) prints. A cache node that was a
+// primary is restarted only once its slots have failed over (or after
+// CacheFailoverWait), so it rejoins as a replica of the promoted node
+// instead of coming back as an empty primary.
 package launcher
 
 import (
@@ -13,12 +21,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -26,6 +34,7 @@ import (
 	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/controlplane/seal"
+	"github.com/portico-io/portico/e2e/launcher/supervisor"
 	"github.com/portico-io/portico/internal/identity"
 )
 
@@ -56,8 +65,14 @@ type Process struct {
 	Ready string
 	// Dir is the working directory; empty is the launcher's.
 	Dir string
-	// Prepare, when set, runs before the process starts.
+	// Prepare, when set, runs before the process starts (the first time
+	// only, not before a restart).
 	Prepare func(ctx context.Context) error
+	// Ports are the TCP ports the process listens on, for the status.
+	Ports []int
+	// BeforeRestart, when set, may hold a restart (see
+	// supervisor.Child.BeforeRestart).
+	BeforeRestart func(ctx context.Context, log *slog.Logger) error
 }
 
 // Processes lists what `make run` starts, in order. Later components are
@@ -74,18 +89,20 @@ func Processes(root string) []Process {
 			// their JWKS over plain http on loopback.
 			"--idp-allow-loopback-http"},
 			TLSArgs(root, "controlplane")...), gatewayTLSArgs(root)...),
-			Ready: "https://localhost:18080/readyz"},
+			Ready: "https://localhost:18080/readyz", Ports: []int{18000, 18080}},
 		{Name: "extauthz", Args: append([]string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
 			TLSArgs(root, "extauthz")...),
-			Ready: "http://127.0.0.1:18101/readyz"},
+			Ready: "http://127.0.0.1:18101/readyz", Ports: []int{18100, 18101}},
 		{Name: "ratelimitsvc", Args: append([]string{bin("ratelimitsvc"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "ratelimitsvc")},
 			TLSArgs(root, "ratelimitsvc")...),
-			Env: []string{"PORTICO_REDIS_ADDR=127.0.0.1:56379", "PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz"},
-		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz"},
+			Env: []string{"PORTICO_REDIS_ADDR=127.0.0.1:56379", "PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz",
+			Ports: []int{18200, 18201}},
+		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz", Ports: []int{18900}},
 		// The worker API (:18301) admits worker certificates only.
 		{Name: "scheduler", Args: append([]string{bin("scheduler"), "--log-format=text", "--admin-token-file=" + AdminTokenFile(root)},
 			TLSArgs(root, "scheduler")...),
-			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "https://localhost:18300/readyz"},
+			Env: []string{"PORTICO_SCHEDULER_TARGET_ALLOWLIST=127.0.0.0/8"}, Ready: "https://localhost:18300/readyz",
+			Ports: []int{18300, 18301}},
 	}
 	// Three kvnodes on 18400-18402 (HTTP) and 18500-18502 (internode), each
 	// seeded with the others; the first founds the ring, the rest join it.
@@ -112,7 +129,7 @@ func Processes(root string) []Process {
 			"--admin-token-file=" + AdminTokenFile(root)},
 			// Internode gRPC and Raft are mutual TLS between kvnode identities.
 			TLSArgs(root, fmt.Sprintf("kvnode-%d", i))...),
-			Ready: fmt.Sprintf("https://localhost:%d/readyz", 18400+i)})
+			Ready: fmt.Sprintf("https://localhost:%d/readyz", 18400+i), Ports: []int{18400 + i, 18500 + i, 18600 + i}})
 	}
 	// The cache cluster: three primaries (7000-7002) and a replica of each
 	// (7003-7005), bus ports 17000+i, HTTP 18700+i, the slot map in the
@@ -126,7 +143,11 @@ func Processes(root string) []Process {
 			// The cluster bus (replication, slot imports) is mutual TLS
 			// between cachenode identities.
 			TLSArgs(root, fmt.Sprintf("cachenode-%d", i))...),
-			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18700+i)}
+			Ready: fmt.Sprintf("http://127.0.0.1:%d/readyz", 18700+i), Ports: []int{7000 + i, 17000 + i, 18700 + i}}
+		id := fmt.Sprintf("cache-%d", i)
+		p.BeforeRestart = func(ctx context.Context, log *slog.Logger) error {
+			return AwaitCacheFailover(ctx, root, kvAddrs, id, CacheFailoverWait, log)
+		}
 		if i == 0 {
 			p.Prepare = func(ctx context.Context) error { return EnsureCacheTopology(ctx, root, kvAddrs) }
 		}
@@ -164,6 +185,81 @@ func EnsureCacheTopology(ctx context.Context, root string, addrs []string) error
 	return err
 }
 
+// CacheFailoverWait bounds how long a cache node's restart waits for its
+// slots to fail over: well past the failover's detection time (3 s by
+// default, the promotion a little later on a loaded machine).
+const CacheFailoverWait = 30 * time.Second
+
+// AwaitCacheFailover holds the restart of cache node id while the stored
+// map makes it a primary owning slots with a replica that can take them
+// over, and returns once it no longer does, or after wait.
+//
+// Why: a cache node keeps its data in memory only, so a primary restarted
+// before its failover comes back empty and still owning its slots (and its
+// replicas would resync the empty data set from it); restarted after it,
+// the node finds itself a replica of the promoted node in the stored map
+// and resyncs from it (failover's "Demotion"). A primary without a live
+// replica has nobody to fail over to: it is restarted at once, or after
+// wait when the store cannot be read.
+func AwaitCacheFailover(ctx context.Context, root string, addrs []string, id string, wait time.Duration, log *slog.Logger) error {
+	op, err := operatorFiles(root)
+	if err != nil {
+		return err
+	}
+	client := &topology.Client{Addrs: addrs, Cluster: CacheCluster, TLS: op.ClientConfig(identity.Policy{Roles: []identity.Role{identity.KVNode}})}
+	deadline := time.Now().Add(wait)
+	logged := false
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		t, err := client.Load(lctx)
+		cancel()
+		if err == nil {
+			if !primaryWithReplica(t.Spec, id) {
+				if logged {
+					log.Info("its slots failed over; restarting it as a replica", "node", id, "epoch", t.Spec.Epoch)
+				}
+				return nil
+			}
+			if !logged {
+				log.Info("holding the restart until its slots fail over (a primary restarted now would come back empty)",
+					"node", id, "epoch", t.Spec.Epoch, "wait", wait)
+				logged = true
+			}
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("reading the cache topology: %w", err)
+			}
+			return fmt.Errorf("%s still owns slots after %v", id, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// primaryWithReplica is true when node id owns slots in spec and one of its
+// replicas is not failed.
+func primaryWithReplica(spec cluster.Spec, id string) bool {
+	owns := false
+	for _, n := range spec.Nodes {
+		if n.ID == id {
+			owns = n.ReplicaOf == "" && len(n.Slots) > 0
+		}
+	}
+	if !owns {
+		return false
+	}
+	for _, n := range spec.Nodes {
+		if n.ReplicaOf == id && !n.Failed {
+			return true
+		}
+	}
+	return false
+}
+
 // SecretKeyFile is the control plane's key sealing TLS private keys in a
 // local run; it is made once and kept, so stored secrets stay readable
 // across runs.
@@ -193,8 +289,11 @@ func ensureSecretKey(path string) error {
 	return nil
 }
 
-// Run starts everything, seeds the demo, and blocks until ctx is done; then
-// it stops the processes (SIGTERM, SIGKILL after 10s) and returns.
+// Run starts everything, seeds the demo, and blocks until ctx is done,
+// restarting any component that exits meanwhile; then it stops the
+// processes (SIGTERM, SIGKILL after 10s) and returns. A component that
+// exits before it was first ready fails the start: Run stops the others
+// and returns why.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Root == "" {
 		cfg.Root = "."
@@ -234,22 +333,22 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer os.Remove(pidFile)
 
-	var running []*exec.Cmd
-	var wg sync.WaitGroup
-	exited := make(chan string, 16)
-	defer func() {
-		for i := len(running) - 1; i >= 0; i-- {
-			_ = running[i].Process.Signal(syscall.SIGTERM)
+	// The status file says what the supervisor knows, as it changes.
+	status := newStatusWriter(cfg.Root, os.Getpid(), time.Now())
+	log := slog.New(slog.NewTextHandler(cfg.Out, nil))
+	sup := supervisor.New(supervisor.Config{Logger: log, OnChange: func(st []supervisor.Status) {
+		if err := status.components(st); err != nil {
+			log.Warn("writing the status file", "err", err)
 		}
-		done := make(chan struct{})
-		go func() { wg.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			for _, c := range running {
-				_ = c.Process.Kill()
-			}
-			<-done
+	}})
+	if err := status.launcher(LauncherStarting); err != nil {
+		return err
+	}
+	defer func() {
+		_ = status.launcher(LauncherStopping)
+		sup.Stop()
+		if err := status.launcher(LauncherStopped); err != nil {
+			log.Warn("writing the status file", "err", err)
 		}
 		fmt.Fprintln(cfg.Out, "portico: stopped")
 	}()
@@ -265,24 +364,29 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NoEnvoy {
 		envoy = ""
 	}
+	supervise := func(p Process) error {
+		err := sup.Start(ctx, supervisor.Child{Name: p.Name, Ports: p.Ports, BeforeRestart: p.BeforeRestart,
+			Start: func(restart int) (*exec.Cmd, error) {
+				c, err := start(p, logDir, restart)
+				if err == nil && cfg.Started != nil {
+					cfg.Started(p.Name, c.Process.Pid)
+				}
+				return c, err
+			},
+			Ready: func(ctx context.Context) error { return waitReady(ctx, client, p) }})
+		if err != nil {
+			return fmt.Errorf("%w (log: %s)", err, filepath.Join(logDir, p.Name+".log"))
+		}
+		return nil
+	}
 	for _, p := range procs {
 		if p.Prepare != nil {
 			if err := p.Prepare(ctx); err != nil {
 				return err
 			}
 		}
-		c, err := start(p, logDir)
-		if err != nil {
+		if err := supervise(p); err != nil {
 			return err
-		}
-		running = append(running, c)
-		if cfg.Started != nil {
-			cfg.Started(p.Name, c.Process.Pid)
-		}
-		wg.Add(1)
-		go func(name string) { defer wg.Done(); _ = c.Wait(); exited <- name }(p.Name)
-		if err := waitReady(ctx, client, p, exited); err != nil {
-			return fmt.Errorf("%w (log: %s)", err, filepath.Join(logDir, p.Name+".log"))
 		}
 		fmt.Fprintf(cfg.Out, "portico: %-14s ready (log .run/logs/%s.log)\n", p.Name, p.Name)
 	}
@@ -301,35 +405,26 @@ func Run(ctx context.Context, cfg Config) error {
 				return err
 			}
 		}
+		// Its listeners come from the demo config: :10000, :10443 (HTTPS)
+		// and :6380 (redis proxy), with the admin :9901 and stats :19001.
 		p := Process{Name: "envoy", Dir: cfg.Root, Args: []string{envoy, "-c", filepath.Join("envoy", "bootstrap.yaml"), "--log-level", "warn"},
-			Ready: "http://127.0.0.1:9901/ready"}
-		c, err := start(p, logDir)
-		if err != nil {
-			return err
-		}
-		running = append(running, c)
-		if cfg.Started != nil {
-			cfg.Started(p.Name, c.Process.Pid)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = c.Wait(); exited <- "envoy" }()
-		if err := waitReady(ctx, client, p, exited); err != nil {
+			Ready: "http://127.0.0.1:9901/ready", Ports: []int{9901, 10000, DemoHTTPSPort, 6380, 19001}}
+		if err := supervise(p); err != nil {
 			return err
 		}
 		fmt.Fprintln(cfg.Out, "portico: envoy          ready on :10000 (admin :9901)")
 	} else {
 		fmt.Fprintf(cfg.Out, "portico: envoy is not installed (no envoy on PATH, ENVOY_BIN unset); start it yourself with:\n  envoy -c %s\n", bootstrap)
 	}
+	if err := status.launcher(LauncherRunning); err != nil {
+		return err
+	}
 	fmt.Fprint(cfg.Out, nextSteps)
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case name := <-exited:
-		return fmt.Errorf("%s exited; see .run/logs/%s.log", name, name)
-	}
+	<-ctx.Done()
+	return nil
 }
 
 const nextSteps = `
@@ -351,13 +446,26 @@ Portico is running. Every service port speaks TLS; .run/pki/ca.crt is the CA to 
   PORTICO_TLS_CERT_FILE=.run/pki/operator.crt PORTICO_TLS_KEY_FILE=.run/pki/operator.key PORTICO_TLS_CA_FILE=.run/pki/ca.crt \
     bin/cachectl --cluster portico topology get                             # its slot map (3 primaries, 3 replicas)
   redis-cli -p 6380 GET greeting                                            # the cache through Envoy's redis proxy, when Envoy runs
+  bin/launch status                                                         # (make status) each component's state, pid, restarts, ports
+A component that exits is restarted (after a backoff; a cache primary once its replica is promoted).
 Ctrl-C stops everything (or 'make stop' from another shell).
 `
 
-func start(p Process, logDir string) (*exec.Cmd, error) {
-	f, err := os.Create(filepath.Join(logDir, p.Name+".log"))
+// start starts p's process, its output going to .run/logs/<name>.log: a
+// new log for the first process, the same one, appended to after a marker
+// line, for a restart (the crash stays readable above it).
+func start(p Process, logDir string, restart int) (*exec.Cmd, error) {
+	name := filepath.Join(logDir, p.Name+".log")
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if restart > 0 {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	f, err := os.OpenFile(name, flags, 0o644)
 	if err != nil {
 		return nil, err
+	}
+	if restart > 0 {
+		fmt.Fprintf(f, "\n--- portico launcher: restart %d of %s at %s ---\n", restart, p.Name, time.Now().Format(time.RFC3339))
 	}
 	c := exec.Command(p.Args[0], p.Args[1:]...)
 	c.Stdout, c.Stderr = f, f
@@ -365,20 +473,26 @@ func start(p Process, logDir string) (*exec.Cmd, error) {
 	c.Env = append(os.Environ(), p.Env...)
 	// Own process group: Ctrl-C reaches the launcher, which stops children in order.
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.Start(); err != nil {
-		f.Close()
+	err = c.Start()
+	// The child has its own copy of the file (or never started).
+	f.Close()
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	return c, nil
 }
 
-// waitReady polls p.Ready with client (which trusts the platform CA, for the
-// readiness endpoints on TLS ports).
-func waitReady(ctx context.Context, client *http.Client, p Process, exited <-chan string) error {
+// readyTimeout bounds one wait for a process's readiness.
+const readyTimeout = 60 * time.Second
+
+// waitReady polls p.Ready with client (which trusts the platform CA, for
+// the readiness endpoints on TLS ports) until it answers 2xx, ctx ends
+// (the supervisor ends it when the process exits) or readyTimeout passes.
+func waitReady(ctx context.Context, client *http.Client, p Process) error {
 	if p.Ready == "" {
 		return nil
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(readyTimeout)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, p.Ready, nil)
@@ -393,12 +507,10 @@ func waitReady(ctx context.Context, client *http.Client, p Process, exited <-cha
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case name := <-exited:
-			return fmt.Errorf("%s exited before it was ready", name)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after 60s at %s", p.Name, p.Ready)
+			return fmt.Errorf("%s not ready after %v at %s", p.Name, readyTimeout, p.Ready)
 		}
 	}
 }

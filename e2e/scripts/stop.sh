@@ -7,8 +7,10 @@ run="$root/.run"
 if [ -f "$run/launch.pid" ]; then
   pid=$(cat "$run/launch.pid")
   if kill -0 "$pid" 2>/dev/null; then
+    # The launcher stops supervising (nothing is restarted from here),
+    # sends its components SIGTERM and SIGKILLs those left after 10 s.
     kill -TERM "$pid"
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
   rm -f "$run/launch.pid"
 fi
