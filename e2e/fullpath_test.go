@@ -69,12 +69,13 @@ func (s *fullStack) send(t *testing.T, r *httpRequest) outcome {
 	t.Helper()
 	var o outcome
 	s.gw.enter(t, r)
-	if o.route = s.gw.route(t, r); o.route == nil {
+	var vh *routev3.VirtualHost
+	if o.route, vh = s.gw.match(t, r); o.route == nil {
 		return o
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if req := checkRequest(t, o.route, r); req != nil {
+	if req := checkRequest(t, o.route, vh, r); req != nil {
 		resp, err := s.authz.Check(ctx, req)
 		if err != nil {
 			t.Fatalf("Check: %v", err)

@@ -233,20 +233,27 @@ func (g *gatewayView) enter(t *testing.T, r *httpRequest) {
 // route returns the route Envoy would select for r, or nil (a 404).
 func (g *gatewayView) route(t *testing.T, r *httpRequest) *routev3.Route {
 	t.Helper()
+	rt, _ := g.match(t, r)
+	return rt
+}
+
+// match is route, with the virtual host it was found in.
+func (g *gatewayView) match(t *testing.T, r *httpRequest) (*routev3.Route, *routev3.VirtualHost) {
+	t.Helper()
 	host := strings.ToLower(r.headers[":authority"])
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	vh := selectVirtualHost(g.routes.GetVirtualHosts(), host)
 	if vh == nil {
-		return nil
+		return nil, nil
 	}
 	for _, rt := range vh.GetRoutes() {
 		if routeMatches(t, rt.GetMatch(), r.headers) {
-			return rt
+			return rt, vh
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // selectVirtualHost picks by Envoy's precedence: exact domain, then the
@@ -363,12 +370,17 @@ func fullMatch(t *testing.T, re, v string) bool {
 }
 
 // checkRequest is the CheckRequest Envoy's ext_authz filter sends for r on
-// route rt, or nil when the route disables ext_authz.
-func checkRequest(t *testing.T, rt *routev3.Route, r *httpRequest) *authv3.CheckRequest {
+// route rt of virtual host vh, or nil when ext_authz is disabled there.
+// Envoy takes the most specific per-filter config: the route's, else the
+// virtual host's.
+func checkRequest(t *testing.T, rt *routev3.Route, vh *routev3.VirtualHost, r *httpRequest) *authv3.CheckRequest {
 	t.Helper()
 	a, ok := rt.GetTypedPerFilterConfig()[compile.FilterExtAuthz]
 	if !ok {
-		t.Fatalf("route %s has no ext_authz per-route config (the filter would run without context extensions)", rt.GetName())
+		a, ok = vh.GetTypedPerFilterConfig()[compile.FilterExtAuthz]
+	}
+	if !ok {
+		t.Fatalf("route %s has no ext_authz per-filter config, nor has its virtual host (the filter would run without context extensions)", rt.GetName())
 	}
 	per := &extauthzv3.ExtAuthzPerRoute{}
 	if disabled := unwrapPerFilter(t, a, per); disabled || per.GetDisabled() {

@@ -523,19 +523,12 @@ func (c *compiler) perFilterConfig(r *spec.Route, buffer bool) (map[string]*anyp
 		out[name] = a
 		return nil
 	}
+	// A route without auth carries no ext_authz config: its virtual host
+	// disables the filter (vhostPerFilterConfig).
 	if pr := extAuthzPerRoute(r); pr != nil {
 		if err := add(FilterExtAuthz, pr); err != nil {
 			return nil, err
 		}
-	} else {
-		// A route without auth turns the filter off with FilterConfig's own
-		// disabled (Envoy 1.27+): no inner config to carry, a third of the
-		// bytes of ExtAuthzPerRoute{disabled}, on every such route.
-		a, err := anyOf(&routev3.FilterConfig{Disabled: true, IsOptional: true})
-		if err != nil {
-			return nil, err
-		}
-		out[FilterExtAuthz] = a
 	}
 	// The overload filters are disabled in the chain; an empty FilterConfig
 	// turns one on for this route.
@@ -571,6 +564,28 @@ func (c *compiler) perFilterConfig(r *spec.Route, buffer bool) (map[string]*anyp
 		}
 	}
 	return out, nil
+}
+
+// vhostPerFilterConfig is the typed_per_filter_config of a virtual host
+// holding routes. ext_authz runs on every route that does not turn it off
+// (fail closed): a route with auth carries its own config (its context
+// extensions), and when some route has none, the virtual host turns the
+// filter off for the routes without a config of their own, with
+// FilterConfig's disabled (Envoy 1.27+; the most specific entry wins, and
+// a route's own entry is enabled). One entry per virtual host instead of
+// one on every route without auth: at scale, a sixth of the route
+// configuration's bytes.
+func vhostPerFilterConfig(routes []vhRoute) (map[string]*anypb.Any, error) {
+	for _, m := range routes {
+		if extAuthzPerRoute(m.r) == nil {
+			a, err := anyOf(&routev3.FilterConfig{Disabled: true, IsOptional: true})
+			if err != nil {
+				return nil, err
+			}
+			return map[string]*anypb.Any{FilterExtAuthz: a}, nil
+		}
+	}
+	return nil, nil
 }
 
 // extAuthzPerRoute tells extauthz what to check through context

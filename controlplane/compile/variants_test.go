@@ -1,12 +1,15 @@
 package compile
 
 import (
+	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-io/portico/controlplane/spec"
@@ -119,4 +122,70 @@ func TestRetryVariantsShrinkScaleRoutes(t *testing.T) {
 		t.Fatalf("%d Envoy routes (%d retry copies) for 1000 spec routes", n, copies)
 	}
 	t.Logf("%d Envoy routes, %d retry copies, %d bytes", n, copies, proto.Size(rc))
+}
+
+// TestExtAuthzResolvesPerRoute checks, as Envoy resolves per-filter config
+// (the route's entry, else its virtual host's), that every compiled route
+// of a route with auth runs ext_authz with its context extensions, and
+// every route without auth has it disabled: over the golden cases, random
+// configs and the scale config.
+func TestExtAuthzResolvesPerRoute(t *testing.T) {
+	type tc struct {
+		cfg  *spec.Config
+		opts Options
+	}
+	var cases []tc
+	files, err := filepath.Glob("testdata/in/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no cases: %v", err)
+	}
+	for _, f := range files {
+		cfg, opts := loadCase(t, f)
+		cases = append(cases, tc{cfg, opts})
+	}
+	for seed := range uint64(50) {
+		if cfg := randomConfig(rand.New(rand.NewPCG(seed, 42))); cfg.Validate() == nil {
+			cases = append(cases, tc{cfg, Options{}})
+		}
+	}
+	cases = append(cases, tc{scaleRoutes(300), Options{}})
+	for i, c := range cases {
+		cfg := c.cfg
+		snap, err := Compile(cfg, c.opts)
+		if err != nil {
+			t.Fatalf("config %d: %v", i, err)
+		}
+		rc := snap.GetResources(RouteType)[RouteConfigName].(*routev3.RouteConfiguration)
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, er := range vh.GetRoutes() {
+				name, _, _ := strings.Cut(er.GetName(), "/")
+				r := cfg.Routes[name]
+				a, ok := er.GetTypedPerFilterConfig()[FilterExtAuthz]
+				if !ok {
+					a, ok = vh.GetTypedPerFilterConfig()[FilterExtAuthz]
+				}
+				if !ok {
+					t.Fatalf("config %d route %s: no ext_authz config on the route or its virtual host", i, er.GetName())
+				}
+				fc := &routev3.FilterConfig{}
+				if err := a.UnmarshalTo(fc); err != nil {
+					t.Fatal(err)
+				}
+				hasAuth := r.Auth != nil && r.Auth.Mode != "" && r.Auth.Mode != spec.AuthNone
+				if fc.GetDisabled() == hasAuth {
+					t.Fatalf("config %d route %s: auth %v, ext_authz disabled %v", i, er.GetName(), r.Auth, fc.GetDisabled())
+				}
+				if !hasAuth {
+					continue
+				}
+				per := &extauthzv3.ExtAuthzPerRoute{}
+				if err := fc.GetConfig().UnmarshalTo(per); err != nil {
+					t.Fatal(err)
+				}
+				if ext := per.GetCheckSettings().GetContextExtensions(); ext[CtxMode] != r.Auth.Mode || ext[CtxRoute] != r.Name {
+					t.Fatalf("config %d route %s: context extensions %v", i, er.GetName(), ext)
+				}
+			}
+		}
+	}
 }

@@ -97,6 +97,11 @@ func (c *compiler) routeConfigurationReusing(sc *reuseCache) (*routev3.RouteConf
 func (c *compiler) buildVHost(v virtualHost, buffer bool) (*builtVHost, error) {
 	// Named after its only domain: unique, and no hostname can be "*".
 	vh := &routev3.VirtualHost{Name: v.domain, Domains: []string{v.domain}}
+	perFilter, err := vhostPerFilterConfig(v.routes)
+	if err != nil {
+		return nil, err
+	}
+	vh.TypedPerFilterConfig = perFilter
 	for _, m := range v.routes {
 		rs, err := c.routes(m.r, buffer)
 		if err != nil {
