@@ -22,8 +22,9 @@ const repoRoot = "../.."
 
 // TestMakeRun runs make run's launcher once on this machine (every
 // component as its own OS process on make run's fixed ports, the demo
-// seeded) and checks it from several sides. Starting the platform is the
-// expensive part, so every check shares the one start.
+// seeded) and checks it from several sides, the launcher's supervision
+// last. Starting the platform is the expensive part, so every check shares
+// the one start.
 func TestMakeRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole platform")
@@ -32,6 +33,8 @@ func TestMakeRun(t *testing.T) {
 	r := startMakeRun(t, binariesRun(examples))
 	t.Run("EveryPortSpeaksTLS", r.everyPortSpeaksTLS)
 	t.Run("READMEExamples", func(t *testing.T) { r.readmeExamples(t, examples) })
+	// Last: it kills a cache primary, and the map stays reshaped after.
+	t.Run("SupervisedFailover", r.supervisedFailover)
 }
 
 // makeRun is a running launcher, as `make run` leaves it.
@@ -41,12 +44,15 @@ type makeRun struct {
 	root string
 	// envoy is the Envoy binary the launcher started, or "" without one.
 	envoy string
+	// out is what the launcher printed.
+	out *syncBuffer
 
 	mu   sync.Mutex
 	pids map[string]int
 }
 
-// processes returns the name and pid of every process started so far.
+// processes returns the name of every process started so far and its
+// latest pid (the launcher reports restarts too).
 func (r *makeRun) processes() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -87,19 +93,24 @@ func startMakeRun(t *testing.T, extra []string) *makeRun {
 	}
 
 	start = time.Now()
-	var out syncBuffer
+	out := &syncBuffer{}
+	r.out = out
 	ready := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{Root: r.root, EnvoyBin: r.envoy, NoEnvoy: r.envoy == "", Out: &out,
+		done <- Run(ctx, Config{Root: r.root, EnvoyBin: r.envoy, NoEnvoy: r.envoy == "", Out: out,
 			Started: func(name string, pid int) { r.mu.Lock(); r.pids[name] = pid; r.mu.Unlock() },
 			Ready:   func() { close(ready) }})
 	}()
 	t.Cleanup(func() {
+		before, _ := ReadStatus(r.root)
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("launcher: %v", err)
+		}
+		if before != nil && before.Launcher.State == LauncherRunning {
+			r.stoppedEverything(t, before)
 		}
 	})
 	select {
