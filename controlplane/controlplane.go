@@ -168,6 +168,9 @@ func Run(ctx context.Context, cfg Config) error {
 	defer st.Close()
 
 	tracker := nodes.NewTracker()
+	if err := cfg.Registry.Register(tracker.Collector(nodes.DefaultStaleAfter)); err != nil {
+		return fmt.Errorf("controlplane: metrics: %w", err)
+	}
 	xsrv := xds.New(ctx, xds.Config{RequireIdentity: tlsFiles != nil, Tracker: tracker, Registerer: cfg.Registry, Logger: log, MaxMsgBytes: cfg.XDSMaxMsgBytes})
 	pub := newPublisher(st, xsrv, cfg.Compile, cfg.Registry, log)
 	// The rollout controller is the xDS policy; it must be in place before

@@ -54,6 +54,17 @@
 // is built into the directory the chart runs them from, and that
 // .dockerignore keeps the sources.
 //
+// Dashboards and alerts (monitoring_test.go): every dashboard JSON parses,
+// with PromQL Prometheus's parser accepts; the alert rules pass
+// Prometheus's own rule checker (model/rulefmt with the PromQL parser), each
+// alert with a one-line runbook annotation; every metric a dashboard or rule
+// names is registered by its component, probed in the registries the
+// components fill when started in-process (registries_test.go: the control
+// plane on a test database, hence Postgres from `make deps`); the dashboard
+// ConfigMaps carry the sidecar's label and the files as they are, and the
+// PrometheusRule renders only when the CRD's API is served, one group per
+// enabled component.
+//
 // helm comes from PORTICO_HELM_BIN or <repo>/.run/bin/helm (`make helm`
 // installs it). Without it the chart tests fail when CI is set and are
 // skipped with a loud message otherwise.

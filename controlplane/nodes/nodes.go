@@ -66,6 +66,9 @@ type TypeStatus struct {
 	// SentVersion is the last version sent and not yet answered ("" when answered).
 	SentVersion string `json:"sentVersion,omitempty"`
 	Nack        *Nack  `json:"nack,omitempty"`
+	// sentAt is when SentVersion was sent (zero when answered): the
+	// staleness collector counts responses left unanswered too long.
+	sentAt time.Time
 }
 
 // Status is a snapshot of one node, safe to keep and marshal.
@@ -210,7 +213,7 @@ func (t *Tracker) Sent(id, typeURL, version string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if ts := t.typeStatus(id, typeURL); ts != nil {
-		ts.SentVersion = version
+		ts.SentVersion, ts.sentAt = version, t.timeNow()
 	}
 }
 
@@ -224,7 +227,7 @@ func (t *Tracker) Ack(id, typeURL, version string) {
 	}
 	ts.AckedVersion, ts.AckedAt, ts.Unchanged = version, t.timeNow(), false
 	if ts.SentVersion == version {
-		ts.SentVersion = ""
+		ts.SentVersion, ts.sentAt = "", time.Time{}
 	}
 	// An ACK of a type that failed proves the node receives it now.
 	if f, ok := t.failures[id]; ok && slices.Contains(f.types, typeURL) {
@@ -256,7 +259,7 @@ func (t *Tracker) AckUnchanged(id, typeURL, version string) bool {
 	}
 	ts.AckedVersion, ts.AckedAt, ts.Unchanged = version, t.timeNow(), true
 	if ts.SentVersion == version {
-		ts.SentVersion = ""
+		ts.SentVersion, ts.sentAt = "", time.Time{}
 	}
 	return true
 }
@@ -271,7 +274,7 @@ func (t *Tracker) Nack(id, typeURL, version, message string) {
 	}
 	ts.Nack = &Nack{Version: version, Error: message, At: t.timeNow()}
 	if ts.SentVersion == version {
-		ts.SentVersion = ""
+		ts.SentVersion, ts.sentAt = "", time.Time{}
 	}
 	obs := t.observers
 	t.mu.Unlock()
