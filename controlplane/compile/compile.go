@@ -304,7 +304,16 @@ func compileConfig(cfg *spec.Config, opts Options, shards *reuseCache) (*Snapsho
 		RateLimitRuleType:   c.rateLimitRules(),
 		RateLimitConfigType: c.rateLimitConfigs(),
 	}
-	return newSnapshotKnown(strconv.FormatInt(cfg.Version, 10), res, known)
+	var sds *sdsMemo
+	if shards != nil {
+		var prev *sdsMemo
+		if shards.prev != nil {
+			prev = shards.prev.sds
+		}
+		sds = newSDSMemo(prev)
+		shards.next.sds = sds
+	}
+	return newSnapshotKnown(strconv.FormatInt(cfg.Version, 10), res, known, sds)
 }
 
 type compiler struct {

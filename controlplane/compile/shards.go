@@ -98,6 +98,8 @@ type compileState struct {
 	shards  [numShards]*builtShard // nil: no keys
 	// routes are the route configuration's virtual hosts (vhosts.go).
 	routes *routeState
+	// sds is what the snapshot's listeners and clusters reference by SDS.
+	sds *sdsMemo
 }
 
 type builtShard struct {

@@ -2,6 +2,8 @@ package compile
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,4 +98,39 @@ func TestCompilerReusesUnchangedVirtualHosts(t *testing.T) {
 			route(c, name, func(r *spec.Route) { r.Match.Methods = []string{"GET"} })
 		}), 1)
 	}
+}
+
+// The gateway view's secrets follow the listeners and clusters through
+// incremental compiles, which look SDS references up by resource hash
+// (sdsMemo): a listener switching certificates drops the old secret from
+// the view and adds the new one, as a full compile does.
+func TestCompilerGatewaySecretsFollowReferences(t *testing.T) {
+	cfg, opts := loadCase(t, "testdata/in/https_mtls.yaml")
+	c := NewCompiler(opts)
+	check := func(name string, cfg *spec.Config, want ...string) {
+		t.Helper()
+		got, err := c.Compile(cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		full, err := Compile(cfg, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := slices.Sorted(maps.Keys(got.View(ViewGateway).GetVersionMap(SecretType)))
+		if !slices.Equal(have, want) || !slices.Equal(have, slices.Sorted(maps.Keys(full.View(ViewGateway).GetVersionMap(SecretType)))) {
+			t.Fatalf("%s: gateway view secrets %v, want %v", name, have, want)
+		}
+	}
+	check("first", cfg, "client-ca", "gateway-cert")
+	check("again", cfg, "client-ca", "gateway-cert")
+	swapped := cfg.Clone()
+	swapped.Version++
+	l := *swapped.Listeners["https"]
+	tls := *l.TLS
+	tls.Certificates = []string{"staged-cert"}
+	l.TLS = &tls
+	swapped.Listeners["https"] = &l
+	check("certificate swapped", swapped, "client-ca", "staged-cert")
+	check("back", cfg, "client-ca", "gateway-cert")
 }
