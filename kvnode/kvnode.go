@@ -340,6 +340,13 @@ func (n *Node) Placement(token uint64) (current, pending []string) {
 // Alive implements coordinator.Topology.
 func (n *Node) Alive(id string) bool { return n.mem.Alive(id) }
 
+// Left implements hint.Liveness: id left the ring (decommissioned or
+// replaced), so hints for it are dropped.
+func (n *Node) Left(id string) bool {
+	m, ok := n.mem.Member(id)
+	return ok && m.State == kvv1.MemberState_MEMBER_STATE_LEFT
+}
+
 // Apply implements coordinator.Transport and antientropy.Peers.
 func (n *Node) Apply(ctx context.Context, node string, entries []*kvv1.Entry) error {
 	if node == n.cfg.NodeID {
@@ -529,27 +536,8 @@ func (n *Node) merge(ms []*kvv1.Member) {
 	if n.mem.Merge(ms) {
 		n.savePeers()
 		n.persistStandDown()
-		n.dropHintsForLeft()
 		n.gate.Lock()
 		n.gate.Unlock() //nolint:staticcheck // barrier: wait for in-flight writes
-	}
-}
-
-// dropHintsForLeft deletes the hints held for members that left the ring
-// (decommissioned, or replaced while down): they will never be replayed,
-// and their data reached the members that own it now (the leaving node
-// handed its ranges over, or the replacement streamed them from the live
-// replicas), so keeping them would only hold the hint backlog up until
-// the window expired.
-func (n *Node) dropHintsForLeft() {
-	for target := range n.hints.Pending() {
-		if m, ok := n.mem.Member(target); ok && m.State == kvv1.MemberState_MEMBER_STATE_LEFT {
-			if k, err := n.hints.Drop(target); err != nil {
-				n.cfg.Logger.Warn("kvnode: dropping hints of a member that left", "member", target, "err", err)
-			} else if k > 0 {
-				n.cfg.Logger.Info("kvnode: dropped hints of a member that left", "member", target, "hints", k)
-			}
-		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/ring"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
 )
 
@@ -187,7 +189,7 @@ func (n *Node) Load(ctx context.Context, r io.Reader) (any, error) {
 			err = errors.New("an entry needs a key of 1-256 bytes and at least one record")
 		}
 		if err != nil {
-			fail(&api.BadRequest{Status: 400, Code: "invalid_entry", Field: fmt.Sprintf("entries[%d]", i), Message: err.Error()})
+			fail(&api.BadRequest{Status: http.StatusBadRequest, Code: "invalid_entry", Field: fmt.Sprintf("entries[%d]", i), Message: err.Error()})
 			break
 		}
 		select {
@@ -364,26 +366,30 @@ func (n *Node) finishReplace(ctx context.Context, dead string) (ReplaceResult, e
 		return res, err
 	}
 	// Verify: every range this node will serve, against every other live
-	// replica of it. Writes racing the stream reach this node as pending
-	// owner, so differences left here are rare; they are repaired both ways.
+	// replica of it (one tree request per peer). Writes racing the stream
+	// reach this node as pending owner, so differences left here are rare;
+	// they are repaired both ways.
 	_, fut := n.mem.Rings()
+	byPeer := map[string][]ring.Range{}
 	for _, rg := range fut.RangesOf(n.cfg.NodeID) {
 		verified := 0
 		for _, peer := range rg.Replicas {
-			if peer == n.cfg.NodeID || !n.mem.Alive(peer) {
-				continue
+			if peer != n.cfg.NodeID && n.mem.Alive(peer) {
+				byPeer[peer] = append(byPeer[peer], rg)
+				verified++
 			}
-			pulled, pushed, err := n.rep.RepairRange(ctx, rg, peer)
-			if err != nil {
-				return res, fmt.Errorf("kvnode: verifying range (%d,%d] with %s: %w", rg.Start, rg.End, peer, err)
-			}
-			res.KeysRepaired += pulled + pushed
-			verified++
 		}
 		if verified == 0 {
 			return res, fmt.Errorf("%w: range (%d,%d]: no live replica to verify it against", api.ErrConflict, rg.Start, rg.End)
 		}
-		res.RangesVerified += verified
+	}
+	for peer, ranges := range byPeer {
+		pulled, pushed, err := n.rep.RepairRanges(ctx, ranges, peer)
+		if err != nil {
+			return res, fmt.Errorf("kvnode: verifying ranges with %s: %w", peer, err)
+		}
+		res.KeysRepaired += pulled + pushed
+		res.RangesVerified += len(ranges)
 	}
 	if err := n.persistTakeover(kvv1.MemberState_MEMBER_STATE_NORMAL, nil, dead, kvv1.MemberState_MEMBER_STATE_LEFT); err != nil {
 		return res, err

@@ -257,6 +257,42 @@ func (r *Repairer) RepairRange(ctx context.Context, rg ring.Range, peer string) 
 	return r.repairLeaves(ctx, rg, peer, mine, theirs.Trees[0].Nodes, gc)
 }
 
+// RepairRanges is RepairRange for several ranges with one peer: one tree
+// request for all of them, then the keys of differing leaves exchanged
+// both ways, range by range. It stops at the first failure.
+func (r *Repairer) RepairRanges(ctx context.Context, ranges []ring.Range, peer string) (pulled, pushed int, err error) {
+	if len(ranges) == 0 {
+		return 0, 0, nil
+	}
+	gc := r.GCBefore()
+	req := &kvv1.TreeRequest{Depth: uint32(r.cfg.Depth), GcBeforeUnixMs: gc.UnixMilli()}
+	for _, rg := range ranges {
+		req.Ranges = append(req.Ranges, &kvv1.TokenRange{Start: rg.Start, End: rg.End})
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.RangeTimeout)
+	theirs, err := r.peers.Tree(cctx, peer, req)
+	cancel()
+	if err == nil && len(theirs.Trees) != len(ranges) {
+		err = fmt.Errorf("%d trees for %d ranges", len(theirs.Trees), len(ranges))
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("trees: %w", err)
+	}
+	for i, rg := range ranges {
+		mine, err := BuildTree(r.st, rg, r.cfg.Depth, gc)
+		if err != nil {
+			return pulled, pushed, err
+		}
+		pl, ps, err := r.repairLeaves(ctx, rg, peer, mine, theirs.Trees[i].Nodes, gc)
+		pulled += pl
+		pushed += ps
+		if err != nil {
+			return pulled, pushed, fmt.Errorf("range (%d,%d]: %w", rg.Start, rg.End, err)
+		}
+	}
+	return pulled, pushed, nil
+}
+
 func (r *Repairer) repairLeaves(ctx context.Context, rg ring.Range, peer string, mine, theirs [][]byte, gc time.Time) (pulled, pushed int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.RangeTimeout)
 	defer cancel()

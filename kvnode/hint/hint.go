@@ -36,6 +36,11 @@ type Sender interface {
 // Liveness says whether a replica is worth replaying to.
 type Liveness interface {
 	Alive(id string) bool
+	// Left reports that id left the ring for good (decommissioned, or
+	// replaced while down): its hints are dropped, never replayed. Its
+	// data reached the nodes that own it now (the leaving node handed its
+	// ranges over; a replacement streamed them from the live replicas).
+	Left(id string) bool
 }
 
 // Config configures New. Zero values take the defaults.
@@ -155,11 +160,20 @@ func (h *Hints) Run(ctx context.Context, s Sender, live Liveness) {
 	}
 }
 
-// ReplayOnce drops expired hints and sends up to PerPass hints to each
-// alive target, deleting each batch once delivered.
+// ReplayOnce drops expired hints and those of targets that left, and sends
+// up to PerPass hints to each alive target, deleting each batch once
+// delivered.
 func (h *Hints) ReplayOnce(ctx context.Context, s Sender, live Liveness) error {
 	var errs []error
 	for target := range h.Pending() {
+		if live.Left(target) {
+			if n, err := h.Drop(target); err != nil {
+				errs = append(errs, fmt.Errorf("hint: dropping the hints of %s, which left: %w", target, err))
+			} else if n > 0 {
+				h.cfg.Logger.Info("kvnode: dropped the hints of a member that left the ring", "member", target, "hints", n)
+			}
+			continue
+		}
 		if err := h.replayTarget(ctx, s, target, live.Alive(target)); err != nil {
 			errs = append(errs, fmt.Errorf("hint: replay to %s: %w", target, err))
 		}

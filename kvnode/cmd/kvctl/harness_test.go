@@ -245,6 +245,7 @@ func (c *cluster) waitAlive(id string, up bool) {
 
 type result struct {
 	status int
+	header http.Header
 	body   []byte
 }
 
@@ -263,7 +264,7 @@ func (c *cluster) do(hc *http.Client, method, id, path string, body []byte) (res
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return result{resp.StatusCode, b}, err
+	return result{resp.StatusCode, resp.Header, b}, err
 }
 
 func (c *cluster) must(method, id, path string, body []byte, want int) result {

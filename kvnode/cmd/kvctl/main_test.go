@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/portico-io/portico/internal/xdstest"
 	"github.com/portico-io/portico/kvnode"
+	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/cp"
 	"github.com/portico-io/portico/kvnode/ring"
 	"github.com/portico-io/portico/kvnode/storage"
@@ -38,8 +41,10 @@ func TestDayTwo(t *testing.T) {
 	log := newAcks()
 	stop := a.writers(2, "w", log, func() []string { return []string{"a0", "a1", "a2"} })
 	log.waitAcks(t, 40)
+	revs := map[string]string{}
 	for i := range 5 {
-		a.must("PUT", fmt.Sprintf("a%d", i%3), fmt.Sprintf("/v1/cp/locks/l%d", i), []byte(fmt.Sprintf("lock-%d", i)), http.StatusOK)
+		r := a.must("PUT", fmt.Sprintf("a%d", i%3), fmt.Sprintf("/v1/cp/locks/l%d", i), []byte(fmt.Sprintf("lock-%d", i)), http.StatusOK)
+		revs[fmt.Sprintf("l%d", i)] = r.header.Get(api.HeaderRevision)
 	}
 	a.must("DELETE", "a1", "/v1/cp/locks/l4", nil, http.StatusOK)
 	before := log.snapshot()
@@ -65,13 +70,17 @@ func TestDayTwo(t *testing.T) {
 	b.verify(before, []string{"b0", "b1", "b2"})
 	for i := range 4 {
 		r := b.must("GET", fmt.Sprintf("b%d", i%3), fmt.Sprintf("/v1/cp/locks/l%d", i), nil, http.StatusOK)
-		if string(r.body) != fmt.Sprintf("lock-%d", i) {
-			t.Fatalf("restored lock l%d = %q", i, r.body)
+		if string(r.body) != fmt.Sprintf("lock-%d", i) || r.header.Get(api.HeaderRevision) != revs[fmt.Sprintf("l%d", i)] {
+			t.Fatalf("restored lock l%d = %q at revision %s, want revision %s", i, r.body, r.header.Get(api.HeaderRevision), revs[fmt.Sprintf("l%d", i)])
 		}
 	}
 	b.must("GET", "b2", "/v1/cp/locks/l4", nil, http.StatusNotFound)
-	// The restored tier keeps working: writes go on, revisions grow.
-	b.must("PUT", "b1", "/v1/cp/locks/after", []byte("x"), http.StatusOK)
+	// The restored tier keeps working: writes go on, revisions grow past
+	// the restored ones (they are fencing tokens).
+	after := b.must("PUT", "b1", "/v1/cp/locks/after", []byte("x"), http.StatusOK)
+	if got, _ := strconv.ParseUint(after.header.Get(api.HeaderRevision), 10, 64); got <= maxRev(revs) {
+		t.Fatalf("first write after the restore at revision %d, not above the restored %d", got, maxRev(revs))
+	}
 	t.Logf("restored into a fresh cluster after %s", time.Since(t0))
 
 	// --- cleanup after a join ---
@@ -245,4 +254,33 @@ func TestDayTwoRoutesNeedClusterAdmin(t *testing.T) {
 	c.must("POST", "g0", "/admin/v1/replace", []byte(`{"nod":"g1"}`), http.StatusBadRequest)
 	c.must("POST", "g0", "/admin/v1/cp/restore", []byte("not a snapshot"), http.StatusBadRequest)
 	c.must("POST", "g0", "/admin/v1/restore", []byte{0x05, 1, 2}, http.StatusBadRequest)
+}
+
+func maxRev(revs map[string]string) uint64 {
+	var m uint64
+	for _, r := range revs {
+		n, _ := strconv.ParseUint(r, 10, 64)
+		m = max(m, n)
+	}
+	return m
+}
+
+// Bad command lines exit 2 before calling anything.
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"backup"},
+		{"backup", "frobnicate"},
+		{"--insecure-plaintext", "backup", "save"},
+		{"--insecure-plaintext", "backup", "restore"},
+		{"--insecure-plaintext", "node", "cleanup", "extra"},
+		{"--insecure-plaintext", "node", "replace"},
+		{"--insecure-plaintext", "node", "replace", "--dead", "x", "--raft-addr", "h:1"},
+		{"backup", "save", "--out", "x"}, // neither TLS files nor --insecure-plaintext
+	} {
+		var out, errb bytes.Buffer
+		if code := run(t.Context(), args, &out, &errb); code != 2 {
+			t.Errorf("kvctl %v = %d, want 2: %s%s", args, code, out.String(), errb.String())
+		}
+	}
 }
