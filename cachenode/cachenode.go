@@ -147,6 +147,12 @@ type Config struct {
 	// connections of its namespace get -BUSY and SCRIPT KILL may stop it
 	// (default command.DefaultScriptTimeLimit, Redis's 5 s).
 	ScriptTimeLimit time.Duration
+	// ScriptMaxMemory bounds what one Lua script may allocate (default
+	// script.DefaultMaxMemory); ScriptCacheEvalMax and ScriptCacheBytes
+	// bound each namespace's script cache (command.Config has the policy).
+	ScriptMaxMemory    int64
+	ScriptCacheEvalMax int
+	ScriptCacheBytes   int64
 	// KeySamples is how many recent sampled key accesses the node keeps
 	// for CACHE SAMPLES (default 65536).
 	KeySamples int
@@ -448,9 +454,13 @@ func Run(ctx context.Context, cfg Config) error {
 	eng, err = command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
 		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
 		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence, Loading: &loading, Samples: ring, Hold: &handingOver,
-		ScriptTimeLimit: cfg.ScriptTimeLimit})
+		ScriptTimeLimit: cfg.ScriptTimeLimit, ScriptMaxMemory: cfg.ScriptMaxMemory, ScriptCacheEvalMax: cfg.ScriptCacheEvalMax,
+		ScriptCacheBytes: cfg.ScriptCacheBytes})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
+	}
+	if err := registerScriptMetrics(cfg.Registry, eng); err != nil {
+		return fmt.Errorf("cachenode: metrics: %w", err)
 	}
 	srv, err = server.New(server.Config{Engine: eng, MaxClients: cfg.MaxClients, Logger: log})
 	if err != nil {
@@ -539,4 +549,19 @@ func Run(ctx context.Context, cfg Config) error {
 	err = g.Wait()
 	up.Store(false)
 	return err
+}
+
+// registerScriptMetrics exports the script cache's size and evictions.
+func registerScriptMetrics(r prometheus.Registerer, eng *command.Engine) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "portico_cachenode_scripts_cached",
+			Help: "Lua scripts in the script cache, every namespace's."}, func() float64 { return float64(eng.ScriptsCached()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_cachenode_scripts_evicted_total",
+			Help: "Scripts cached by EVAL evicted from the script cache (least recently used first)."}, func() float64 { return float64(eng.ScriptsEvicted()) }),
+	} {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/resp"
 	"github.com/portico-io/portico/cachenode/samples"
+	"github.com/portico-io/portico/cachenode/script"
 )
 
 // DefaultEvictionSamples is how many keys each eviction step samples
@@ -115,6 +116,16 @@ type Config struct {
 	// connections of its namespace get -BUSY and SCRIPT KILL may stop it
 	// (Redis's busy-reply-threshold; default DefaultScriptTimeLimit).
 	ScriptTimeLimit time.Duration
+	// ScriptMaxMemory bounds what one Lua script may allocate (default
+	// script.DefaultMaxMemory; package script's memory.go says how).
+	ScriptMaxMemory int64
+	// ScriptCacheEvalMax is how many scripts EVAL keeps cached per
+	// namespace before it evicts the least recently used (default
+	// DefaultScriptCacheEvalMax, Redis 7.4's); ScriptCacheBytes bounds the
+	// source bytes a namespace caches (default DefaultScriptCacheBytes).
+	// script.go has the policy.
+	ScriptCacheEvalMax int
+	ScriptCacheBytes   int64
 }
 
 // Engine runs commands. It is safe for concurrent use; each Session is not.
@@ -151,6 +162,15 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.ScriptTimeLimit <= 0 {
 		cfg.ScriptTimeLimit = DefaultScriptTimeLimit
+	}
+	if cfg.ScriptMaxMemory <= 0 {
+		cfg.ScriptMaxMemory = script.DefaultMaxMemory
+	}
+	if cfg.ScriptCacheEvalMax <= 0 {
+		cfg.ScriptCacheEvalMax = DefaultScriptCacheEvalMax
+	}
+	if cfg.ScriptCacheBytes <= 0 {
+		cfg.ScriptCacheBytes = DefaultScriptCacheBytes
 	}
 	return &Engine{cfg: cfg, started: cfg.Now(), fakeClock: fake}, nil
 }

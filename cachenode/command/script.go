@@ -1,6 +1,7 @@
 package command
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"strings"
@@ -82,10 +83,45 @@ func evalKeys(args [][]byte, buf [][]byte) [][]byte {
 	return append(buf, args[3:3+n]...)
 }
 
+// The script cache, per namespace (a tenant's scripts never evict
+// another's). Redis 7.0 never evicts a script: EVAL of generated source
+// (a value inlined in the script instead of passed in ARGV) grows its
+// cache until SCRIPT FLUSH or the process's end. Redis 7.4 keeps the
+// scripts EVAL cached in an LRU of 500 and evicts the least recently used
+// (counted in INFO's evicted_scripts), and never evicts the ones SCRIPT
+// LOAD loaded, whose users will EVALSHA them. We do the same per
+// namespace (Config.ScriptCacheEvalMax), and also bound the bytes of
+// source a namespace caches (Config.ScriptCacheBytes): EVAL scripts are
+// evicted to make room, and a SCRIPT LOAD that would pass it with only
+// loaded scripts left is refused (errScriptCacheFull), where Redis would
+// grow without bound.
+
+// DefaultScriptCacheEvalMax is Config.ScriptCacheEvalMax's default,
+// Redis 7.4's LRU length.
+const DefaultScriptCacheEvalMax = 500
+
+// DefaultScriptCacheBytes is Config.ScriptCacheBytes's default.
+const DefaultScriptCacheBytes = 64 << 20
+
+const errScriptCacheFull = "ERR the script cache of this namespace is full: SCRIPT FLUSH, or load fewer or smaller scripts"
+
+// nsScripts is one namespace's cached scripts.
+type nsScripts struct {
+	bySHA map[string]*cachedScript
+	lru   list.List // the EVAL-cached ones, most recently used first
+	bytes int64     // source bytes of every cached script
+}
+
+type cachedScript struct {
+	s    *script.Script
+	eval *list.Element // in lru; nil: loaded by SCRIPT LOAD, never evicted
+}
+
 // scripting is an Engine's script cache and running scripts.
 type scripting struct {
 	mu      sync.Mutex
-	cache   map[*namespace.Namespace]map[string]*script.Script
+	cache   map[*namespace.Namespace]*nsScripts
+	evicted atomic.Int64 // EVAL scripts evicted (INFO evicted_scripts)
 	running map[*namespace.Namespace][]*running
 	// busy counts running scripts past the time limit, so Exec pays one
 	// atomic load per command while there are none.
@@ -101,24 +137,86 @@ type running struct {
 	done   bool // under scripting.mu
 }
 
-func (sc *scripting) lookup(ns *namespace.Namespace, sha string) *script.Script {
+// lookup returns ns's script sha (nil when not cached); touch marks an
+// EVAL-cached one used (EVAL, EVALSHA; not SCRIPT EXISTS).
+func (sc *scripting) lookup(ns *namespace.Namespace, sha string, touch bool) *script.Script {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	return sc.cache[ns][sha]
+	c := sc.cache[ns]
+	if c == nil {
+		return nil
+	}
+	x := c.bySHA[sha]
+	if x == nil {
+		return nil
+	}
+	if touch && x.eval != nil {
+		c.lru.MoveToFront(x.eval)
+	}
+	return x.s
 }
 
-func (sc *scripting) store(ns *namespace.Namespace, s *script.Script) {
+// store caches s for ns, as EVAL does (evictable) or as SCRIPT LOAD does
+// (loaded: kept until SCRIPT FLUSH; an EVAL-cached one is promoted). It
+// evicts EVAL scripts past evalMax or maxBytes, and refuses (false) a
+// load that would pass maxBytes with no EVAL script left to evict.
+func (sc *scripting) store(ns *namespace.Namespace, s *script.Script, loaded bool, evalMax int, maxBytes int64) bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if sc.cache == nil {
-		sc.cache = map[*namespace.Namespace]map[string]*script.Script{}
+		sc.cache = map[*namespace.Namespace]*nsScripts{}
 	}
-	m := sc.cache[ns]
-	if m == nil {
-		m = map[string]*script.Script{}
-		sc.cache[ns] = m
+	c := sc.cache[ns]
+	if c == nil {
+		c = &nsScripts{bySHA: map[string]*cachedScript{}}
+		sc.cache[ns] = c
 	}
-	m[s.SHA] = s
+	size := int64(len(s.Body))
+	if x := c.bySHA[s.SHA]; x != nil {
+		if loaded && x.eval != nil {
+			c.lru.Remove(x.eval)
+			x.eval = nil
+		} else if x.eval != nil {
+			c.lru.MoveToFront(x.eval)
+		}
+		return true
+	}
+	if loaded {
+		for c.bytes+size > maxBytes && c.lru.Len() > 0 {
+			sc.evictOldest(c)
+		}
+		if c.bytes+size > maxBytes {
+			return false
+		}
+	}
+	x := &cachedScript{s: s}
+	if !loaded {
+		x.eval = c.lru.PushFront(x)
+	}
+	c.bySHA[s.SHA] = x
+	c.bytes += size
+	for c.lru.Len() > evalMax || (c.bytes > maxBytes && c.lru.Len() > 1) {
+		sc.evictOldest(c)
+	}
+	return true
+}
+
+func (sc *scripting) evictOldest(c *nsScripts) {
+	x := c.lru.Remove(c.lru.Back()).(*cachedScript)
+	delete(c.bySHA, x.s.SHA)
+	c.bytes -= int64(len(x.s.Body))
+	sc.evicted.Add(1)
+}
+
+// cached counts the scripts cached over every namespace.
+func (sc *scripting) cached() int64 {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	n := 0
+	for _, c := range sc.cache {
+		n += len(c.bySHA)
+	}
+	return int64(n)
 }
 
 func (sc *scripting) flush(ns *namespace.Namespace) {
@@ -126,6 +224,12 @@ func (sc *scripting) flush(ns *namespace.Namespace) {
 	defer sc.mu.Unlock()
 	delete(sc.cache, ns)
 }
+
+// ScriptsCached is the number of scripts in the cache, every namespace's.
+func (e *Engine) ScriptsCached() int64 { return e.scripts.cached() }
+
+// ScriptsEvicted counts the EVAL-cached scripts evicted from the cache.
+func (e *Engine) ScriptsEvicted() int64 { return e.scripts.evicted.Load() }
 
 func (sc *scripting) start(r *running) {
 	sc.mu.Lock()
@@ -230,7 +334,7 @@ func cmdEval(c *Ctx) {
 	if byName {
 		sha := strings.ToLower(string(c.Args[1]))
 		if len(sha) == 40 {
-			s = c.e.scripts.lookup(c.NS, sha)
+			s = c.e.scripts.lookup(c.NS, sha, true)
 		}
 		if s == nil {
 			c.W.Error(errNoScript)
@@ -238,13 +342,13 @@ func cmdEval(c *Ctx) {
 		}
 	} else {
 		sha := script.SHA1Hex(c.Args[1])
-		if s = c.e.scripts.lookup(c.NS, sha); s == nil {
+		if s = c.e.scripts.lookup(c.NS, sha, true); s == nil {
 			var err error
 			if s, err = script.Compile(string(c.Args[1])); err != nil {
 				c.W.Error(compileError(err))
 				return
 			}
-			c.e.scripts.store(c.NS, s)
+			c.e.scripts.store(c.NS, s, false, c.e.cfg.ScriptCacheEvalMax, c.e.cfg.ScriptCacheBytes)
 		}
 	}
 	keys := c.Args[3 : 3+n]
@@ -284,7 +388,9 @@ func (e *Engine) runScript(c *Ctx, s *script.Script, keys, argv [][]byte, readOn
 	b.script = r
 	e.scripts.start(r)
 	timer := time.AfterFunc(e.cfg.ScriptTimeLimit, func() { e.scripts.markBusy(r) })
-	script.Run(ctx, s, keys, argv, h, c.W)
+	unwatch := script.WatchMemory(e.cfg.ScriptMaxMemory, cancel)
+	script.Run(ctx, s, keys, argv, h, c.W, script.Limits{MaxMemory: e.cfg.ScriptMaxMemory})
+	unwatch()
 	timer.Stop()
 	e.scripts.stop(r)
 	b.script = prev
@@ -388,12 +494,15 @@ func cmdScript(c *Ctx) {
 			c.W.Error(compileError(err))
 			return
 		}
-		c.e.scripts.store(c.NS, s)
+		if !c.e.scripts.store(c.NS, s, true, c.e.cfg.ScriptCacheEvalMax, c.e.cfg.ScriptCacheBytes) {
+			c.W.Error(errScriptCacheFull)
+			return
+		}
 		c.W.BulkString(s.SHA)
 	case "exists":
 		c.W.Array(len(c.Args) - 2)
 		for _, a := range c.Args[2:] {
-			if c.e.scripts.lookup(c.NS, strings.ToLower(string(a))) != nil {
+			if c.e.scripts.lookup(c.NS, strings.ToLower(string(a)), false) != nil {
 				c.W.Int(1)
 			} else {
 				c.W.Int(0)

@@ -406,6 +406,7 @@ func cmdInfo(c *Ctx) {
 		"maxmemory:"+itoa(e.maxMemory()),
 		"maxmemory_human:"+human(e.maxMemory()),
 		"maxmemory_policy:"+ns.Settings().Policy.String(),
+		"number_of_cached_scripts:"+itoa(e.scripts.cached()),
 		"namespace_used_memory:"+itoa(ns.DB.Used()),
 		"namespace_maxmemory:"+itoa(ns.Settings().MaxMemory),
 		"mem_allocator:go")
@@ -423,6 +424,7 @@ func cmdInfo(c *Ctx) {
 		"keyspace_misses:"+itoa(misses),
 		"expired_keys:"+itoa(expired),
 		"evicted_keys:"+itoa(evicted),
+		"evicted_scripts:"+itoa(e.scripts.evicted.Load()),
 		"namespace_keyspace_hits:"+itoa(ns.Counters.Hits.Load()),
 		"namespace_keyspace_misses:"+itoa(ns.Counters.Misses.Load()),
 		"namespace_expired_keys:"+itoa(ns.DB.Expired()),

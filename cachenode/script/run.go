@@ -21,9 +21,17 @@ type Caller interface {
 
 var pool = sync.Pool{New: func() any { return newVM() }}
 
+// Limits bound one run of a script; zero fields are no limit. The
+// memory limit applies here to string.rep; the caller watches the rest
+// (WatchMemory, memory.go).
+type Limits struct {
+	MaxMemory int64
+}
+
 // run is one execution of a script.
 type run struct {
 	s      *Script
+	lim    Limits
 	caller Caller
 	proto  int // RESP version of the replies the script sees (redis.setresp)
 	buf    resp.Writer
@@ -33,9 +41,9 @@ type run struct {
 // version w.Proto): the converted return value, or the error it raised.
 // Cancelling ctx stops the script; the error then names the cause
 // (context.Cause; ErrKilled is worded as Redis words SCRIPT KILL's).
-func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.Writer) {
+func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.Writer, lim Limits) {
 	v := pool.Get().(*vm)
-	r := &run{s: s, caller: c, proto: 2}
+	r := &run{s: s, lim: lim, caller: c, proto: 2}
 	v.run = r
 	L := v.L
 	L.SetContext(ctx)
@@ -62,7 +70,7 @@ func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.
 	v.globals.RawSetString("KEYS", lua.LNil)
 	v.globals.RawSetString("ARGV", lua.LNil)
 	v.run = nil
-	if v.clean() {
+	if ctx.Err() == nil && v.clean() { // a stopped script's state may hold what it built: drop it
 		pool.Put(v)
 	} else {
 		v.L.Close()

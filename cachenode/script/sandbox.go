@@ -44,6 +44,9 @@ func newVM() *vm {
 	}
 	v := &vm{L: L}
 	std := L.G.Global
+	// string.rep is bounded before it allocates (memory.go); the string
+	// metatable's __index is this same table, so ("x"):rep(n) is too.
+	std.RawGetString("string").(*lua.LTable).RawSetString("rep", L.NewFunction(v.strRep))
 	g := L.NewTable()
 	for _, name := range []string{"assert", "collectgarbage", "getmetatable", "ipairs", "next", "pairs",
 		"rawequal", "rawget", "select", "setmetatable", "tonumber", "tostring", "type", "unpack", "xpcall", "_VERSION"} {
@@ -288,4 +291,19 @@ func trimCRLF(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// strRep is string.rep with the run's memory limit checked first.
+func (v *vm) strRep(L *lua.LState) int {
+	str := L.CheckString(1)
+	n := L.CheckInt(2)
+	if n <= 0 || len(str) == 0 {
+		L.Push(lua.LString(""))
+		return 1
+	}
+	if lim := v.run.lim.MaxMemory; lim > 0 && int64(n) > lim/int64(len(str)) {
+		L.RaiseError("string.rep of %d x %d bytes is over the script memory limit of %d bytes", n, len(str), lim)
+	}
+	L.Push(lua.LString(strings.Repeat(str, n)))
+	return 1
 }

@@ -33,7 +33,7 @@ func run(t *testing.T, body string, proto int, c script.Caller) string {
 		t.Fatal(err)
 	}
 	w := &resp.Writer{Proto: proto}
-	script.Run(context.Background(), s, [][]byte{[]byte("k")}, [][]byte{[]byte("a")}, c, w)
+	script.Run(context.Background(), s, [][]byte{[]byte("k")}, [][]byte{[]byte("a")}, c, w, script.Limits{})
 	return string(w.Buf)
 }
 
@@ -90,7 +90,7 @@ func TestKill(t *testing.T) {
 	done := make(chan string)
 	go func() {
 		w := &resp.Writer{Proto: 2}
-		script.Run(ctx, s, nil, nil, calls, w)
+		script.Run(ctx, s, nil, nil, calls, w, script.Limits{})
 		done <- string(w.Buf)
 	}()
 	cancel(script.ErrKilled)
