@@ -1,8 +1,10 @@
 package supervisor
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os/exec"
 	"slices"
@@ -156,12 +158,31 @@ func TestStopRestartsNothing(t *testing.T) {
 	s := New(Config{MinBackoff: time.Hour, StopTimeout: 300 * time.Millisecond, OnChange: rec.onChange})
 	var starts atomic.Int32
 	for _, c := range []struct{ name, script string }{
-		{"plain", "exec sleep 60"},
-		{"stubborn", `trap "" TERM; while :; do sleep 0.05; done`},
-		{"waiting", "exec sleep 60"},
+		{"plain", "echo ready; exec sleep 60"},
+		// Ready once SIGTERM is ignored.
+		{"stubborn", `trap "" TERM; echo ready; while :; do sleep 0.05; done`},
+		{"waiting", "echo ready; exec sleep 60"},
 	} {
-		if err := s.Start(context.Background(), Child{Name: c.name,
-			Start: func(int) (*exec.Cmd, error) { starts.Add(1); return sh(c.script) }}); err != nil {
+		var stdout *bufio.Reader
+		err := s.Start(context.Background(), Child{Name: c.name,
+			Start: func(int) (*exec.Cmd, error) {
+				starts.Add(1)
+				cmd := exec.Command("sh", "-c", c.script)
+				out, err := cmd.StdoutPipe()
+				if err != nil {
+					return nil, err
+				}
+				stdout = bufio.NewReader(out)
+				return cmd, cmd.Start()
+			},
+			Ready: func(context.Context) error {
+				line, err := stdout.ReadString('\n')
+				if err == nil && line != "ready\n" {
+					err = fmt.Errorf("printed %q", line)
+				}
+				return err
+			}})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
