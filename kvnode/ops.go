@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,6 +188,11 @@ func (n *Node) Load(ctx context.Context, r io.Reader) (any, error) {
 		}
 		if err == nil && (len(e.Key) == 0 || len(e.Key) > api.MaxKeyBytes || len(e.GetSiblings().GetRecords()) == 0) {
 			err = errors.New("an entry needs a key of 1-256 bytes and at least one record")
+		}
+		if ks := coordinator.Keyspace(e.Key); err == nil && slices.Contains(n.cfg.CPKeyspaces, ks) {
+			// Written to the ring it would be hidden behind the Raft group
+			// that serves the keyspace here: refuse rather than bury it.
+			err = fmt.Errorf("keyspace %q is served by the consensus tier on this cluster (--cp-keyspaces), not the ring", ks)
 		}
 		if err != nil {
 			fail(&api.BadRequest{Status: http.StatusBadRequest, Code: "invalid_entry", Field: fmt.Sprintf("entries[%d]", i), Message: err.Error()})
