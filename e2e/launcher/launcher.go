@@ -49,8 +49,9 @@ type Config struct {
 	// NoEnvoy does not start Envoy even when one is installed.
 	NoEnvoy bool
 	Out     io.Writer
-	// Started, when set, is told each process's pid as it starts (tests
-	// inspect what it listens on).
+	// Started, when set, is told each process's pid as it starts,
+	// restarts included (tests inspect what it listens on). It is called
+	// from the supervisor's goroutines.
 	Started func(name string, pid int)
 	// Ready, when set, is called once everything is up and seeded.
 	Ready func()
