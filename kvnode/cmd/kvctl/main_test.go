@@ -87,27 +87,32 @@ func TestDayTwo(t *testing.T) {
 	b.add("b3", kvnode.JoinAuto, nil)
 	b.waitNormal("b3")
 	old := []string{"b0", "b1", "b2"}
-	counts := map[string]int{}
+	held := map[string][]storage.Entry{}
 	for _, id := range old {
-		counts[id], _ = b.node(id).Store().Count()
+		held[id] = scanAll(t, b.node(id).Store())
 	}
 	out = b.kvctl(0, b.addrs(old...), "node", "cleanup")
 	deleted := 0
 	for _, id := range old {
-		n, _ := b.node(id).Store().Count()
-		deleted += counts[id] - n
-		// Every key left is one the node replicates; every key it
-		// replicates is left (checked by reading everything below).
+		// Exactly the keys of ranges it no longer replicates are gone:
+		// nothing else (the store as it was, minus those).
 		cur, _ := b.node(id).Membership().Rings()
 		mine := cur.RangesOf(id)
-		err := b.node(id).Store().Scan(ring.Range{}, nil, time.Time{}, func(e storage.Entry) bool {
-			if !slices.ContainsFunc(mine, func(rg ring.Range) bool { return rg.Contains(e.Token) }) {
-				t.Errorf("%s kept %s, which it does not replicate", id, e.Key)
+		now := map[string]bool{}
+		for _, e := range scanAll(t, b.node(id).Store()) {
+			now[string(e.Key)] = true
+		}
+		for _, e := range held[id] {
+			owned := slices.ContainsFunc(mine, func(rg ring.Range) bool { return rg.Contains(e.Token) })
+			if owned != now[string(e.Key)] {
+				t.Errorf("%s after cleanup: %s present=%v, replicated=%v", id, e.Key, now[string(e.Key)], owned)
 			}
-			return true
-		})
-		if err != nil {
-			t.Fatal(err)
+			if !owned {
+				deleted++
+			}
+		}
+		if len(now) > len(held[id]) {
+			t.Errorf("%s holds %d keys after cleanup, %d before", id, len(now), len(held[id]))
 		}
 	}
 	if deleted == 0 {
@@ -288,4 +293,17 @@ func TestUsage(t *testing.T) {
 			t.Errorf("kvctl %v = %d, want 2: %s%s", args, code, out.String(), errb.String())
 		}
 	}
+}
+
+// scanAll lists every key of a node's store (tombstones included).
+func scanAll(t *testing.T, st *storage.Store) []storage.Entry {
+	t.Helper()
+	var out []storage.Entry
+	if err := st.Scan(ring.Range{}, nil, time.Time{}, func(e storage.Entry) bool {
+		out = append(out, e)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
