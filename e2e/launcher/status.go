@@ -197,7 +197,7 @@ func PrintStatus(w io.Writer, root string, now time.Time) error {
 		return err
 	}
 	if l.State == LauncherGone {
-		fmt.Fprintln(w, "portico: components listed as running may still run, unsupervised (kill their pids)")
+		fmt.Fprintln(w, "portico: components listed as live may still run, unsupervised; make stop stops them")
 		return ErrNotRunning
 	}
 	return nil

@@ -14,6 +14,19 @@ if [ -f "$run/launch.pid" ]; then
   fi
   rm -f "$run/launch.pid"
 fi
+# A launcher that was killed (kill -9) left its components running,
+# unsupervised: stop those .run/status.json still lists as live, when the
+# pid is still one of this checkout's binaries (not a reused pid).
+if [ -f "$run/status.json" ] && [ "$(jq -r .launcher.state "$run/status.json" 2>/dev/null)" != stopped ]; then
+  launcher=$(jq -r .launcher.pid "$run/status.json")
+  if ! kill -0 "$launcher" 2>/dev/null; then
+    for c in $(jq -r '.components[] | select(.state != "stopped" and .state != "failed") | .pid' "$run/status.json"); do
+      case "$(readlink "/proc/$c/exe" 2>/dev/null)" in
+        "$root"/bin/*) kill -TERM "$c" 2>/dev/null && echo "stopped pid $c, left by a launcher that was killed" ;;
+      esac
+    done
+  fi
+fi
 if [ -f "$run/redis.pid" ]; then
   kill -TERM "$(cat "$run/redis.pid")" 2>/dev/null || true
   rm -f "$run/redis.pid"
