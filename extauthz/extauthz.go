@@ -7,6 +7,7 @@
 package extauthz
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"github.com/portico-io/portico/internal/httpserver"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/tracing"
 	"github.com/portico-io/portico/internal/xdsclient"
 )
 
@@ -43,6 +45,7 @@ const (
 	DefaultXDSAddr       = "127.0.0.1:18000"
 	DefaultStateDir      = ".run/extauthz"
 	NodeCluster          = "portico-extauthz"
+	ServiceName          = "portico-extauthz" // service.name of its spans
 	DefaultPruneEvery    = time.Minute
 	authorizationService = "envoy.service.auth.v3.Authorization"
 )
@@ -83,8 +86,12 @@ type Config struct {
 	// presents it. Without files, InsecurePlaintext must be set.
 	TLS               tlsfiles.Config
 	InsecurePlaintext bool
-	Logger            *slog.Logger
-	Registry          *prometheus.Registry
+	// Tracing exports a span per Check to an OTLP collector; off without
+	// Tracing.Endpoint. ServiceName defaults to ServiceName, InstanceID to
+	// NodeID; the collector is shown TLS's certificate when it asks.
+	Tracing  tracing.Config
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
 
 	// Ready, when set, receives the listen addresses once both servers
 	// listen (a test hook).
@@ -132,7 +139,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	var grpcOpts []grpc.ServerOption
+	trc := cfg.Tracing
+	trc.ServiceName, trc.InstanceID = cmp.Or(trc.ServiceName, ServiceName), cmp.Or(trc.InstanceID, cfg.NodeID)
+	trc.Workload, trc.Logger, trc.Registerer, trc.MetricPrefix = tlsFiles, log, cfg.Registry, "portico_extauthz"
+	tracer, err := tracing.New(ctx, trc)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	defer func() { _ = tracer.Shutdown(ctx) }() // after the server stopped: flushes its last spans
+	// A Check continues the trace of Envoy's call, else of the request.
+	grpcOpts := tracer.ServerOptions(authz.TraceCarrier)
 	if tlsFiles != nil {
 		// Only gateways ask for decisions.
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.ServerConfig(gatewaysOnly))))

@@ -32,6 +32,7 @@ import (
 	"github.com/portico-io/portico/internal/httpserver"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/tracing"
 	"github.com/portico-io/portico/internal/xdsclient"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
 	"github.com/portico-io/portico/ratelimitsvc/peers"
@@ -43,6 +44,7 @@ import (
 
 // Defaults (ARCHITECTURE.md ports).
 const (
+	ServiceName     = "portico-ratelimitsvc" // service.name of its spans
 	DefaultGRPCAddr = "127.0.0.1:18200"
 	DefaultHTTPAddr = "127.0.0.1:18201"
 	DefaultStateDir = ".run/ratelimitsvc"
@@ -109,8 +111,13 @@ type Config struct {
 	// throttle.DefaultSize). A full queue drops and counts events.
 	ThrottleSink  throttle.Sink
 	ThrottleQueue int
-	Logger        *slog.Logger
-	Registry      *prometheus.Registry
+	// Tracing exports a span per ShouldRateLimit to an OTLP collector; off
+	// without Tracing.Endpoint. ServiceName defaults to ServiceName,
+	// InstanceID to NodeID; the collector is shown TLS's certificate when
+	// it asks.
+	Tracing  tracing.Config
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
 	// Ready, when set, receives the listening addresses once both servers
 	// listen (a test hook).
 	Ready chan<- Addrs
@@ -182,6 +189,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	trc := cfg.Tracing
+	trc.ServiceName, trc.InstanceID = cmp.Or(trc.ServiceName, ServiceName), cmp.Or(trc.InstanceID, cfg.NodeID)
+	trc.Workload, trc.Logger, trc.Registerer, trc.MetricPrefix = tlsFiles, log, cfg.Registry, "portico_ratelimitsvc"
+	tracer, err := tracing.New(ctx, trc)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	defer func() { _ = tracer.Shutdown(ctx) }() // after the server stopped: flushes its last spans
 	live := rules.NewLive()
 	checks := health.New()
 
@@ -273,7 +288,7 @@ func Run(ctx context.Context, cfg Config) error {
 		glis.Close()
 		return fmt.Errorf("ratelimitsvc: %w", err)
 	}
-	var grpcOpts []grpc.ServerOption
+	grpcOpts := tracer.ServerOptions(nil)
 	if tlsFiles != nil {
 		// Only gateways spend rate-limit budgets.
 		grpcOpts = append(grpcOpts, grpc.Creds(credentials.NewTLS(tlsFiles.ServerConfig(identity.Policy{Roles: []identity.Role{identity.Gateway}}))))

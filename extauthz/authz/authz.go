@@ -28,6 +28,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 
@@ -251,6 +252,9 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 	start := time.Now()
 	d := s.decide(ctx, req)
 	s.m.latency.Observe(time.Since(start).Seconds())
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		annotate(sp, req, d)
+	}
 	if d.status == 0 {
 		s.m.checks.WithLabelValues("allow", d.reason).Inc()
 		return allowResponse(d.id), nil

@@ -59,3 +59,16 @@ func Bool(fs *flag.FlagSet, name, env string, def bool, usage string) *bool {
 	}
 	return fs.Bool(name, def, fmt.Sprintf("%s (env %s)", usage, env))
 }
+
+// Float64 defines a float64 flag defaulting to $env, else def.
+func Float64(fs *flag.FlagSet, name, env string, def float64, usage string) *float64 {
+	if v, ok := os.LookupEnv(env); ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s=%q: not a number\n", env, v)
+			os.Exit(2)
+		}
+		def = f
+	}
+	return fs.Float64(name, def, fmt.Sprintf("%s (env %s)", usage, env))
+}

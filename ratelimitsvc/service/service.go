@@ -20,6 +20,7 @@ import (
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -166,8 +167,17 @@ type match struct {
 }
 
 // ShouldRateLimit decides one request. Unknown domains and descriptors are
-// OK; only an empty domain is invalid.
+// OK; only an empty domain is invalid. A traced request's span gets the
+// outcome (annotate).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := s.shouldRateLimit(ctx, req)
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		annotate(sp, req, resp)
+	}
+	return resp, err
+}
+
+func (s *Service) shouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	defer func() { s.m.latency.Observe(time.Since(start).Seconds()) }()
 	if req.GetDomain() == "" {
@@ -376,6 +386,7 @@ func (s *Service) failed(ctx context.Context, domain string, matches []match, it
 		}
 	}
 	if closed {
+		degraded(ctx, "fail_closed", err)
 		for _, mt := range matches {
 			st := resp.Statuses[mt.desc]
 			st.CurrentLimit = currentLimit(mt.rule)
@@ -390,6 +401,7 @@ func (s *Service) failed(ctx context.Context, domain string, matches []match, it
 		return bucket.Decision{}, false
 	}
 	s.m.degradedOpen.Inc()
+	degraded(ctx, "fail_open", err)
 	n := uint64(s.replicas.Load())
 	scaled := make([]bucket.Item, len(items))
 	for i, it := range items {

@@ -16,6 +16,7 @@ import (
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/tracing"
 	"github.com/portico-io/portico/internal/xdsclient"
 )
 
@@ -35,6 +36,7 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
+	traceFlags := tracing.RegisterFlags(fs, extauthz.ServiceName)
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "talk to a plaintext control plane (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
@@ -46,7 +48,7 @@ func main() {
 	cfg := extauthz.Config{
 		GRPCAddr: *grpcAddr, HTTPAddr: *httpAddr, XDSAddr: *xdsAddr, NodeID: *nodeID, StateDir: *stateDir, SecretsDir: *secretsDir,
 		MinJWKSRefreshInterval: *refresh, TokenCacheSize: int(*cacheSize), Logger: log,
-		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext, XDSMaxRecvMsgBytes: int(*maxRecv), XDSStaleAfter: *staleAfter, XDSProtocol: *protocol,
+		TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext, Tracing: traceFlags.Config(), XDSMaxRecvMsgBytes: int(*maxRecv), XDSStaleAfter: *staleAfter, XDSProtocol: *protocol,
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -13,6 +13,7 @@ import (
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/internal/tlsfiles"
+	"github.com/portico-io/portico/internal/tracing"
 	"github.com/portico-io/portico/internal/xdsclient"
 	"github.com/portico-io/portico/ratelimitsvc"
 	"github.com/portico-io/portico/ratelimitsvc/bucket"
@@ -44,6 +45,7 @@ func main() {
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
 	tlsFlags := tlsfiles.RegisterFlags(fs)
+	traceFlags := tracing.RegisterFlags(fs, ratelimitsvc.ServiceName)
 	redisTLS := envflag.Bool(fs, "redis-tls", "PORTICO_REDIS_TLS", false, "connect to Redis over TLS (presenting this workload's certificate when asked)")
 	redisCA := envflag.String(fs, "redis-tls-ca-file", "PORTICO_REDIS_TLS_CA_FILE", "", "CA bundle Redis's certificate must chain to (default: the system's roots)")
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "talk to a plaintext control plane (debugging only)")
@@ -60,7 +62,7 @@ func main() {
 	cfg.RedisMasterName, cfg.RedisCluster, cfg.RedisUsername = *redisMaster, *redisCluster, *redisUser
 	cfg.RedisPassword, cfg.RedisSentinelPassword = redisPassword, sentinelPassword
 	cfg.Logger = log
-	cfg.TLS, cfg.InsecurePlaintext = tlsFlags.Config(), *plaintext
+	cfg.TLS, cfg.InsecurePlaintext, cfg.Tracing = tlsFlags.Config(), *plaintext, traceFlags.Config()
 	cfg.RedisTLS, cfg.RedisTLSCAFile = *redisTLS, *redisCA
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
