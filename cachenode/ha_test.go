@@ -173,11 +173,12 @@ func (h *haCluster) waitReplicated(ctx context.Context, p, r int, sample map[str
 		want, _ := pc.DBSize(ctx).Result()
 		got, _ := rc.DBSize(ctx).Result()
 		ok := want == got
+		owners := h.owners() // one read of the stored map per pass, not one per key
 		for k, v := range sample {
 			if !ok {
 				break
 			}
-			if h.ownerIndex(k) != p {
+			if owners(k) != p {
 				continue
 			}
 			if g, err := rc.Get(ctx, k).Result(); err != nil || g != v {
@@ -213,9 +214,10 @@ func (h *haCluster) seed(ctx context.Context, cc *redis.ClusterClient, n int) ma
 	return sample
 }
 
-// ownerIndex is the index of the node owning key's slot in the current
-// stored map.
-func (h *haCluster) ownerIndex(key string) int {
+// owners reads the stored map once and returns the index of the node
+// owning a key's slot in it (a read costs a kvnode round trip over TLS:
+// one per key made seeding 1500 keys take 15-20 s).
+func (h *haCluster) owners() func(key string) int {
 	t, err := h.pub.Load(context.Background())
 	if err != nil {
 		h.t.Fatal(err)
@@ -224,13 +226,15 @@ func (h *haCluster) ownerIndex(key string) int {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	o := m.Owner(slotOfKey(key))
-	for i, n := range h.nodes {
-		if n.id == o.ID {
-			return i
+	return func(key string) int {
+		o := m.Owner(slotOfKey(key))
+		for i, n := range h.nodes {
+			if n.id == o.ID {
+				return i
+			}
 		}
+		return -1
 	}
-	return -1
 }
 
 // TestClusterReplicasAndPromotion: six processes, three primaries with a

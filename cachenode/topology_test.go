@@ -19,6 +19,7 @@ import (
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
+	"github.com/portico-io/portico/internal/xdstest"
 )
 
 // topoSpec is a map of the three nodes on ports with ranges[i] for node i.
@@ -278,32 +279,49 @@ func TestClusterTopologyWaitsForMap(t *testing.T) {
 		}()
 		return ready, done, rcancel
 	}
+	// /readyz says why the node waits: the error of its last read of the
+	// store. Waiting on it (instead of a fixed time) proves the node has
+	// read the store and found no map it may start with.
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://127.0.0.1:" + httpPort + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitingFor := func(what string) {
+		xdstest.Eventually(t, 10*time.Second, "/readyz: "+what, func() bool {
+			code, body := readyz()
+			return code == 503 && strings.Contains(body, "waiting for a slot map listing node "+nodeID(0)) && strings.Contains(body, what)
+		})
+	}
 	ready, done, stop := run(nodeID(0))
+	waitingFor("no topology published")
 	select {
 	case <-ready:
 		t.Fatal("the node started without a map")
 	case err := <-done:
 		t.Fatalf("Run: %v", err)
-	case <-time.After(1500 * time.Millisecond):
+	default:
 	}
 	// Waiting, HTTP answers: alive, not ready, and why.
 	if code, _ := httpGet(t, "http://127.0.0.1:"+httpPort+"/healthz"); code != 200 {
 		t.Fatalf("/healthz while waiting: %d", code)
 	}
-	if code, body := httpGet(t, "http://127.0.0.1:"+httpPort+"/readyz"); code != 503 || !strings.Contains(body, "waiting for a slot map listing node "+nodeID(0)) {
-		t.Fatalf("/readyz while waiting: %d %s", code, body)
-	}
-	// A map without this node: still waiting.
+	// A map without this node: still waiting, once it has read that map.
 	p, _ := strconv.Atoi(port)
 	other := cluster.Spec{Epoch: 1, Nodes: []cluster.NodeSpec{{ID: "someone-else", Host: "127.0.0.1", Port: p, Slots: []string{"0-16383"}}}}
 	r1, err := pub.Publish(c, other, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitingFor("is not among the config's nodes")
 	select {
 	case <-ready:
 		t.Fatal("the node started with a map not listing it")
-	case <-time.After(1500 * time.Millisecond):
+	default:
 	}
 	if _, err := pub.Publish(c, topoSpec(2, []string{port}, [][]string{{"0-16383"}}), r1); err != nil {
 		t.Fatal(err)
@@ -327,7 +345,10 @@ func TestClusterTopologyWaitsForMap(t *testing.T) {
 	}
 	// Stopped while waiting: no error.
 	_, done2, stop2 := run("not-listed")
-	time.Sleep(300 * time.Millisecond)
+	xdstest.Eventually(t, 10*time.Second, "the second node to wait", func() bool {
+		code, body := readyz()
+		return code == 503 && strings.Contains(body, "waiting for a slot map listing node not-listed")
+	})
 	stop2()
 	if err := <-done2; err != nil {
 		t.Fatalf("Run stopped while waiting: %v", err)
