@@ -47,17 +47,18 @@ func (e *MemoryError) Error() string {
 // *MemoryError once it has grown past limit. The caller must call done
 // when the script ends (before it returns its state to anyone).
 func WatchMemory(limit int64, stop context.CancelCauseFunc) (done func()) {
-	w := &memWatch{limit: limit, stop: stop,
-		samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}}
+	w := &memWatch{limit: limit, stop: stop}
 	w.mu.Lock()
 	w.t = time.AfterFunc(memCheckEvery, w.check)
 	w.mu.Unlock()
-	return func() {
-		w.mu.Lock()
-		w.ended = true
-		w.t.Stop()
-		w.mu.Unlock()
-	}
+	return w.done
+}
+
+func (w *memWatch) done() {
+	w.mu.Lock()
+	w.ended = true
+	w.t.Stop()
+	w.mu.Unlock()
 }
 
 type memWatch struct {
@@ -75,6 +76,9 @@ type memWatch struct {
 }
 
 func (w *memWatch) read() (live, objs int64) {
+	if w.samples == nil { // only scripts that run past memCheckEvery get here
+		w.samples = []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	}
 	metrics.Read(w.samples)
 	return int64(w.samples[0].Value.Uint64()), int64(w.samples[1].Value.Uint64())
 }
