@@ -36,6 +36,7 @@ import (
 	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/tracing"
 	"github.com/portico-io/portico/internal/xdsclient"
+	"github.com/portico-io/portico/internal/xdscontract"
 )
 
 // Defaults for Config.
@@ -44,7 +45,7 @@ const (
 	DefaultHTTPAddr      = "127.0.0.1:18101"
 	DefaultXDSAddr       = "127.0.0.1:18000"
 	DefaultStateDir      = ".run/extauthz"
-	NodeCluster          = "portico-extauthz"
+	NodeCluster          = xdscontract.NodeClusterExtAuthz
 	ServiceName          = "portico-extauthz" // service.name of its spans
 	DefaultPruneEvery    = time.Minute
 	authorizationService = "envoy.service.auth.v3.Authorization"

@@ -18,14 +18,15 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/portico-io/portico/controlplane/spec"
+	"github.com/portico-io/portico/internal/xdscontract"
 )
 
 // Context extension keys handed to extauthz with every check request.
 const (
-	CtxRoute    = "route"
-	CtxMode     = "mode"
-	CtxProvider = "provider"
-	CtxScopes   = "scopes"
+	CtxRoute    = xdscontract.CtxRoute
+	CtxMode     = xdscontract.CtxMode
+	CtxProvider = xdscontract.CtxProvider
+	CtxScopes   = xdscontract.CtxScopes
 )
 
 // idempotentMethods are retried by default (RFC 9110 §9.2.2, minus TRACE

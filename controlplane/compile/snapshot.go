@@ -17,6 +17,7 @@ import (
 	cache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/portico-io/portico/internal/xdscontract"
 	authv1 "github.com/portico-io/portico/proto/portico/auth/v1"
 	ratelimitv1 "github.com/portico-io/portico/proto/portico/ratelimit/v1"
 )
@@ -32,11 +33,14 @@ const (
 	RouteType           = resource.RouteType
 	SecretType          = resource.SecretType
 	RateLimitConfigType = resource.RateLimitConfigType
+)
 
-	JwtProviderType    = resource.APITypePrefix + "portico.auth.v1.JwtProvider"
-	ApiKeyShardType    = resource.APITypePrefix + "portico.auth.v1.ApiKeyShard"
-	RevocationListType = resource.APITypePrefix + "portico.auth.v1.RevocationList"
-	RateLimitRuleType  = resource.APITypePrefix + "portico.ratelimit.v1.RateLimitRule"
+// Type URLs of Portico's own resources (the contract with its clients).
+var (
+	JwtProviderType    = xdscontract.JwtProviderType
+	ApiKeyShardType    = xdscontract.ApiKeyShardType
+	RevocationListType = xdscontract.RevocationListType
+	RateLimitRuleType  = xdscontract.RateLimitRuleType
 )
 
 // TypeURLs lists every type a snapshot serves, Envoy types first in the

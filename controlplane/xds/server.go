@@ -50,6 +50,7 @@ import (
 	"github.com/portico-io/portico/controlplane/compile"
 	"github.com/portico-io/portico/controlplane/nodes"
 	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/xdscontract"
 )
 
 // DefaultMaxMsgBytes bounds one xDS message either way unless
@@ -60,7 +61,7 @@ import (
 const DefaultMaxMsgBytes = 256 << 20
 
 // GroupMetadataKey is the node metadata field naming a node's rollout group.
-const GroupMetadataKey = "portico.group"
+const GroupMetadataKey = xdscontract.GroupMetadataKey
 
 // Policy chooses the snapshot a node is served. latest is the newest
 // published snapshot; returning nil serves latest.
@@ -143,9 +144,9 @@ var reservedClusters = map[string]identity.Role{
 
 // Node clusters of ARCHITECTURE.md.
 const (
-	NodeClusterGateway   = "portico-gateway"
-	NodeClusterExtAuthz  = "portico-extauthz"
-	NodeClusterRateLimit = "portico-ratelimit"
+	NodeClusterGateway   = xdscontract.NodeClusterGateway
+	NodeClusterExtAuthz  = xdscontract.NodeClusterExtAuthz
+	NodeClusterRateLimit = xdscontract.NodeClusterRateLimit
 )
 
 // viewOf returns the view of a verified role.

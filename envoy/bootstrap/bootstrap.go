@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/portico-io/portico/controlplane/compile"
+	"github.com/portico-io/portico/internal/xdscontract"
 
 	// Extension types a gateway bootstrap references through Any; protojson
 	// resolves them from the global registry.
@@ -33,8 +34,8 @@ import (
 // delivers over CDS (a static cluster of the same name would shadow them:
 // Envoy never lets CDS replace a static cluster), and its listener.
 const (
-	NodeCluster      = "portico-gateway"
-	GroupKey         = "portico.group"
+	NodeCluster      = xdscontract.NodeClusterGateway
+	GroupKey         = xdscontract.GroupMetadataKey
 	XDSCluster       = "xds_cluster"
 	ExtAuthzCluster  = compile.ExtAuthzCluster
 	RateLimitCluster = compile.RateLimitCluster

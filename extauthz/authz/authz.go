@@ -37,14 +37,15 @@ import (
 	"github.com/portico-io/portico/extauthz/policy"
 	"github.com/portico-io/portico/extauthz/token"
 	"github.com/portico-io/portico/internal/secretdir"
+	"github.com/portico-io/portico/internal/xdscontract"
 )
 
 // Context extension keys (controlplane/compile) and modes.
 const (
-	CtxRoute    = "route"
-	CtxMode     = "mode"
-	CtxProvider = "provider"
-	CtxScopes   = "scopes"
+	CtxRoute    = xdscontract.CtxRoute
+	CtxMode     = xdscontract.CtxMode
+	CtxProvider = xdscontract.CtxProvider
+	CtxScopes   = xdscontract.CtxScopes
 
 	ModeNone   = "none"
 	ModeJWT    = "jwt"

@@ -26,14 +26,15 @@ import (
 
 	"github.com/portico-io/portico/internal/idp"
 	"github.com/portico-io/portico/internal/secretdir"
+	"github.com/portico-io/portico/internal/xdscontract"
 	authv1 "github.com/portico-io/portico/proto/portico/auth/v1"
 )
 
 // Type URLs of the resources a Policy is built from.
-const (
-	JwtProviderType    = "type.googleapis.com/portico.auth.v1.JwtProvider"
-	ApiKeyShardType    = "type.googleapis.com/portico.auth.v1.ApiKeyShard"
-	RevocationListType = "type.googleapis.com/portico.auth.v1.RevocationList"
+var (
+	JwtProviderType    = xdscontract.JwtProviderType
+	ApiKeyShardType    = xdscontract.ApiKeyShardType
+	RevocationListType = xdscontract.RevocationListType
 )
 
 // Types lists the resource types a Policy is built from. Read-only.

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/xds"
+
+	"github.com/portico-io/portico/internal/xdscontract"
 )
 
 // Backend is a gRPC TestService whose UnaryCall answers with its ID.
@@ -51,8 +53,8 @@ func Dial(t testing.TB, xdsAddr, nodeID, group, target string) testgrpc.TestServ
 	t.Helper()
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": %q, "cluster": "portico-gateway", "metadata": {"portico.group": %q}}
-	}`, xdsAddr, nodeID, group)
+		"node": {"id": %q, "cluster": %q, "metadata": {%q: %q}}
+	}`, xdsAddr, nodeID, xdscontract.NodeClusterGateway, xdscontract.GroupMetadataKey, group)
 	rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		t.Fatal(err)

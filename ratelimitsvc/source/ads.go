@@ -19,6 +19,7 @@ import (
 	"github.com/portico-io/portico/internal/atomicfile"
 	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/xdsclient"
+	"github.com/portico-io/portico/internal/xdscontract"
 	ratelimitv1 "github.com/portico-io/portico/proto/portico/ratelimit/v1"
 	"github.com/portico-io/portico/ratelimitsvc/rules"
 )
@@ -26,13 +27,13 @@ import (
 // The xDS types ADS can subscribe to: Portico's rules (default), or the
 // standard envoyproxy/ratelimit RateLimitConfig. The control plane compiles
 // both from the same rules, so a replica subscribes to one, never both.
-const (
-	RuleType   = "type.googleapis.com/portico.ratelimit.v1.RateLimitRule"
-	ConfigType = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
-)
+var RuleType = xdscontract.RateLimitRuleType
+
+// ConfigType is envoyproxy/ratelimit's RateLimitConfig.
+const ConfigType = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
 
 // NodeCluster is the node cluster ratelimitsvc announces.
-const NodeCluster = "portico-ratelimit"
+const NodeCluster = xdscontract.NodeClusterRateLimit
 
 const stateFile = "ratelimit-rules.pb"
 
