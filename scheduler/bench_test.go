@@ -490,7 +490,7 @@ func checkLead(b *testing.B, side string, due time.Time) {
 }
 
 // BenchmarkSchedulerVsRiver runs each tuning (schedTunings) as a
-// sub-benchmark: PORTICO_BENCH_ROUNDS runs of each side (default 2), in
+// sub-benchmark: PORTICO_BENCH_ROUNDS runs of each side (default 3), in
 // the order ours, River, River, ours (repeated), every run logged, and
 // reports each side's means, and the ratios ours/River over round pairs
 // (peerbench.Report: median, min, max): throughput-ratio (> 1 favours
@@ -502,7 +502,7 @@ func checkLead(b *testing.B, side string, due time.Time) {
 //	go test -run '^$' -bench SchedulerVsRiver -benchtime 1x ./scheduler/
 func BenchmarkSchedulerVsRiver(b *testing.B) {
 	n := envInt("PORTICO_BENCH_JOBS", 20000)
-	rounds := envInt("PORTICO_BENCH_ROUNDS", 2)
+	rounds := envInt("PORTICO_BENCH_ROUNDS", 3)
 	bin := peerbench.Build(b, "./scheduler/cmd/scheduler")
 	for _, tu := range schedTunings {
 		b.Run("tuning="+tu.name, func(b *testing.B) {
