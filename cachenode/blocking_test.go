@@ -388,14 +388,18 @@ func TestBlockingClusterUnblock(t *testing.T) {
 	c2 := redis.NewClient(&redis.Options{Addr: tc.addrs[2], Protocol: 3, MaxRetries: -1})
 	defer c2.Close()
 	// CROSSSLOT before anything blocks.
-	if got := dialRaw(t, tc.addrs[1]).do(t, "BLMPOP", "0", "2", k1, k2, "LEFT"); !strings.HasPrefix(got, "-CROSSSLOT") {
-		t.Fatalf("BLMPOP across slots = %q", got)
+	for _, args := range [][]string{{"BLMPOP", "0", "2", k1, k2, "LEFT"}, {"BZMPOP", "0", "2", k1, k2, "MIN"}, {"BZPOPMIN", k1, k2, "0"}, {"ZMPOP", "2", k1, k2, "MAX"}} {
+		if got := dialRaw(t, tc.addrs[1]).do(t, args...); !strings.HasPrefix(got, "-CROSSSLOT") {
+			t.Fatalf("%v across slots = %q", args, got)
+		}
 	}
 	moved := dialRaw(t, tc.addrs[1])
 	moved.send(t, "BLPOP", k1, "0")
+	movedZ := dialRaw(t, tc.addrs[1])
+	movedZ.send(t, "BZPOPMAX", k1, "0")
 	demoted := dialRaw(t, tc.addrs[2])
 	demoted.send(t, "BRPOP", k2, "0")
-	waitBlockedClients(t, c1, 1)
+	waitBlockedClients(t, c1, 2)
 	waitBlockedClients(t, c2, 1)
 	// Epoch 2: node 0 takes node 1's slots; node 2 becomes node 0's replica
 	// (its slots go to node 0 as well).
@@ -408,6 +412,9 @@ func TestBlockingClusterUnblock(t *testing.T) {
 	want := fmt.Sprintf("-MOVED %d %s\r\n", slotOfKey(k1), tc.addrs[0])
 	if got := moved.read(t, 10*time.Second); got != want {
 		t.Fatalf("blocked client after its slot moved: %q, want %q", got, want)
+	}
+	if got := movedZ.read(t, 10*time.Second); got != want {
+		t.Fatalf("BZPOPMAX client after its slot moved: %q, want %q", got, want)
 	}
 	if got := demoted.read(t, 10*time.Second); got != "-UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)\r\n" {
 		t.Fatalf("blocked client after its node became a replica: %q", got)
