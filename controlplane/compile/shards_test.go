@@ -40,6 +40,26 @@ func next(cfg *spec.Config) *spec.Config {
 	return &c
 }
 
+// incrementalStep compiles cfg after *state (the previous step's) and
+// checks the result against a full compile; *state becomes this step's.
+func incrementalStep(t *testing.T, name string, state **compileState, cfg *spec.Config, opts Options) (*Snapshot, *reuseCache) {
+	t.Helper()
+	sc := &reuseCache{prev: *state}
+	got, err := compileConfig(cfg, opts, sc)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	want, err := Compile(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Equal(got, want) {
+		t.Fatalf("%s: incremental compile differs from a full one", name)
+	}
+	*state = sc.next
+	return got, sc
+}
+
 // The incremental compile equals a full compile after every kind of
 // change, and rebuilds only the shards the change touches.
 func TestCompilerReusesUnchangedShards(t *testing.T) {
@@ -47,22 +67,10 @@ func TestCompilerReusesUnchangedShards(t *testing.T) {
 	var state *compileState
 	step := func(name string, cfg *spec.Config, wantRebuilt int) {
 		t.Helper()
-		sc := &reuseCache{prev: state}
-		got, err := compileConfig(cfg, opts, sc)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		want, err := Compile(cfg, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !Equal(got, want) {
-			t.Fatalf("%s: incremental compile differs from a full one", name)
-		}
+		_, sc := incrementalStep(t, name, &state, cfg, opts)
 		if wantRebuilt >= 0 && sc.rebuilt != wantRebuilt {
 			t.Fatalf("%s: rebuilt %d shards, want %d", name, sc.rebuilt, wantRebuilt)
 		}
-		state = sc.next
 	}
 	step("first", cfg, numShards)
 	step("nothing changed", next(cfg), 0)

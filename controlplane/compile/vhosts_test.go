@@ -24,18 +24,7 @@ func TestCompilerReusesUnchangedVirtualHosts(t *testing.T) {
 	var state *compileState
 	step := func(name string, cfg *spec.Config, wantRebuilt int) {
 		t.Helper()
-		sc := &reuseCache{prev: state}
-		got, err := compileConfig(cfg, opts, sc)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		want, err := Compile(cfg, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !Equal(got, want) {
-			t.Fatalf("%s: incremental compile differs from a full one", name)
-		}
+		got, sc := incrementalStep(t, name, &state, cfg, opts)
 		rc := got.GetResources(RouteType)[RouteConfigName].(*routev3.RouteConfiguration)
 		h, _, err := checkAndEncode(RouteType, RouteConfigName, rc)
 		if err != nil {
@@ -47,7 +36,6 @@ func TestCompilerReusesUnchangedVirtualHosts(t *testing.T) {
 		if sc.vhostsRebuilt != wantRebuilt {
 			t.Fatalf("%s: rebuilt %d virtual hosts, want %d", name, sc.vhostsRebuilt, wantRebuilt)
 		}
-		state = sc.next
 	}
 	change := func(f func(c *spec.Config)) *spec.Config {
 		c := cfg.Clone()
