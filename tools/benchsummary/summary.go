@@ -32,9 +32,7 @@ type comparison struct {
 var comparisons = []comparison{
 	{title: "scheduler vs River", pkg: "scheduler", bench: regexp.MustCompile(`^BenchmarkSchedulerVsRiver(/|$)`)},
 	{title: "ratelimitsvc vs envoyproxy/ratelimit", pkg: "ratelimitsvc", bench: regexp.MustCompile(`^BenchmarkPeer(TLS)?(/|$)`)},
-	{title: "kvnode CP vs etcd", pkg: "kvnode/cp", bench: regexp.MustCompile(`^BenchmarkCPVsEtcd(/|$)`),
-		// Written before the convention: "put_cp/etcd" is ours ÷ etcd's.
-		units: regexp.MustCompile(`_cp/etcd(_grpc)?$`), note: "rounds pooled into one value per metric"},
+	{title: "kvnode CP vs etcd", pkg: "kvnode/cp", bench: regexp.MustCompile(`^BenchmarkCPVsEtcd(/|$)`)},
 	{title: "cachenode vs redis-server", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkVsRedisServer(/|$)`),
 		note: "per-cpu: cachenode's ops per CPU-second ÷ redis-server's, > 1 favours cachenode"},
 	{title: "controlplane propagation", pkg: "controlplane", bench: regexp.MustCompile(`^BenchmarkPropagation`),
