@@ -523,29 +523,14 @@ func sideBySide(b *testing.B, ours, peer rlSide, mix loadMix, callers int) {
 		}
 	}
 	o, p := peerbench.Rounds(rounds, run(ours), run(peer))
-	col := func(rs []loadResult, f func(loadResult) float64) []float64 {
-		var out []float64
-		for _, r := range rs {
-			out = append(out, f(r))
-		}
-		return out
-	}
 	µs := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	for _, m := range []struct {
-		name, unit string
-		f          func(loadResult) float64
-	}{
-		{"throughput", "req/s", func(r loadResult) float64 { return r.rps }},
-		{"p50", "p50-µs", func(r loadResult) float64 { return µs(r.p50) }},
-		{"p99", "p99-µs", func(r loadResult) float64 { return µs(r.p99) }},
-		{"cpu", "cpu-µs/req", func(r loadResult) float64 { return µs(r.cpuPerReq) }},
-		{"redis-cpu", "redis-cpu-µs/req", func(r loadResult) float64 { return µs(r.redisCPUPerReq) }},
-	} {
-		ov, pv := col(o, m.f), col(p, m.f)
-		b.ReportMetric(peerbench.Mean(ov), "portico-"+m.unit)
-		b.ReportMetric(peerbench.Mean(pv), "peer-"+m.unit)
-		peerbench.Report(b, m.name, peerbench.Ratios(ov, pv))
-	}
+	peerbench.ReportMetrics(b, o, p, []peerbench.Metric[loadResult]{
+		{Name: "throughput", Unit: "req/s", Of: func(r loadResult) float64 { return r.rps }},
+		{Name: "p50", Unit: "p50-µs", Of: func(r loadResult) float64 { return µs(r.p50) }},
+		{Name: "p99", Unit: "p99-µs", Of: func(r loadResult) float64 { return µs(r.p99) }},
+		{Name: "cpu", Unit: "cpu-µs/req", Of: func(r loadResult) float64 { return µs(r.cpuPerReq) }},
+		{Name: "redis-cpu", Unit: "redis-cpu-µs/req", Of: func(r loadResult) float64 { return µs(r.redisCPUPerReq) }},
+	})
 }
 
 // BenchmarkPeer: ShouldRateLimit over loopback gRPC, Portico vs

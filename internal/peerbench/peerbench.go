@@ -111,6 +111,34 @@ func Report(b *testing.B, name string, ratios []float64) {
 	b.ReportMetric(hi, name+"-ratio-max")
 }
 
+// Metric is one quantity a comparison reports from each round's result R.
+type Metric[R any] struct {
+	// Name is the ratio's name ("throughput": "throughput-ratio"), Unit
+	// each side's mean's ("req/s": "portico-req/s", "peer-req/s").
+	Name, Unit string
+	Of         func(R) float64
+}
+
+// ReportMetrics reports each metric of the rounds ours and peer (in the
+// order Rounds returns them): each side's mean and the ratios over round
+// pairs (Report).
+func ReportMetrics[R any](b *testing.B, ours, peer []R, metrics []Metric[R]) {
+	b.Helper()
+	values := func(rs []R, of func(R) float64) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = of(r)
+		}
+		return out
+	}
+	for _, m := range metrics {
+		ov, pv := values(ours, m.Of), values(peer, m.Of)
+		b.ReportMetric(Mean(ov), "portico-"+m.Unit)
+		b.ReportMetric(Mean(pv), "peer-"+m.Unit)
+		Report(b, m.Name, Ratios(ov, pv))
+	}
+}
+
 // Mean returns the mean of xs (0 for none).
 func Mean(xs []float64) float64 {
 	if len(xs) == 0 {

@@ -44,3 +44,24 @@ func TestSpread(t *testing.T) {
 		t.Errorf("Ratios = %v", r)
 	}
 }
+
+// ReportMetrics reports each side's mean and the ratio spread under the
+// names tools/benchsummary reads.
+func TestReportMetrics(t *testing.T) {
+	type round struct{ rps float64 }
+	res := testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+		}
+		ReportMetrics(b, []round{{100}, {300}}, []round{{50}, {100}}, []Metric[round]{
+			{Name: "throughput", Unit: "req/s", Of: func(r round) float64 { return r.rps }},
+		})
+	})
+	for unit, want := range map[string]float64{
+		"portico-req/s": 200, "peer-req/s": 75,
+		"throughput-ratio": 2.5, "throughput-ratio-min": 2, "throughput-ratio-max": 3,
+	} {
+		if got := res.Extra[unit]; got != want {
+			t.Errorf("%s = %v, want %v", unit, got, want)
+		}
+	}
+}

@@ -509,28 +509,13 @@ func compare(b *testing.B, ours, peer benchSide, workload string, op func(kvTarg
 		}
 	}
 	o, p := peerbench.Rounds(cpBenchRounds, run(ours), run(peer))
-	col := func(rs []roundStats, f func(roundStats) float64) []float64 {
-		var out []float64
-		for _, r := range rs {
-			out = append(out, f(r))
-		}
-		return out
-	}
 	µs := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-	for _, m := range []struct {
-		name, unit string
-		f          func(roundStats) float64
-	}{
-		{"throughput", "ops/s", func(r roundStats) float64 { return r.opsPerSec }},
-		{"p50", "p50-µs", func(r roundStats) float64 { return µs(r.p50) }},
-		{"p99", "p99-µs", func(r roundStats) float64 { return µs(r.p99) }},
-		{"cpu", "cpu-µs/op", func(r roundStats) float64 { return µs(r.cpuPerOp) }},
-	} {
-		ov, pv := col(o, m.f), col(p, m.f)
-		b.ReportMetric(peerbench.Mean(ov), "portico-"+m.unit)
-		b.ReportMetric(peerbench.Mean(pv), "peer-"+m.unit)
-		peerbench.Report(b, m.name, peerbench.Ratios(ov, pv))
-	}
+	peerbench.ReportMetrics(b, o, p, []peerbench.Metric[roundStats]{
+		{Name: "throughput", Unit: "ops/s", Of: func(r roundStats) float64 { return r.opsPerSec }},
+		{Name: "p50", Unit: "p50-µs", Of: func(r roundStats) float64 { return µs(r.p50) }},
+		{Name: "p99", Unit: "p99-µs", Of: func(r roundStats) float64 { return µs(r.p99) }},
+		{Name: "cpu", Unit: "cpu-µs/op", Of: func(r roundStats) float64 { return µs(r.cpuPerOp) }},
+	})
 }
 
 // BenchmarkCPVsEtcd measures put and CAS (a linearizable read of the
