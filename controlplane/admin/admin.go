@@ -29,6 +29,7 @@ import (
 	"github.com/portico-io/portico/controlplane/nodes"
 	"github.com/portico-io/portico/controlplane/spec"
 	"github.com/portico-io/portico/controlplane/store"
+	"github.com/portico-io/portico/internal/apierror"
 	"github.com/portico-io/portico/internal/authz"
 )
 
@@ -174,7 +175,7 @@ func New(cfg Config) (*Handler, error) {
 
 // writeAuthError renders the router's refusals in the API's error envelope.
 func writeAuthError(w http.ResponseWriter, _ *http.Request, status int, err error) {
-	writeJSON(w, status, map[string]*Error{"error": {Status: status, Code: authz.Result(err), Message: err.Error()}})
+	writeJSON(w, status, apierror.Body(&Error{Status: status, Code: authz.Result(err), Message: err.Error()}))
 }
 
 // Routes lists every route with the permission it requires.

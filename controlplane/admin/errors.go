@@ -1,57 +1,45 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"net/http"
 
 	"github.com/portico-io/portico/controlplane/spec"
 	"github.com/portico-io/portico/controlplane/store"
+	"github.com/portico-io/portico/internal/apierror"
 )
 
 // Error codes of the error envelope (validation errors use spec's codes:
 // required, invalid, unknown_reference, conflict, in_use).
 const (
 	CodeMalformedJSON          = "malformed_json"
-	CodeNotFound               = "not_found"
+	CodeNotFound               = apierror.CodeNotFound
 	CodeAlreadyExists          = "already_exists"
-	CodePreconditionFailed     = "precondition_failed"
-	CodePreconditionRequired   = "precondition_required"
-	CodeIdempotencyKeyRequired = "idempotency_key_required"
-	CodeIdempotencyKeyReused   = "idempotency_key_reused"
-	CodeBodyTooLarge           = "body_too_large"
+	CodePreconditionFailed     = apierror.CodePreconditionFailed
+	CodePreconditionRequired   = apierror.CodePreconditionRequired
+	CodeIdempotencyKeyRequired = apierror.CodeIdempotencyKeyRequired
+	CodeIdempotencyKeyReused   = apierror.CodeIdempotencyKeyReused
+	CodeBodyTooLarge           = apierror.CodeBodyTooLarge
 	CodeUnsupportedMediaType   = "unsupported_media_type"
-	CodeInvalidParameter       = "invalid_parameter"
-	CodeInternal               = "internal"
+	CodeInvalidParameter       = apierror.CodeInvalidParameter
+	CodeInternal               = apierror.CodeInternal
 )
 
 // Error is an API error with its HTTP status; it is rendered as
-// {"error": {"code", "message", "field"}}.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field"`
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+// {"error": {"code", "message", "field"}} (internal/apierror).
+type Error = apierror.Error
 
 // toAPIError maps an endpoint's error to what the client sees. Unknown
 // errors become a 500 whose message reveals nothing; ok is false for them
 // so the caller logs the cause.
 func toAPIError(err error) (apiErr *Error, ok bool) {
-	var (
-		e  *Error
-		fe *spec.FieldError
-		mb *http.MaxBytesError
-	)
-	switch {
-	case errors.As(err, &e):
+	if e, ok := apierror.Common(err); ok {
 		return e, true
+	}
+	var fe *spec.FieldError
+	switch {
 	case errors.As(err, &fe):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: fe.Code, Message: fe.Message, Field: fe.Field}, true
-	case errors.As(err, &mb):
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Message: "request body is larger than the limit"}, true
 	case errors.Is(err, store.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not found"}, true
 	case errors.Is(err, store.ErrAlreadyExists):
@@ -60,11 +48,8 @@ func toAPIError(err error) (apiErr *Error, ok bool) {
 		return &Error{Status: http.StatusPreconditionFailed, Code: CodePreconditionFailed, Message: "If-Match does not match the current ETag; GET the resource and retry"}, true
 	case errors.Is(err, store.ErrIdempotencyMismatch):
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeIdempotencyKeyReused, Message: "this Idempotency-Key was used for a different request"}, true
-	case errors.Is(err, context.Canceled):
-		// The client went away; 499 is nginx's convention, never seen by it.
-		return &Error{Status: 499, Code: "canceled", Message: "request canceled"}, true
 	}
-	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}, false
+	return apierror.Internal(), false
 }
 
 func errMissingIfMatch() error {
@@ -77,6 +62,4 @@ func errMissingIdempotencyKey() error {
 		Message: "Idempotency-Key header is required on POST"}
 }
 
-func badParam(field, msg string) error {
-	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidParameter, Message: msg, Field: field}
-}
+func badParam(field, msg string) error { return apierror.BadParam(field, msg) }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/portico-io/portico/internal/apierror"
 )
 
 type metrics struct {
@@ -72,7 +74,7 @@ func (h *Handler) instrument(route string, fn HandlerFunc) http.Handler {
 			if !known {
 				h.log.Error("admin request failed", "method", r.Method, "route", route, "path", r.URL.Path, "err", err)
 			}
-			writeJSON(sw, apiErr.Status, map[string]*Error{"error": apiErr})
+			writeJSON(sw, apiErr.Status, apierror.Body(apiErr))
 		}
 		if sw.status == 0 {
 			sw.status = http.StatusOK

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/portico-io/portico/internal/apierror"
 	"github.com/portico-io/portico/internal/authn"
 	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/scheduler/store"
@@ -80,5 +81,5 @@ func (a *API) run(ctx context.Context, id int64) (store.Run, error) {
 
 // writeAuthError renders the router's refusals in the API's envelope.
 func writeAuthError(w http.ResponseWriter, _ *http.Request, status int, err error) {
-	_ = writeJSON(w, status, map[string]*Error{"error": {Status: status, Code: authz.Result(err), Message: err.Error()}})
+	_ = writeJSON(w, status, apierror.Body(&Error{Status: status, Code: authz.Result(err), Message: err.Error()}))
 }
