@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,7 +58,7 @@ func newCluster(t testing.TB, size int, tweak func(*Config)) *cluster {
 	})
 	// All nodes start at once, each with the others as seeds, and found one
 	// ring together (the make run path); later nodes join it (add).
-	addrs := freeAddrs(t, 2*size)
+	addrs := testdeps.FreeAddrs(t, 2*size)
 	var seeds []string
 	for i := range size {
 		seeds = append(seeds, addrs[2*i])
@@ -79,21 +77,6 @@ func newCluster(t testing.TB, size int, tweak func(*Config)) *cluster {
 		c.waitNormal(id)
 	}
 	return c
-}
-
-// freeAddrs picks n free loopback ports (testdeps.FreePort: outside the
-// ephemeral range, so no outgoing connection takes one before a node binds it).
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	seen := map[int]bool{}
-	var out []string
-	for len(out) < n {
-		if p := testdeps.FreePort(t); !seen[p] {
-			seen[p] = true
-			out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		}
-	}
-	return out
 }
 
 func (c *cluster) baseConfig(id string) Config {

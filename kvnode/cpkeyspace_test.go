@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/cp"
 )
@@ -24,7 +25,7 @@ func newCPCluster(t *testing.T, cpKS ...string) *cluster {
 // newCPClusterWith is newCPCluster with tweak applied to every node's config.
 func newCPClusterWith(t *testing.T, tweak func(*Config), cpKS ...string) *cluster {
 	t.Helper()
-	raftAddrs := freeAddrs(t, 3)
+	raftAddrs := testdeps.FreeAddrs(t, 3)
 	var peers []cp.Peer
 	for i, a := range raftAddrs {
 		peers = append(peers, cp.Peer{ID: fmt.Sprintf("n%d", i), Addr: a})

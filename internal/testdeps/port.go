@@ -49,3 +49,19 @@ func free(port int) bool {
 	l.Close()
 	return true
 }
+
+// FreeAddrs returns n distinct loopback host:port addresses, each picked
+// as FreePort picks a port, for processes a test starts on fixed
+// addresses (and restarts on the same ones).
+func FreeAddrs(tb testing.TB, n int) []string {
+	tb.Helper()
+	seen := map[int]bool{}
+	out := make([]string, 0, n)
+	for len(out) < n {
+		if p := FreePort(tb); !seen[p] {
+			seen[p] = true
+			out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		}
+	}
+	return out
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/portico-io/portico/internal/authn"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/peerbench"
+	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlstest"
 )
 
@@ -382,7 +383,7 @@ func startKVNodes(b *testing.B, ca *tlstest.PKI, client *http.Client) benchSide 
 	if err != nil {
 		b.Fatal(err)
 	}
-	addrs := freeAddrs(b, 9)
+	addrs := testdeps.FreeAddrs(b, 9)
 	var ids, peers, urls []string
 	for i := range 3 {
 		ids = append(ids, fmt.Sprintf("kv-%d", i))
@@ -421,7 +422,7 @@ func startKVNodes(b *testing.B, ca *tlstest.PKI, client *http.Client) benchSide 
 // addresses (host:port) and token for the gRPC side.
 func startEtcd(b *testing.B, bin string, ca *tlstest.PKI, client *http.Client) (side benchSide, addrs []string, token string) {
 	b.Helper()
-	ports := freeAddrs(b, 6)
+	ports := testdeps.FreeAddrs(b, 6)
 	var initial, urls []string
 	for i := range 3 {
 		initial = append(initial, fmt.Sprintf("e%d=https://%s", i, ports[2*i+1]))

@@ -56,7 +56,7 @@ func newGroup(t testing.TB, size int) *group {
 func newGroupTuned(t testing.TB, size int, tune func(*cp.Config)) *group {
 	t.Helper()
 	gr := &group{t: t, client: &http.Client{Timeout: 5 * time.Second}, tune: tune}
-	addrs := freeAddrs(t, 2*size)
+	addrs := testdeps.FreeAddrs(t, 2*size)
 	for i := range size {
 		n := &tnode{id: fmt.Sprintf("c%d", i), raftAddr: addrs[2*i], httpAddr: addrs[2*i+1], dir: t.TempDir(), restored: make(chan struct{}, 16)}
 		gr.nodes = append(gr.nodes, n)
@@ -71,21 +71,6 @@ func newGroupTuned(t testing.TB, size int, tune func(*cp.Config)) *group {
 		gr.start(i)
 	}
 	return gr
-}
-
-// freeAddrs picks n free loopback ports (testdeps.FreePort: outside the
-// ephemeral range); restarts reuse them, as a restarted process would.
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	seen := map[int]bool{}
-	var out []string
-	for len(out) < n {
-		if p := testdeps.FreePort(t); !seen[p] {
-			seen[p] = true
-			out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		}
-	}
-	return out
 }
 
 // testKeyspaces are the keyspaces the tests' nodes declare CP (the
@@ -156,7 +141,7 @@ func (gr *group) start(i int) {
 // returns its index.
 func (gr *group) addNode() int {
 	gr.t.Helper()
-	addrs := freeAddrs(gr.t, 2)
+	addrs := testdeps.FreeAddrs(gr.t, 2)
 	n := &tnode{id: fmt.Sprintf("c%d", len(gr.nodes)), raftAddr: addrs[0], httpAddr: addrs[1], dir: gr.t.TempDir(), restored: make(chan struct{}, 16), joiner: true}
 	gr.mu.Lock()
 	gr.nodes = append(gr.nodes, n)

@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/portico-io/portico/cachenode/internal/proctest"
 	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlstest"
 )
 
@@ -65,15 +65,6 @@ type Group struct {
 	hc        *http.Client     // kvtest's own calls (2 s timeout)
 	scheme    string           // "http" or "https"; "" until known
 	schemeErr error
-}
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // Start runs three kvnodes declaring keyspaces CP and returns once a Raft
@@ -117,13 +108,15 @@ func StartWith(t testing.TB, opts Options) *Group {
 
 func (g *Group) launch() {
 	t := g.t
-	var grpc, raft, peers []string
+	var peers []string
 	dir := t.TempDir()
+	// Outside the ephemeral range (testdeps.FreeAddrs), so no outgoing
+	// connection takes one before its node binds it.
+	addrs := testdeps.FreeAddrs(t, 9)
+	grpc, raft := addrs[3:6], addrs[6:9]
+	g.HTTPAddrs = addrs[0:3]
 	for i := range 3 {
 		g.ids = append(g.ids, fmt.Sprintf("kv-%d", i))
-		g.HTTPAddrs = append(g.HTTPAddrs, freeAddr(t))
-		grpc = append(grpc, freeAddr(t))
-		raft = append(raft, freeAddr(t))
 		peers = append(peers, g.ids[i]+"="+raft[i])
 	}
 	for i := range 3 {

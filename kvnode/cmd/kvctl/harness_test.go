@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -45,19 +43,6 @@ type cluster struct {
 	client *http.Client
 }
 
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	seen := map[int]bool{}
-	var out []string
-	for len(out) < n {
-		if p := testdeps.FreePort(t); !seen[p] {
-			seen[p] = true
-			out = append(out, net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-		}
-	}
-	return out
-}
-
 // newCluster starts size nodes named prefix0… that found one ring; with
 // withCP they are also a 3-voter Raft group serving keyspace locks.
 func newCluster(t *testing.T, pki *tlstest.PKI, prefix string, size int, withCP bool) *cluster {
@@ -75,7 +60,7 @@ func newCluster(t *testing.T, pki *tlstest.PKI, prefix string, size int, withCP 
 			_ = n.Stop()
 		}
 	})
-	addrs := freeAddrs(t, 3*size)
+	addrs := testdeps.FreeAddrs(t, 3*size)
 	var seeds []string
 	var peers []cp.Peer
 	for i := range size {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/identity"
+	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/portico-io/portico/internal/xdstest"
 	"github.com/portico-io/portico/kvnode"
@@ -131,7 +132,7 @@ func TestDayTwo(t *testing.T) {
 	log.waitAcks(t, 20)
 	// r1 also takes b1's place in the Raft group: it runs the tier,
 	// without bootstrap, and kvctl makes it a voter.
-	r1Raft := freeAddrs(t, 1)[0]
+	r1Raft := testdeps.FreeAddrs(t, 1)[0]
 	r := b.add("r1", kvnode.JoinManual, func(cfg *kvnode.Config) {
 		cfg.CPKeyspaces = []string{"locks"}
 		cfg.CP = cp.Config{BindAddr: r1Raft}
