@@ -165,14 +165,6 @@ func reportRounds(b *testing.B, name string, ours, theirs []roundResult, log str
 
 type benchResult struct{ rps, p99 float64 }
 
-// best keeps the round with the higher throughput (and its p99).
-func (r benchResult) best(o benchResult) benchResult {
-	if o.rps > r.rps {
-		return o
-	}
-	return r
-}
-
 func redisBenchmark(b *testing.B, port, test string, pipeline, n int) benchResult {
 	b.Helper()
 	out, err := exec.Command("redis-benchmark", "-h", "127.0.0.1", "-p", port, "-c", "50", "-n", strconv.Itoa(n),
@@ -300,21 +292,4 @@ func waitPing(b testing.TB, addr string) {
 		}
 		time.Sleep(delay) // process start-up backoff, not test timing
 	}
-}
-
-// reportPair reports one case of a cachenode-vs-redis benchmark: each
-// side's best round (ops/s, p99), ops per CPU-second over all rounds
-// (total requests over the sides' summed CPU seconds) and the ratios.
-func reportPair(b *testing.B, name, ourLabel, theirLabel string, total float64, ours, theirs benchResult, ourCPU, theirCPU float64) {
-	ourPerCPU, theirPerCPU := total/ourCPU, total/theirCPU
-	b.ReportMetric(ourPerCPU, "cachenode_"+name+"_ops/cpu-s")
-	b.ReportMetric(theirPerCPU, "redis_"+name+"_ops/cpu-s")
-	b.ReportMetric(ourPerCPU/theirPerCPU, name+"_ops_per_cpu_ratio")
-	b.ReportMetric(ours.rps, "cachenode_"+name+"_ops/s")
-	b.ReportMetric(theirs.rps, "redis_"+name+"_ops/s")
-	b.ReportMetric(ours.rps/theirs.rps, name+"_throughput_ratio")
-	b.ReportMetric(ours.p99, "cachenode_"+name+"_p99_ms")
-	b.ReportMetric(theirs.p99, "redis_"+name+"_p99_ms")
-	b.Logf("%-7s %s %9.0f ops/s p99 %.3f ms %9.0f ops/cpu-s | %s %9.0f ops/s p99 %.3f ms %9.0f ops/cpu-s | ratio %.2f, per cpu-s %.2f",
-		name, ourLabel, ours.rps, ours.p99, ourPerCPU, theirLabel, theirs.rps, theirs.p99, theirPerCPU, ours.rps/theirs.rps, ourPerCPU/theirPerCPU)
 }

@@ -2,68 +2,61 @@ package cachenode_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/csv"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portico-io/portico/internal/peerbench"
 )
 
-// BenchmarkBlockingVsRedisServer is BenchmarkVsRedisServer's setup (a
-// built cachenode at GOMAXPROCS=1 and a Debian redis-server, both
-// plaintext on loopback) for the blocking lists: two redis-benchmark
-// processes at once against one list, 25 clients looping BLPOP (timeout
-// 0) and 25 clients looping LPUSH, the same number of requests each, so
-// every pop is eventually served. Each round's wall time gives ops/s (pushes
-// and pops), each server's CPU time ops per CPU-second; the sides
-// alternate, PORTICO_BENCH_ROUNDS rounds (default 3) of
-// PORTICO_BENCH_BLOCKING_REQUESTS pushes (default 50k). p99 is BLPOP's,
-// which includes its wait for a push.
+// BenchmarkBlockingVsRedisServer compares the blocking lists with
+// redis-server the way BenchmarkVsRedisServer compares strings
+// (BENCHMARKS.md, "cachenode vs redis-server"): cachenode's command built
+// from the tree and a Debian redis-server (no persistence), each its own
+// process on a free loopback port, both plaintext. A round is two
+// redis-benchmark processes at once against one list, 25 clients looping
+// BLPOP (timeout 0) and 25 clients looping LPUSH of a 100-byte value, the
+// same number of requests each, so every pop is eventually served; its
+// wall time gives ops/s (pushes and pops), the server's CPU time (every
+// thread's) ops per CPU-second, and p99 is BLPOP's, which includes its
+// wait for a push.
+//
+// Rounds run in peerbench.Order (ours, peer, peer, ours, …), each logged,
+// and the case is reported by the "-ratio" convention (median over round
+// pairs, with min and max): lpush-blpop-per-cpu (the figure to read on a
+// shared machine), -throughput and -p99. Two sub-benchmarks with fresh
+// processes: cachenode at GOMAXPROCS=1 (a core, as redis-server runs
+// commands on one thread) and at Go's default; redis-server at its
+// defaults in both, cachenode with everything else at its defaults.
 //
 //	go test -run '^$' -bench BlockingVsRedisServer -benchtime 1x ./cachenode/
+//	# PORTICO_BENCH_ROUNDS (3 per side), PORTICO_BENCH_BLOCKING_REQUESTS (50000 pushes a round)
 func BenchmarkBlockingVsRedisServer(b *testing.B) {
 	for _, tool := range []string{"redis-server", "redis-benchmark"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				b.Fatalf("%s not found (Debian redis-server/redis-tools; `make deps` installs them): %v", tool, err)
-			}
-			b.Skipf("SKIPPED LOUDLY: %s not found (Debian redis-server/redis-tools; `make deps` installs them): %v", tool, err)
-		}
+		needTool(b, tool)
 	}
+	bin := peerbench.Build(b, "./cachenode/cmd/cachenode")
+	b.Run("gomaxprocs=1", func(b *testing.B) { blockingVsRedisServer(b, bin, "1") })
+	b.Run("gomaxprocs=default", func(b *testing.B) { blockingVsRedisServer(b, bin, "") })
+}
+
+func blockingVsRedisServer(b *testing.B, bin, procs string) {
 	requests := envInt("PORTICO_BENCH_BLOCKING_REQUESTS", 50000)
 	rounds := envInt("PORTICO_BENCH_ROUNDS", 3)
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "cachenode")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachenode").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
-	cnPort, redisPort := freePort(b), freePort(b)
-	cn := exec.Command(bin, "--resp-addr", "127.0.0.1:"+cnPort, "--http-addr", "127.0.0.1:"+freePort(b), "--log-level", "warn", "--insecure-plaintext")
-	cn.Env = append(os.Environ(), "GOMAXPROCS=1")
-	rs := exec.Command("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--protected-mode", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
-	for _, p := range []*exec.Cmd{cn, rs} {
-		if err := p.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
-	}
-	for _, port := range []string{cnPort, redisPort} {
-		waitPing(b, "127.0.0.1:"+port)
-	}
+	p := startRedisPair(b, bin, procs)
+	b.Logf("cachenode GOMAXPROCS=%s vs redis-server; %d rounds per side, order ours, peer, peer, ours; %s",
+		cmp.Or(procs, "default"), rounds, peerbench.Machine())
 	for b.Loop() {
-		var ours, theirs benchResult
-		var ourCPU, theirCPU float64
-		for range rounds {
-			r, cpu := measureCPU(b, cn.Process.Pid, func() benchResult { return pushPop(b, cnPort, requests) })
-			ours, ourCPU = ours.best(r), ourCPU+cpu
-			r, cpu = measureCPU(b, rs.Process.Pid, func() benchResult { return pushPop(b, redisPort, requests) })
-			theirs, theirCPU = theirs.best(r), theirCPU+cpu
-		}
-		reportPair(b, "lpush_blpop", "cachenode", "redis-server", float64(2*rounds*requests), ours, theirs, ourCPU, theirCPU)
+		pairRounds(b, "lpush-blpop", rounds, 2*requests, []int{p.cnPid}, []int{p.rsPid}, func(side peerbench.Side) benchResult {
+			if side == peerbench.Ours {
+				return pushPop(b, p.cnPort, requests)
+			}
+			return pushPop(b, p.rsPort, requests)
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package cachenode_test
 
 import (
+	"cmp"
 	"encoding/csv"
 	"fmt"
 	"os"
@@ -10,39 +11,54 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/portico-io/portico/internal/peerbench"
 )
 
 // BenchmarkClusterVsRedisCluster runs redis-benchmark --cluster against a
-// 3-primary cachenode cluster (one static slot map file, 0-5460 /
-// 5461-10922 / 10923-16383, each node GOMAXPROCS=1 so the comparison is
-// per core) and a 3-primary Debian redis-server cluster (cluster-enabled,
-// no persistence, slots assigned by `redis-cli --cluster create`), all six
-// processes on free loopback ports: SET and GET with 100-byte values, 50
-// clients, -P 1 and -P 16, the two sides alternating round by round.
+// 3-primary cachenode cluster (cachenode's command built from the tree,
+// one static slot map file, 0-5460 / 5461-10922 / 10923-16383) and a
+// 3-primary Debian redis-server cluster (cluster-enabled, no persistence,
+// slots assigned by `redis-cli --cluster create`), all six processes on
+// free loopback ports, both sides plaintext: SET and GET with 100-byte
+// values, 50 clients, -P 1 and -P 16.
 //
-// It reports each side's best-round ops/s and p99 and their ratio, and ops
-// per CPU-second over all rounds, the CPU being every thread's time on a
-// CPU in the three server processes of the side (as in BenchmarkVsRedisServer: on a
-// shared machine the throughput ratio mostly says which side got more CPU).
+// Rounds run in peerbench.Order (ours, peer, peer, ours, …), each logged,
+// and each case is reported by the "-ratio" convention (median over round
+// pairs, with min and max): <case>-per-cpu (ops per CPU-second, the CPU
+// being every thread's time in the side's three server processes: on a
+// shared machine the throughput ratio mostly says which side got more
+// CPU), <case>-throughput and <case>-p99. Two sub-benchmarks with fresh
+// clusters: every cachenode node at GOMAXPROCS=1 (a core each, as each
+// redis-server runs commands on one thread) and at Go's default (every
+// node may use every CPU); the redis-server nodes at their defaults in
+// both (cluster-enabled, no persistence), cachenode with everything else
+// at its defaults.
 //
 // redis-benchmark --cluster runs one thread per primary, and a threaded
 // run only notices it is done on its 250 ms progress timer, so its elapsed
 // time (and ops/s) is rounded up to a multiple of 250 ms: runs last
 // several seconds to keep that under ~5 %. With -benchtime 1x a -P 1 run
-// is 300k requests and a -P 16 run 10 times that, 2 rounds each;
-// PORTICO_BENCH_CLUSTER_REQUESTS (the -P 1 count) and PORTICO_BENCH_ROUNDS
-// change them.
+// is 300k requests and a -P 16 run 10 times that, 2 rounds per side:
+//
+//	go test -run '^$' -bench ClusterVsRedisCluster -benchtime 1x ./cachenode/
+//	# PORTICO_BENCH_ROUNDS (2 per side), PORTICO_BENCH_CLUSTER_REQUESTS (300000 at -P 1; 10× at -P 16)
 func BenchmarkClusterVsRedisCluster(b *testing.B) {
 	for _, tool := range []string{"redis-server", "redis-cli", "redis-benchmark"} {
 		needTool(b, tool)
 	}
+	bin := peerbench.Build(b, "./cachenode/cmd/cachenode")
+	b.Run("gomaxprocs=1", func(b *testing.B) { clusterVsRedisCluster(b, bin, "1") })
+	b.Run("gomaxprocs=default", func(b *testing.B) { clusterVsRedisCluster(b, bin, "") })
+}
+
+// clusterVsRedisCluster is one sub-benchmark of
+// BenchmarkClusterVsRedisCluster: fresh clusters of both sides, every
+// cachenode node with GOMAXPROCS=procs (unset: Go's default).
+func clusterVsRedisCluster(b *testing.B, bin, procs string) {
 	requests := envInt("PORTICO_BENCH_CLUSTER_REQUESTS", 300000)
 	rounds := envInt("PORTICO_BENCH_ROUNDS", 2)
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "cachenode")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachenode").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
 	start := func(cmd *exec.Cmd, logName string) *exec.Cmd {
 		log, err := os.Create(filepath.Join(dir, logName))
 		if err != nil {
@@ -69,7 +85,7 @@ func BenchmarkClusterVsRedisCluster(b *testing.B) {
 			// Both sides plaintext: redis-server's client port and cluster
 			// bus are unless tls-port and tls-cluster are configured.
 			"--insecure-plaintext")
-		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+		cmd.Env = cachenodeEnv(procs)
 		cnPids = append(cnPids, start(cmd, fmt.Sprintf("cachenode-%d.log", i)).Process.Pid)
 	}
 
@@ -126,6 +142,8 @@ func BenchmarkClusterVsRedisCluster(b *testing.B) {
 		}
 	}
 
+	b.Logf("cachenode cluster GOMAXPROCS=%s per node vs redis-server cluster; %d rounds per side per case, order ours, peer, peer, ours; %s",
+		cmp.Or(procs, "default"), rounds, peerbench.Machine())
 	for b.Loop() {
 		for _, pipeline := range []int{1, 16} {
 			for _, test := range []string{"set", "get"} {
@@ -133,19 +151,12 @@ func BenchmarkClusterVsRedisCluster(b *testing.B) {
 				if pipeline > 1 {
 					n *= 10
 				}
-				var ours, theirs benchResult
-				var ourCPU, theirCPU float64
-				var perRound []string
-				for range rounds {
-					r1, cpu1 := measureCPUs(b, cnPids, func() benchResult { return redisBenchmarkCluster(b, cnPorts[0], test, pipeline, n) })
-					ours, ourCPU = ours.best(r1), ourCPU+cpu1
-					r2, cpu2 := measureCPUs(b, rsPidInts, func() benchResult { return redisBenchmarkCluster(b, rsPorts[0], test, pipeline, n) })
-					theirs, theirCPU = theirs.best(r2), theirCPU+cpu2
-					perRound = append(perRound, fmt.Sprintf("%.0f (%.2f cpu-s) vs %.0f (%.2f cpu-s)", r1.rps, cpu1, r2.rps, cpu2))
-				}
-				b.Logf("%s_P%d rounds, cachenode vs redis ops/s: %s", test, pipeline, strings.Join(perRound, "; "))
-				reportPair(b, fmt.Sprintf("%s_P%d", test, pipeline), "cachenode cluster", "redis cluster",
-					float64(rounds*n), ours, theirs, ourCPU, theirCPU)
+				pairRounds(b, fmt.Sprintf("%s-P%d", test, pipeline), rounds, n, cnPids, rsPidInts, func(side peerbench.Side) benchResult {
+					if side == peerbench.Ours {
+						return redisBenchmarkCluster(b, cnPorts[0], test, pipeline, n)
+					}
+					return redisBenchmarkCluster(b, rsPorts[0], test, pipeline, n)
+				})
 			}
 		}
 	}

@@ -1,66 +1,71 @@
 package cachenode_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/portico-io/portico/internal/peerbench"
 )
 
-// BenchmarkEvalShaVsRedisServer runs ratelimitsvc's token-bucket script
+// BenchmarkEvalShaVsRedisServer compares scripts with redis-server the
+// way BenchmarkVsRedisServer compares GET and SET (BENCHMARKS.md,
+// "cachenode vs redis-server"): ratelimitsvc's token-bucket script
 // (ratelimitsvc/bucket/check.lua, one bucket per call, Redis TIME as the
-// clock: the production path) with EVALSHA through redis-benchmark
-// against cachenode (GOMAXPROCS=1) and a Debian redis-server side by side,
-// as BenchmarkVsRedisServer does for GET and SET: 50 clients, 100k random
-// buckets, -P 1 and -P 16, alternating rounds, each side's best round and
-// ops per CPU-second over all rounds.
+// clock: the production path), loaded with SCRIPT LOAD and run with
+// EVALSHA through redis-benchmark, 50 clients, 100k random buckets, -P 1
+// (PORTICO_BENCH_REQUESTS, 100k requests a round) and -P 16 (4× that),
+// against cachenode's command built from the tree and a Debian
+// redis-server (no persistence), each its own process on a free loopback
+// port, both plaintext.
+//
+// Rounds run in peerbench.Order (ours, peer, peer, ours, …), each logged,
+// each server's CPU (every thread's) read around every round, and each
+// case is reported by the "-ratio" convention (median over round pairs,
+// with min and max): evalsha-P<n>-per-cpu (the figure to read on a shared
+// machine), -throughput and -p99. Two sub-benchmarks with fresh processes:
+// cachenode at GOMAXPROCS=1 (a core, as redis-server runs commands and
+// scripts on one thread) and at Go's default; redis-server at its defaults
+// in both, cachenode with everything else at its defaults.
 //
 //	go test -run '^$' -bench EvalShaVsRedisServer -benchtime 1x ./cachenode/
+//	# PORTICO_BENCH_ROUNDS (3 per side), PORTICO_BENCH_REQUESTS (100000 at -P 1; 4× at -P 16)
 func BenchmarkEvalShaVsRedisServer(b *testing.B) {
 	for _, tool := range []string{"redis-server", "redis-benchmark"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			b.Skipf("SKIPPED LOUDLY: %s not found (Debian redis-server/redis-tools; `make deps` installs them): %v", tool, err)
-		}
+		needTool(b, tool)
 	}
 	body, err := os.ReadFile("../ratelimitsvc/bucket/check.lua")
 	if err != nil {
 		b.Fatal(err)
 	}
+	bin := peerbench.Build(b, "./cachenode/cmd/cachenode")
+	b.Run("gomaxprocs=1", func(b *testing.B) { evalShaVsRedisServer(b, bin, "1", string(body)) })
+	b.Run("gomaxprocs=default", func(b *testing.B) { evalShaVsRedisServer(b, bin, "", string(body)) })
+}
+
+func evalShaVsRedisServer(b *testing.B, bin, procs, script string) {
 	requests := envInt("PORTICO_BENCH_REQUESTS", 100000)
 	rounds := envInt("PORTICO_BENCH_ROUNDS", 3)
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "cachenode")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/cachenode").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
-	cnPort, redisPort := freePort(b), freePort(b)
-	cn := exec.Command(bin, "--resp-addr", "127.0.0.1:"+cnPort, "--http-addr", "127.0.0.1:"+freePort(b), "--log-level", "warn", "--insecure-plaintext")
-	cn.Env = append(os.Environ(), "GOMAXPROCS=1")
-	rs := exec.Command("redis-server", "--port", redisPort, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--protected-mode", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
-	for _, p := range []*exec.Cmd{cn, rs} {
-		if err := p.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
-	}
+	p := startRedisPair(b, bin, procs)
 	var sha string
-	for _, port := range []string{cnPort, redisPort} {
-		waitPing(b, "127.0.0.1:"+port)
+	for _, port := range []string{p.cnPort, p.rsPort} {
 		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
-		s, err := c.ScriptLoad(context.Background(), string(body)).Result()
+		s, err := c.ScriptLoad(context.Background(), script).Result()
 		c.Close()
 		if err != nil {
 			b.Fatal(err)
 		}
 		sha = s
 	}
+	b.Logf("cachenode GOMAXPROCS=%s vs redis-server; %d rounds per side per case, order ours, peer, peer, ours; %s",
+		cmp.Or(procs, "default"), rounds, peerbench.Machine())
 	// One token bucket: limit 100/s, capacity 100, window 1 s, cost 1,
 	// vetoing, no lease; ARGV[1] "" asks for Redis TIME.
 	args := []string{"EVALSHA", sha, "1", "rl:{__rand_int__}", "", "0", "t", "100", "100", "1000", "1", "1", "0"}
@@ -70,15 +75,12 @@ func BenchmarkEvalShaVsRedisServer(b *testing.B) {
 			if pipeline > 1 {
 				n *= 4
 			}
-			var ours, theirs benchResult
-			var ourCPU, theirCPU float64
-			for range rounds {
-				r, cpu := measureCPU(b, cn.Process.Pid, func() benchResult { return redisBenchmarkCmd(b, cnPort, pipeline, n, args) })
-				ours, ourCPU = ours.best(r), ourCPU+cpu
-				r, cpu = measureCPU(b, rs.Process.Pid, func() benchResult { return redisBenchmarkCmd(b, redisPort, pipeline, n, args) })
-				theirs, theirCPU = theirs.best(r), theirCPU+cpu
-			}
-			reportPair(b, "evalsha_P"+strconv.Itoa(pipeline), "cachenode", "redis-server", float64(rounds*n), ours, theirs, ourCPU, theirCPU)
+			pairRounds(b, "evalsha-P"+strconv.Itoa(pipeline), rounds, n, []int{p.cnPid}, []int{p.rsPid}, func(side peerbench.Side) benchResult {
+				if side == peerbench.Ours {
+					return redisBenchmarkCmd(b, p.cnPort, pipeline, n, args)
+				}
+				return redisBenchmarkCmd(b, p.rsPort, pipeline, n, args)
+			})
 		}
 	}
 }

@@ -35,6 +35,12 @@ var comparisons = []comparison{
 	{title: "kvnode CP vs etcd", pkg: "kvnode/cp", bench: regexp.MustCompile(`^BenchmarkCPVsEtcd(/|$)`)},
 	{title: "cachenode vs redis-server", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkVsRedisServer(/|$)`),
 		note: "per-cpu: cachenode's ops per CPU-second ÷ redis-server's, > 1 favours cachenode"},
+	{title: "cachenode vs redis-server: blocking lists", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkBlockingVsRedisServer(/|$)`),
+		note: "LPUSH+BLPOP at once; per-cpu > 1 favours cachenode; p99 is BLPOP's, wait for a push included"},
+	{title: "cachenode vs redis-server: EVALSHA", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkEvalShaVsRedisServer(/|$)`),
+		note: "ratelimitsvc's token-bucket script; per-cpu > 1 favours cachenode"},
+	{title: "cachenode cluster vs redis-server cluster", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkClusterVsRedisCluster(/|$)`),
+		note: "3 primaries a side; per-cpu over the side's three processes, > 1 favours cachenode"},
 	{title: "controlplane propagation", pkg: "controlplane", bench: regexp.MustCompile(`^BenchmarkPropagation`),
 		units: regexp.MustCompile(`^(p50|p99|max)-ms$`), note: "absolute ms, no peer; targets p99 < 1 s, at scale < 2 s"},
 }

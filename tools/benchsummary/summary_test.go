@@ -13,7 +13,7 @@ var update = flag.Bool("update", false, "rewrite testdata/summary.golden")
 // numbers follow a child's log line, a skipped and a failed comparison, a
 // benchmark written before the "-ratio" convention, a comparison's
 // sub-benchmarks beside a benchmark of its package that it does not show,
-// and a ratio outside every comparison.
+// a ratio outside every comparison, and comparisons absent from the output.
 func TestSummaryGolden(t *testing.T) {
 	f, err := os.Open("testdata/bench.txt")
 	if err != nil {
