@@ -202,13 +202,24 @@ func popReply(c *Ctx, key []byte, e *keyspace.Entry, left bool, count int64) {
 // first key in order holding a non-empty list is popped, else the client
 // blocks (a key of another type first is WRONGTYPE).
 func blockingPop(c *Ctx, keys [][]byte, left bool, count int64, timeout time.Duration, block bool) {
+	popFirstOrBlock(c, keys, keyspace.KindList, nonEmptyList, func(c *Ctx, key []byte, e *keyspace.Entry) {
+		popReply(c, key, e, left, count)
+	}, timeout, block)
+}
+
+// popFirstOrBlock is the blocking pops' common shape: reply from the first
+// of keys that find returns an entry for (find has replied and returns
+// false on an error, such as WRONGTYPE), else block on keys for an entry of
+// kind (when block and the connection can wait), else reply a null array.
+func popFirstOrBlock(c *Ctx, keys [][]byte, kind keyspace.Kind, find func(*Ctx, []byte) (*keyspace.Entry, bool),
+	reply func(*Ctx, []byte, *keyspace.Entry), timeout time.Duration, block bool) {
 	for _, k := range keys {
-		e, ok := nonEmptyList(c, k)
+		e, ok := find(c, k)
 		if !ok {
 			return
 		}
 		if e != nil {
-			popReply(c, k, e, left, count)
+			reply(c, k, e)
 			return
 		}
 	}
@@ -216,9 +227,7 @@ func blockingPop(c *Ctx, keys [][]byte, left bool, count int64, timeout time.Dur
 		c.W.NullArray()
 		return
 	}
-	c.block(keys, keyspace.KindList, timeout, nil, func(c *Ctx, key []byte, e *keyspace.Entry) {
-		popReply(c, key, e, left, count)
-	})
+	c.block(keys, kind, timeout, nil, reply)
 }
 
 func bpop(c *Ctx, left bool) {

@@ -58,23 +58,13 @@ func zpopReply(c *Ctx, key []byte, e *keyspace.Entry, highest bool, count int64)
 // (when block and the connection can wait) or replies a null array. The
 // type is checked key by key up to the first that exists, as Redis does.
 func zpopKeys(c *Ctx, keys [][]byte, highest bool, count int64, timeout time.Duration, block bool) {
-	for _, k := range keys {
+	find := func(c *Ctx, k []byte) (*keyspace.Entry, bool) {
 		e, _, ok := zsetAt(c, k, false)
-		if !ok {
-			return
-		}
-		if e != nil {
-			zpopReply(c, k, e, highest, count)
-			return
-		}
+		return e, ok
 	}
-	if !block || !c.canBlock() {
-		c.W.NullArray()
-		return
-	}
-	c.block(keys, keyspace.KindZset, timeout, nil, func(c *Ctx, key []byte, e *keyspace.Entry) {
+	popFirstOrBlock(c, keys, keyspace.KindZset, find, func(c *Ctx, key []byte, e *keyspace.Entry) {
 		zpopReply(c, key, e, highest, count)
-	})
+	}, timeout, block)
 }
 
 func bzpop(c *Ctx, highest bool) {
