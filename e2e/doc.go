@@ -3,34 +3,47 @@
 //
 // What runs always (Postgres and Redis from `make deps`; no Envoy): every
 // component in-process on loopback with random ports, configured only
-// through the admin API.
+// through the admin API, over mutual TLS as in production.
 //
+// The config path:
 //   - TestFullConfigPath: admin API → Postgres → snapshot → xDS → extauthz
 //     and ratelimitsvc ACK; the route configuration compiled for a
 //     portico-gateway node is fetched over ADS, and the ext_authz context
 //     extensions and rate-limit actions of the route a request matches are
-//     turned into the CheckRequest and RateLimitRequest Envoy would send.
-//     Their answers (401/403/OK with identity headers, OK then OVER_LIMIT
-//     with Retry-After and X-RateLimit-*) and revocations and key deletions
-//     taking effect on the next Check are asserted. A JWT provider extauthz
-//     NACKs is visible in /admin/v1/nodes and /metrics while the rest of the
-//     fleet ACKs the version and extauthz keeps deciding on its last good
-//     policy.
+//     turned into the CheckRequest and RateLimitRequest Envoy would send
+//     (gatewayView). Their answers, revocations and key deletions taking
+//     effect on the next Check, and a NACKed JWT provider visible in
+//     /admin/v1/nodes while extauthz keeps its last good policy.
+//   - TestConfigPathOverMutualTLS, TestRotationUnderLoad: xDS only for
+//     platform certificates, verified identities in the node view; every
+//     certificate rewritten under load without a failed call.
+//   - TestPostgresVerifyFull: the control plane and the scheduler reach
+//     Postgres with sslmode=verify-full.
+//   - TestDeltaNodesCurrentAfterRouteChange, TestRolloutWithDeltaNodes: delta
+//     xDS clients in the node view and in rollout waves.
+//   - TestSecurityChannelBypassesRollouts, TestRollbackKeepsRevocations:
+//     credentials and revocations follow the head whatever a rollout or a
+//     rollback does.
+//   - TestImportedKeyAuthenticates, TestPolicyOver4MiBReachesExtauthz,
+//     TestUnreceivablePolicyIsLoud: imported key hashes, policies over gRPC's
+//     default message size, and a policy a client cannot receive turning it
+//     not ready.
 //
-//   - TestCanaryWeights and TestOutlierEjection: proxyless grpc-go clients
-//     (real xDS clients) route through weighted clusters created by the
-//     admin API (split within a statistical tolerance, weight change applied
-//     live) and eject a backend that fails every call (grpc-go's
-//     success-rate detector, which needs at least 5 hosts).
-//
-//   - TestRateLimitHeadersOnce: the X-RateLimit-* headers a client gets
-//     through the compiled ratelimit filter appear once each.
-//
-// Tests that demonstrate an open bug (TestRollbackKeepsRevocations) skip
-// with a message naming it unless PORTICO_E2E_KNOWN_BUGS is set; they fail
-// until the bug is fixed.
+// The data path as the gateway would drive it:
+//   - TestCanaryWeights, TestOutlierEjection, TestFailurePercentageEjection:
+//     proxyless grpc-go clients (real xDS clients) route through weighted
+//     clusters created by the admin API and eject failing backends.
+//   - TestRateLimitHeadersOnce, TestRateLimitFailModeWhenServiceDown: the
+//     X-RateLimit-* headers, and fail-open/fail-closed as compiled.
+//   - TestTraceThroughExtauthzAndRateLimit, TestTracingOffExportsNothing:
+//     OpenTelemetry spans across extauthz and ratelimitsvc, and none when
+//     tracing is off.
 //
 // What needs a live Envoy (ENVOY_BIN or envoy on PATH; skipped with a
-// message saying so otherwise): TestLiveEnvoy, TestLiveEnvoyStack and the
-// TLS tests in envoy_tls_test.go send HTTP through Envoy's listener.
+// message saying so otherwise): TestLiveEnvoy, TestLiveEnvoyStack,
+// TestLiveEnvoyHTTPSAndUpstreamMTLS and TestLiveEnvoyRedisProxy send
+// traffic through Envoy's listeners.
+//
+// Benchmarks: BenchmarkKeyChangeAtScale (a million API keys) and
+// BenchmarkMutualTLSCost.
 package e2e

@@ -19,11 +19,10 @@ import (
 
 // TestRollbackKeepsRevocations: rolling the configuration back to a version
 // from before a token was revoked or an API key deleted must not bring the
-// credential back. Today a rollback restores every kind, revocations and
-// API keys included (controlplane/store/apply.go Rollback → diffConfigs
-// over spec.Kinds), so undoing a bad route change — by hand, or by the
-// rollout controller on a NACK ratio — silently resurrects every
-// credential revoked since.
+// credential back. A rollback (controlplane/store/apply.go Rollback) keeps
+// the head's consumers, API keys and revocations, so undoing a bad route
+// change — by hand, or by the rollout controller on a NACK ratio — leaves
+// every credential revoked since revoked.
 func TestRollbackKeepsRevocations(t *testing.T) {
 	cp := startControlPlane(t, testdeps.Postgres(t), controlplane.Config{})
 	ea := startExtauthz(t, cp.XDS, "127.0.0.1:0", extauthzNode)
