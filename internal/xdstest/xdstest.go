@@ -15,6 +15,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/xds"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/xdscontract"
 )
 
@@ -79,28 +80,17 @@ func Reached(c testgrpc.TestServiceClient) string {
 	return resp.GetServerId()
 }
 
-// Eventually polls cond every 10ms until it holds, failing the test after d.
+// Eventually polls cond until it holds, failing the test after d
+// (eventually.True; kept here for the xDS tests that call it).
 func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.True(t, d, what, cond)
 }
 
-// Consistently polls cond every 10ms for d and fails the test the first
-// time it does not hold: for "nothing happens" checks, such as a NACKed
+// Consistently fails the test the first time cond does not hold within d
+// (eventually.Always): for "nothing happens" checks, such as a NACKed
 // version not being re-sent.
 func Consistently(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !cond() {
-			t.Fatalf("%s stopped holding", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Always(t, d, what, cond)
 }
