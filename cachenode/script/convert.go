@@ -10,6 +10,10 @@ import (
 	"github.com/portico-io/portico/cachenode/resp"
 )
 
+// Tables built here and in sandbox.go are sized with CreateTable:
+// gopher-lua's NewTable reserves 32 array slots and a 32-entry map, a
+// kilobyte and more per reply that a script mostly drops at once.
+
 // parser turns one RESP reply (as the command layer wrote it) into the
 // Lua value Redis gives a script.
 type parser struct {
@@ -37,7 +41,7 @@ func (p *parser) value() lua.LValue {
 	L := p.L
 	switch p.b[0] {
 	case '+':
-		t := L.NewTable()
+		t := L.CreateTable(0, 1)
 		t.RawSetString("ok", lua.LString(p.line()))
 		return t
 	case '-':
@@ -54,7 +58,7 @@ func (p *parser) value() lua.LValue {
 		s := p.b[:n]
 		p.b = p.b[min(n+2, len(p.b)):]
 		if verbatim && len(s) >= 4 {
-			t, v := L.NewTable(), L.NewTable()
+			t, v := L.CreateTable(0, 1), L.CreateTable(0, 2)
 			v.RawSetString("format", lua.LString(s[:3]))
 			v.RawSetString("string", lua.LString(s[4:]))
 			t.RawSetString("verbatim_string", v)
@@ -69,20 +73,20 @@ func (p *parser) value() lua.LValue {
 		}
 		switch kind {
 		case '~':
-			set := L.NewTable()
+			set := L.CreateTable(0, n)
 			for i := 0; i < n; i++ {
 				set.RawSet(p.value(), lua.LTrue)
 			}
-			t := L.NewTable()
+			t := L.CreateTable(0, 1)
 			t.RawSetString("set", set)
 			return t
 		case '%':
-			m := L.NewTable()
+			m := L.CreateTable(0, n)
 			for i := 0; i < n; i++ {
 				k := p.value()
 				m.RawSet(k, p.value())
 			}
-			t := L.NewTable()
+			t := L.CreateTable(0, 1)
 			t.RawSetString("map", m)
 			return t
 		}
@@ -98,11 +102,11 @@ func (p *parser) value() lua.LValue {
 		return lua.LBool(string(p.line()) == "t")
 	case ',':
 		f, _ := strconv.ParseFloat(string(p.line()), 64)
-		t := L.NewTable()
+		t := L.CreateTable(0, 1)
 		t.RawSetString("double", lua.LNumber(f))
 		return t
 	case '(':
-		t := L.NewTable()
+		t := L.CreateTable(0, 1)
 		t.RawSetString("big_number", lua.LString(p.line()))
 		return t
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 
 	lua "github.com/yuin/gopher-lua"
@@ -35,6 +36,7 @@ type run struct {
 	caller Caller
 	proto  int // RESP version of the replies the script sees (redis.setresp)
 	buf    resp.Writer
+	args   *arena // the vm's: redis.call's arguments
 }
 
 // Run runs s with keys and argv and appends its result to w (RESP
@@ -43,15 +45,15 @@ type run struct {
 // (context.Cause; ErrKilled is worded as Redis words SCRIPT KILL's).
 func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.Writer, lim Limits) {
 	v := pool.Get().(*vm)
-	r := &run{s: s, lim: lim, caller: c, proto: 2}
+	r := &run{s: s, lim: lim, caller: c, proto: 2, args: &v.args}
 	v.run = r
+	v.args.reset()
 	L := v.L
 	L.SetContext(ctx)
-	v.globals.RawSetString("KEYS", stringsTable(L, keys))
-	v.globals.RawSetString("ARGV", stringsTable(L, argv))
-	fn := L.NewFunctionFromProto(s.proto)
-	fn.Env = v.env
-	L.Push(fn)
+	keysT, argvT := argTables(L, keys, argv)
+	v.globals.RawSetString("KEYS", keysT)
+	v.globals.RawSetString("ARGV", argvT)
+	L.Push(v.function(s))
 	err := L.PCall(0, 1, nil)
 	switch {
 	case ctx.Err() != nil:
@@ -77,12 +79,47 @@ func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.
 	}
 }
 
-func stringsTable(L *lua.LState, ss [][]byte) *lua.LTable {
-	t := L.CreateTable(len(ss), 0)
-	for _, s := range ss {
-		t.Append(lua.LString(s))
+// function is s's main chunk as a Lua function in v's sandbox. The last
+// one is kept: a script cannot reach its own function value (no debug
+// library, no getfenv/setfenv), so nothing a run does changes it.
+func (v *vm) function(s *Script) *lua.LFunction {
+	if v.fnProto != s.proto {
+		v.fn = v.L.NewFunctionFromProto(s.proto)
+		v.fn.Env = v.env
+		v.fnProto = s.proto
 	}
-	return t
+	return v.fn
+}
+
+// argTables builds KEYS and ARGV, their strings cut from one copy of the
+// arguments (one allocation for all of them instead of one each).
+func argTables(L *lua.LState, keys, argv [][]byte) (*lua.LTable, *lua.LTable) {
+	n := 0
+	for _, a := range keys {
+		n += len(a)
+	}
+	for _, a := range argv {
+		n += len(a)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for _, a := range keys {
+		b.Write(a)
+	}
+	for _, a := range argv {
+		b.Write(a)
+	}
+	all := b.String()
+	table := func(ss [][]byte) *lua.LTable {
+		t := L.CreateTable(len(ss), 0)
+		for _, s := range ss {
+			t.Append(lua.LString(all[:len(s)]))
+			all = all[len(s):]
+		}
+		return t
+	}
+	kt := table(keys)
+	return kt, table(argv)
 }
 
 // suffix is what Redis appends to an error a script raised.
@@ -166,15 +203,22 @@ func (r *run) call(L *lua.LState, raise bool) int {
 	if n == 0 {
 		return fail("ERR Please specify at least one argument for this redis lib call")
 	}
-	args := make([][]byte, n)
 	for i := 1; i <= n; i++ {
-		switch a := L.Get(i).(type) {
-		case lua.LString:
-			args[i-1] = []byte(a)
-		case lua.LNumber:
-			args[i-1] = strconv.AppendFloat(nil, float64(a), 'g', 17, 64)
+		switch L.Get(i).(type) {
+		case lua.LString, lua.LNumber:
 		default:
 			return fail("ERR Lua redis lib command arguments must be strings or integers")
+		}
+	}
+	a := r.args
+	args := a.slice(n)
+	var num [32]byte
+	for i := 1; i <= n; i++ {
+		switch x := L.Get(i).(type) {
+		case lua.LString:
+			args[i-1] = arenaCopy(a, string(x))
+		case lua.LNumber:
+			args[i-1] = arenaCopy(a, appendNumber(num[:0], float64(x)))
 		}
 	}
 	L.SetTop(0)

@@ -29,6 +29,11 @@ type vm struct {
 	protected []*lua.LTable
 	// run is the script running on this state (nil between runs).
 	run *run
+	// args is redis.call's argument arena (arena.go).
+	args arena
+	// fn is the last script's main function, fnProto its code.
+	fn      *lua.LFunction
+	fnProto *lua.FunctionProto
 }
 
 func newVM() *vm {
@@ -242,7 +247,7 @@ func statusReply(L *lua.LState) int {
 		L.Push(errTable(L, "ERR wrong number or type of arguments"))
 		return 1
 	}
-	t := L.NewTable()
+	t := L.CreateTable(0, 1)
 	t.RawSetString("ok", L.Get(1))
 	L.Push(t)
 	return 1
@@ -266,7 +271,7 @@ func logNoop(L *lua.LState) int {
 
 // errTable is the {err=msg} table Redis represents errors with.
 func errTable(L *lua.LState, msg string) *lua.LTable {
-	t := L.NewTable()
+	t := L.CreateTable(0, 2) // err, and line when raised
 	t.RawSetString("err", lua.LString(msg))
 	return t
 }

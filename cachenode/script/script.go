@@ -64,6 +64,12 @@ func Compile(body string) (*Script, error) {
 	if err != nil {
 		return nil, &CompileError{Msg: compileMessage(err, body)}
 	}
+	// gopher-lua marks every vararg function that does not use "..." as
+	// needing Lua 5.0's implicit arg table, the main chunk too, so each
+	// call would build a table (with a 32-entry map for its "n") that no
+	// script can reach: the main chunk has no local named arg. Lua 5.1
+	// gives the main chunk none either.
+	proto.IsVarArg &^= lua.VarArgNeedsArg
 	return &Script{SHA: SHA1Hex([]byte(body)), Body: body, proto: proto}, nil
 }
 
