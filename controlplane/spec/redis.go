@@ -219,6 +219,7 @@ func (p *RedisProxy) Validate() error {
 // existing redis proxies, listen ports collide with no other listener, and
 // the compiled names (redis_<name>) collide with no listener or cluster.
 func (c *Config) validateRedisProxies() error {
+	proxies := KindRedisProxy.Info()
 	ports := map[uint32]string{}
 	for _, n := range SortedKeys(c.Listeners) {
 		ports[c.Listeners[n].Port] = "listener " + n
@@ -236,14 +237,21 @@ func (c *Config) validateRedisProxies() error {
 		if _, ok := c.Listeners[p.EnvoyName()]; ok {
 			return fieldErr(f+": name", CodeConflict, "compiles to Envoy listener %q, the name of an existing listener", p.EnvoyName())
 		}
-		for i, r := range p.PrefixRoutes {
-			if r.RedisProxy == "" {
-				continue
-			}
-			if _, ok := c.RedisProxies[r.RedisProxy]; !ok {
-				return fieldErr(fmt.Sprintf("%s: prefixRoutes[%d].redisProxy", f, i), CodeUnknownRef, "redis proxy %q does not exist", r.RedisProxy)
-			}
+		if err := c.refError(proxies, n, p); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// refs are a redis proxy's references: the proxies its prefix routes
+// send to.
+func (p *RedisProxy) refs() []Ref {
+	var out []Ref
+	for i, r := range p.PrefixRoutes {
+		if r.RedisProxy != "" {
+			out = append(out, Ref{Field: fmt.Sprintf("prefixRoutes[%d].redisProxy", i), Kind: KindRedisProxy, Name: r.RedisProxy})
+		}
+	}
+	return out
 }

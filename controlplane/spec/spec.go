@@ -9,7 +9,6 @@
 package spec
 
 import (
-	"maps"
 	"sort"
 	"time"
 )
@@ -32,19 +31,18 @@ const (
 	KindRedisProxy    Kind = "redis-proxies"
 )
 
-// Kinds lists every kind; the order is the order of validation and compilation.
-var Kinds = []Kind{KindCluster, KindRoute, KindJWTProvider, KindConsumer, KindAPIKey, KindRevocation, KindRateLimitRule,
-	KindSecret, KindListener, KindRedisProxy}
+// Kinds lists every kind; the order is the order of compilation, of
+// diffs and of the admin API's documentation (kindTable's).
+var Kinds = func() []Kind {
+	out := make([]Kind, len(kindTable))
+	for i, d := range kindTable {
+		out[i] = d.Kind
+	}
+	return out
+}()
 
 // Valid reports whether k is a known kind.
-func (k Kind) Valid() bool {
-	for _, x := range Kinds {
-		if x == k {
-			return true
-		}
-	}
-	return false
-}
+func (k Kind) Valid() bool { return k.Info() != nil }
 
 // Endpoint is one upstream address.
 type Endpoint struct {
@@ -442,7 +440,9 @@ type Listener struct {
 }
 
 // Config is every live resource at one config version. Maps are keyed by
-// resource name. A Config is treated as immutable once built.
+// resource name. A Config is treated as immutable once built. Each field
+// is the collection of one kind, made, copied and reached through that
+// kind's kindTable entry (the compiler reads the fields directly).
 type Config struct {
 	Version      int64
 	Clusters     map[string]*Cluster
@@ -461,19 +461,11 @@ type Config struct {
 
 // NewConfig returns an empty config at version v.
 func NewConfig(v int64) *Config {
-	return &Config{
-		Version:        v,
-		Clusters:       map[string]*Cluster{},
-		Routes:         map[string]*Route{},
-		JWTProviders:   map[string]*JWTProvider{},
-		Consumers:      NewTable[*Consumer](),
-		APIKeys:        NewTable[*APIKey](),
-		Revocations:    NewTable[*Revocation](),
-		RateLimitRules: map[string]*RateLimitRule{},
-		Secrets:        map[string]*Secret{},
-		Listeners:      map[string]*Listener{},
-		RedisProxies:   map[string]*RedisProxy{},
+	c := &Config{Version: v}
+	for _, d := range kindTable {
+		d.coll.init(c)
 	}
+	return c
 }
 
 // SortedKeys returns m's keys in ascending order; compilation iterates in
@@ -491,17 +483,10 @@ func SortedKeys[V any](m map[string]V) []string {
 // Resource values are shared: callers replace them, never mutate them.
 // c's Tables are frozen by it (see Table.Clone).
 func (c *Config) Clone() *Config {
-	return &Config{
-		Version:        c.Version,
-		Clusters:       maps.Clone(c.Clusters),
-		Routes:         maps.Clone(c.Routes),
-		JWTProviders:   maps.Clone(c.JWTProviders),
-		Consumers:      c.Consumers.Clone(),
-		APIKeys:        c.APIKeys.Clone(),
-		Revocations:    c.Revocations.Clone(),
-		RateLimitRules: maps.Clone(c.RateLimitRules),
-		Secrets:        maps.Clone(c.Secrets),
-		Listeners:      maps.Clone(c.Listeners),
-		RedisProxies:   maps.Clone(c.RedisProxies),
+	n := &Config{Version: c.Version}
+	for _, d := range kindTable {
+		d.coll.share(n, c)
+		d.coll.own(n)
 	}
+	return n
 }

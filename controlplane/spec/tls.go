@@ -219,95 +219,51 @@ func (l *Listener) Validate() error {
 	return nil
 }
 
-// secretRef is one reference to a secret.
-type secretRef struct {
-	field, secret, wantType string
-}
-
-func (l *Listener) secretRefs() []secretRef {
+// refs are a listener's references: its certificates and client CA.
+func (l *Listener) refs() []Ref {
 	if l.TLS == nil {
 		return nil
 	}
-	var refs []secretRef
+	var refs []Ref
 	for i, c := range l.TLS.Certificates {
-		refs = append(refs, secretRef{fmt.Sprintf("tls.certificates[%d]", i), c, SecretTLS})
+		refs = append(refs, Ref{Field: fmt.Sprintf("tls.certificates[%d]", i), Kind: KindSecret, Name: c, Type: SecretTLS})
 	}
 	if l.TLS.ClientCA != "" {
-		refs = append(refs, secretRef{"tls.clientCa", l.TLS.ClientCA, SecretCA})
+		refs = append(refs, Ref{Field: "tls.clientCa", Kind: KindSecret, Name: l.TLS.ClientCA, Type: SecretCA})
 	}
 	return refs
 }
 
-func (c *Cluster) secretRefs() []secretRef {
+// refs are a cluster's references: the secrets of its upstream TLS.
+func (c *Cluster) refs() []Ref {
 	if c.TLS == nil {
 		return nil
 	}
-	var refs []secretRef
+	var refs []Ref
 	if c.TLS.CASecret != "" {
-		refs = append(refs, secretRef{"tls.caSecret", c.TLS.CASecret, SecretCA})
+		refs = append(refs, Ref{Field: "tls.caSecret", Kind: KindSecret, Name: c.TLS.CASecret, Type: SecretCA})
 	}
 	if c.TLS.ClientCertificate != "" {
-		refs = append(refs, secretRef{"tls.clientCertificate", c.TLS.ClientCertificate, SecretTLS})
+		refs = append(refs, Ref{Field: "tls.clientCertificate", Kind: KindSecret, Name: c.TLS.ClientCertificate, Type: SecretTLS})
 	}
 	return refs
 }
 
 // SecretUsers lists, in order, the resources and fields referring to
 // secret name ("listeners/https: tls.certificates[0]").
-func (c *Config) SecretUsers(name string) []string {
-	var out []string
-	for _, n := range SortedKeys(c.Clusters) {
-		for _, r := range c.Clusters[n].secretRefs() {
-			if r.secret == name {
-				out = append(out, "clusters/"+n+": "+r.field)
-			}
-		}
-	}
-	for _, n := range SortedKeys(c.Listeners) {
-		for _, r := range c.Listeners[n].secretRefs() {
-			if r.secret == name {
-				out = append(out, "listeners/"+n+": "+r.field)
-			}
-		}
-	}
-	return out
-}
+func (c *Config) SecretUsers(name string) []string { return c.referrers(KindSecret, name) }
 
-// ReferencedSecrets returns the names of every secret a listener or cluster
-// refers to, sorted.
-func (c *Config) ReferencedSecrets() []string {
-	set := map[string]bool{}
-	for _, cl := range c.Clusters {
-		for _, r := range cl.secretRefs() {
-			set[r.secret] = true
-		}
-	}
-	for _, l := range c.Listeners {
-		for _, r := range l.secretRefs() {
-			set[r.secret] = true
-		}
-	}
-	return SortedKeys(set)
-}
+// ReferencedSecrets returns the names of every secret a resource (a
+// listener or cluster) refers to, sorted.
+func (c *Config) ReferencedSecrets() []string { return c.referenced(KindSecret) }
 
 // validateTLS checks listeners and secret references: referenced secrets
 // exist and have the right type, listener ports do not collide, and no
 // listener is named like a proxyless API listener (a route host).
 func (c *Config) validateTLS() error {
-	check := func(prefix string, refs []secretRef) error {
-		for _, r := range refs {
-			s, ok := c.Secrets[r.secret]
-			if !ok {
-				return fieldErr(prefix+": "+r.field, CodeUnknownRef, "secret %q does not exist", r.secret)
-			}
-			if s.Type != r.wantType {
-				return fieldErr(prefix+": "+r.field, CodeInvalid, "secret %q is of type %s; want a %s secret", r.secret, s.Type, r.wantType)
-			}
-		}
-		return nil
-	}
+	clusters, listeners := KindCluster.Info(), KindListener.Info()
 	for _, n := range SortedKeys(c.Clusters) {
-		if err := check("clusters/"+n, c.Clusters[n].secretRefs()); err != nil {
+		if err := c.refError(clusters, n, c.Clusters[n]); err != nil {
 			return err
 		}
 	}
@@ -321,7 +277,7 @@ func (c *Config) validateTLS() error {
 	for _, n := range SortedKeys(c.Listeners) {
 		l := c.Listeners[n]
 		f := "listeners/" + n
-		if err := check(f, l.secretRefs()); err != nil {
+		if err := c.refError(listeners, n, l); err != nil {
 			return err
 		}
 		if other, dup := ports[l.Port]; dup {
