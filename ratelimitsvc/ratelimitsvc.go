@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -68,6 +69,18 @@ type Config struct {
 	// this workload's certificate (TLS) when Redis asks for one.
 	RedisTLS       bool
 	RedisTLSCAFile string
+	// RedisTLSServerRole, when set (identity.CacheNode for Portico's cache
+	// cluster), verifies Redis as a platform workload instead: its chain
+	// against TLS's CA bundle (reloaded with the other files) and its SPIFFE
+	// ID against this role, not a host name. It implies RedisTLS, needs the
+	// TLS files and excludes RedisTLSCAFile.
+	RedisTLSServerRole identity.Role
+	// RedisReadyAtStart makes /readyz fail until Redis has answered once
+	// (a PING, on a Cluster one to every primary): a replica whose store
+	// address, TLS or credentials are wrong never becomes ready, instead of
+	// deciding on local buckets. Once it has answered, an outage does not
+	// make the replica unready (see Run).
+	RedisReadyAtStart bool
 	// RedisTimeout bounds each Redis call (default bucket.DefaultTimeout).
 	RedisTimeout time.Duration
 	// Replicas is how many ratelimitsvc replicas share the limits: in
@@ -150,8 +163,19 @@ func (c *Config) defaults() {
 }
 
 // redisTLSConfig is the TLS client configuration for Redis, nil without
-// RedisTLS.
+// RedisTLS or RedisTLSServerRole.
 func redisTLSConfig(cfg Config, files *tlsfiles.Files) (*tls.Config, error) {
+	if role := cfg.RedisTLSServerRole; role != "" {
+		switch {
+		case !role.Valid():
+			return nil, fmt.Errorf("%w: Redis TLS server role %q is not a role (%v)", ErrConfig, role, identity.Roles)
+		case cfg.RedisTLSCAFile != "":
+			return nil, fmt.Errorf("%w: a Redis TLS server role verifies against the TLS CA bundle; drop the Redis CA file", ErrConfig)
+		case files == nil:
+			return nil, fmt.Errorf("%w: a Redis TLS server role needs this workload's TLS files", ErrConfig)
+		}
+		return files.ClientConfig(identity.Policy{Roles: []identity.Role{role}}), nil
+	}
 	if !cfg.RedisTLS {
 		return nil, nil
 	}
@@ -170,6 +194,36 @@ func redisTLSConfig(cfg Config, files *tlsfiles.Files) (*tls.Config, error) {
 		c.GetClientCertificate = files.GetClientCertificate
 	}
 	return c, nil
+}
+
+// answeredOnce is a readiness check that passes once client's store has
+// answered a PING (every primary of a Cluster, whose slot map must load
+// first) and from then on without calling it.
+func answeredOnce(client redis.UniversalClient) health.Check {
+	var answered atomic.Bool
+	return func(ctx context.Context) error {
+		if answered.Load() {
+			return nil
+		}
+		var err error
+		if c, ok := client.(*redis.ClusterClient); ok {
+			var primaries atomic.Int32
+			err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+				primaries.Add(1)
+				return m.Ping(ctx).Err()
+			})
+			if err == nil && primaries.Load() == 0 {
+				err = errors.New("the cluster's slot map lists no primary")
+			}
+		} else {
+			err = client.Ping(ctx).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("no answer yet: %w", err)
+		}
+		answered.Store(true)
+		return nil
+	}
 }
 
 // ErrConfig is a Config Run cannot serve with.
@@ -221,8 +275,12 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		// Redis is deliberately not a readiness check: during an outage this
 		// replica still answers correctly (fail modes), and going unready
-		// would turn a limiter outage into Envoy's failure_mode_deny.
+		// would turn a limiter outage into Envoy's failure_mode_deny. Only
+		// the first answer may be waited for (RedisReadyAtStart).
 		backend = rd
+		if cfg.RedisReadyAtStart {
+			checks.Add("redis-answered", answeredOnce(client))
+		}
 		if cfg.Replicas == 0 {
 			counter, err = peers.New(peers.Config{Client: client, Key: cmp.Or(cfg.KeyPrefix, service.DefaultKeyPrefix) + "{replicas}", ID: cfg.NodeID,
 				Set: func(n int) { svc.SetReplicas(n) }, Logger: log})

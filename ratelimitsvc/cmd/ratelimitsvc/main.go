@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/portico-io/portico/internal/envflag"
+	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/tracing"
@@ -48,6 +49,8 @@ func main() {
 	traceFlags := tracing.RegisterFlags(fs, ratelimitsvc.ServiceName)
 	redisTLS := envflag.Bool(fs, "redis-tls", "PORTICO_REDIS_TLS", false, "connect to Redis over TLS (presenting this workload's certificate when asked)")
 	redisCA := envflag.String(fs, "redis-tls-ca-file", "PORTICO_REDIS_TLS_CA_FILE", "", "CA bundle Redis's certificate must chain to (default: the system's roots)")
+	redisRole := envflag.String(fs, "redis-tls-server-role", "PORTICO_REDIS_TLS_SERVER_ROLE", "", "verify Redis as a platform workload of this role (cachenode for Portico's cache) against the --tls-ca-file bundle, not a host name; implies --redis-tls")
+	redisReady := envflag.Bool(fs, "redis-ready-at-start", "PORTICO_REDIS_READY_AT_START", false, "/readyz fails until Redis (every Cluster primary) has answered once; an outage after that never makes it unready")
 	plaintext := envflag.Bool(fs, "insecure-plaintext", "PORTICO_INSECURE_PLAINTEXT", false, "talk to a plaintext control plane (debugging only)")
 	_ = fs.Parse(os.Args[1:])
 
@@ -63,7 +66,7 @@ func main() {
 	cfg.RedisPassword, cfg.RedisSentinelPassword = redisPassword, sentinelPassword
 	cfg.Logger = log
 	cfg.TLS, cfg.InsecurePlaintext, cfg.Tracing = tlsFlags.Config(), *plaintext, traceFlags.Config()
-	cfg.RedisTLS, cfg.RedisTLSCAFile = *redisTLS, *redisCA
+	cfg.RedisTLS, cfg.RedisTLSCAFile, cfg.RedisTLSServerRole, cfg.RedisReadyAtStart = *redisTLS, *redisCA, identity.Role(*redisRole), *redisReady
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
