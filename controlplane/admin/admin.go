@@ -181,11 +181,10 @@ func writeAuthError(w http.ResponseWriter, _ *http.Request, status int, err erro
 // Routes lists every route with the permission it requires.
 func (h *Handler) Routes() []authz.Route { return h.router.Routes() }
 
-// managedKinds are served as /admin/v1/<kind>. API keys are not: they are
-// created and revoked under their consumer, and never listed with hashes.
-var managedKinds = []spec.Kind{spec.KindCluster, spec.KindRoute, spec.KindJWTProvider,
-	spec.KindConsumer, spec.KindRevocation, spec.KindRateLimitRule, spec.KindSecret, spec.KindListener,
-	spec.KindRedisProxy}
+// managedKinds are served as /admin/v1/<kind>: spec's Served kinds. API
+// keys are not: they are created and revoked under their consumer, and
+// never listed with hashes.
+var managedKinds = spec.ServedKinds()
 
 // routes is the whole API surface, one line per endpoint.
 func (h *Handler) routes() {
@@ -227,11 +226,10 @@ func (h *Handler) routes() {
 }
 
 // kindPermissions are the permissions to read and to change a kind: the
-// credentials and trust material (secrets, JWT providers, revocations) are
-// the security-admin's, the rest is config.
+// credentials and trust material (spec's Security kinds: secrets, JWT
+// providers, revocations) are the security-admin's, the rest is config.
 func kindPermissions(k spec.Kind) (read, write authz.Permission) {
-	switch k {
-	case spec.KindSecret, spec.KindJWTProvider, spec.KindRevocation:
+	if d := k.Info(); d != nil && d.Security {
 		return authz.SecurityRead, authz.SecurityWrite
 	}
 	return authz.ConfigRead, authz.ConfigWrite

@@ -13,8 +13,8 @@ import (
 
 // nameField is the JSON field holding a resource's name.
 func nameField(k spec.Kind) string {
-	if k == spec.KindRevocation {
-		return "jti"
+	if d := k.Info(); d != nil {
+		return d.NameField
 	}
 	return "name"
 }

@@ -159,7 +159,7 @@ func checkChange(c Change) error {
 	if c.Resource == nil {
 		return nil
 	}
-	if kindOf(c.Resource) != c.Kind {
+	if spec.KindOf(c.Resource) != c.Kind {
 		return &spec.FieldError{Field: "kind", Code: spec.CodeInvalid, Message: fmt.Sprintf("a %T is not a %s resource", c.Resource, c.Kind)}
 	}
 	if c.Resource.ResourceName() != c.Name {
@@ -263,10 +263,10 @@ func planChanges(ctx context.Context, tx pgx.Tx, head *spec.Config, changes []Ch
 // rollout controller's) decision is on record and the API's "201 with the
 // new version" holds. The config must still validate under today's rules.
 //
-// Identities and credentials — consumers, API keys and revocations — are not
-// rolled back: they keep the head's content. Undoing a bad route must never
-// un-revoke a token, bring back a deleted key, or delete a key a customer
-// was issued since.
+// Identities and credentials — consumers, API keys and revocations, the
+// kinds spec marks KeptOnRollback — are not rolled back: they keep the
+// head's content. Undoing a bad route must never un-revoke a token, bring
+// back a deleted key, or delete a key a customer was issued since.
 func (s *Store) Rollback(ctx context.Context, meta Meta, to int64, respond Responder) (Result, error) {
 	return s.write(ctx, meta, respond, func(ctx context.Context, tx pgx.Tx, head *spec.Config) (*plan, error) {
 		if to < 0 || to > head.Version {
@@ -276,7 +276,11 @@ func (s *Store) Rollback(ctx context.Context, meta Meta, to int64, respond Respo
 		if err != nil {
 			return nil, err
 		}
-		target.Consumers, target.APIKeys, target.Revocations = head.Consumers, head.APIKeys, head.Revocations
+		for _, k := range spec.Kinds {
+			if k.Info().KeptOnRollback {
+				target.ShareKind(k, head)
+			}
+		}
 		writes, err := diffConfigs(head, target)
 		if err != nil {
 			return nil, err
@@ -291,10 +295,10 @@ func diffConfigs(from, to *spec.Config) ([]write, error) {
 	var out []write
 	for _, k := range spec.Kinds {
 		names := map[string]bool{}
-		for _, n := range kindNames(from, k) {
+		for _, n := range from.Names(k) {
 			names[n] = true
 		}
-		for _, n := range kindNames(to, k) {
+		for _, n := range to.Names(k) {
 			names[n] = true
 		}
 		for _, n := range spec.SortedKeys(names) {
@@ -320,35 +324,9 @@ func marshalOrNil(r spec.Resource) ([]byte, error) {
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
-		return nil, fmt.Errorf("store: encode %s/%s: %w", kindOf(r), r.ResourceName(), err)
+		return nil, fmt.Errorf("store: encode %s/%s: %w", spec.KindOf(r), r.ResourceName(), err)
 	}
 	return b, nil
-}
-
-func kindNames(c *spec.Config, k spec.Kind) []string {
-	switch k {
-	case spec.KindCluster:
-		return spec.SortedKeys(c.Clusters)
-	case spec.KindRoute:
-		return spec.SortedKeys(c.Routes)
-	case spec.KindJWTProvider:
-		return spec.SortedKeys(c.JWTProviders)
-	case spec.KindConsumer:
-		return c.Consumers.Names()
-	case spec.KindAPIKey:
-		return c.APIKeys.Names()
-	case spec.KindRevocation:
-		return c.Revocations.Names()
-	case spec.KindRateLimitRule:
-		return spec.SortedKeys(c.RateLimitRules)
-	case spec.KindSecret:
-		return spec.SortedKeys(c.Secrets)
-	case spec.KindListener:
-		return spec.SortedKeys(c.Listeners)
-	case spec.KindRedisProxy:
-		return spec.SortedKeys(c.RedisProxies)
-	}
-	return nil
 }
 
 // write runs one write transaction: lock the head (serializing writers of

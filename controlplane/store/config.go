@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -37,33 +36,6 @@ func decode(kind spec.Kind, body []byte) (spec.Resource, error) {
 	return r, nil
 }
 
-// kindOf is the kind of a resource value ("" for unknown types).
-func kindOf(r spec.Resource) spec.Kind {
-	switch r.(type) {
-	case *spec.Cluster:
-		return spec.KindCluster
-	case *spec.Route:
-		return spec.KindRoute
-	case *spec.JWTProvider:
-		return spec.KindJWTProvider
-	case *spec.Consumer:
-		return spec.KindConsumer
-	case *spec.APIKey:
-		return spec.KindAPIKey
-	case *spec.Revocation:
-		return spec.KindRevocation
-	case *spec.RateLimitRule:
-		return spec.KindRateLimitRule
-	case *spec.Secret:
-		return spec.KindSecret
-	case *spec.Listener:
-		return spec.KindListener
-	case *spec.RedisProxy:
-		return spec.KindRedisProxy
-	}
-	return ""
-}
-
 // draft is a copy-on-write successor of a config: a kind's map is cloned the
 // first time that kind changes, so changing a route does not copy a million
 // API keys, and the kinds kept in Tables clone only the shards they change.
@@ -83,29 +55,7 @@ func (d *draft) own(k spec.Kind) {
 		return
 	}
 	d.owned[k] = true
-	c := d.cfg
-	switch k {
-	case spec.KindCluster:
-		c.Clusters = maps.Clone(c.Clusters)
-	case spec.KindRoute:
-		c.Routes = maps.Clone(c.Routes)
-	case spec.KindJWTProvider:
-		c.JWTProviders = maps.Clone(c.JWTProviders)
-	case spec.KindConsumer:
-		c.Consumers = c.Consumers.Clone()
-	case spec.KindAPIKey:
-		c.APIKeys = c.APIKeys.Clone()
-	case spec.KindRevocation:
-		c.Revocations = c.Revocations.Clone()
-	case spec.KindRateLimitRule:
-		c.RateLimitRules = maps.Clone(c.RateLimitRules)
-	case spec.KindSecret:
-		c.Secrets = maps.Clone(c.Secrets)
-	case spec.KindListener:
-		c.Listeners = maps.Clone(c.Listeners)
-	case spec.KindRedisProxy:
-		c.RedisProxies = maps.Clone(c.RedisProxies)
-	}
+	d.cfg.CloneKind(k)
 }
 
 // set puts r (nil: deletes name) into the draft.

@@ -45,7 +45,7 @@ func route(name, clusterName, prefix string) *spec.Route {
 }
 
 func put(r spec.Resource, ifMatch string) Change {
-	return Change{Kind: kindOf(r), Name: r.ResourceName(), Resource: r, IfMatch: ifMatch}
+	return Change{Kind: spec.KindOf(r), Name: r.ResourceName(), Resource: r, IfMatch: ifMatch}
 }
 
 var meta = Meta{Author: "test", Reason: "testing"}
