@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/coordinator"
 	"github.com/portico-io/portico/kvnode/record"
@@ -40,28 +41,16 @@ func (g gatedEngine) Delete(ctx context.Context, key []byte, o coordinator.Write
 	return g.Coordinator.Delete(ctx, key, o)
 }
 
-// RingView is GET /v1/ring: the token map for partition-aware clients.
-type RingView struct {
-	Replication int          `json:"replication"`
-	Nodes       []RingMember `json:"nodes"`
-	Ranges      []ring.Range `json:"ranges"`
-	// Pending lists the ring after in-progress joins and leaves, when one
-	// is in progress.
-	Pending []ring.Range `json:"pending,omitempty"`
-}
-
-// RingMember is one node in RingView.
-type RingMember struct {
-	ID        string   `json:"id"`
-	Addr      string   `json:"addr"`
-	Rack      string   `json:"rack,omitempty"`
-	State     string   `json:"state"`
-	Tokens    []uint64 `json:"tokens"`
-	Ownership float64  `json:"ownership"`
-}
+// The admin answers, under the names kvnode exported them by (kvctl
+// decodes RingView).
+type (
+	RingView   = api.RingView
+	RingMember = api.RingMember
+	MemberView = api.MemberView
+)
 
 // Ring implements api.Admin.
-func (n *Node) Ring() any {
+func (n *Node) Ring() api.RingView {
 	cur, fut := n.mem.Rings()
 	own := cur.Ownership()
 	v := RingView{Replication: n.cfg.Replication, Ranges: cur.Ranges()}
@@ -107,21 +96,8 @@ func stateName(s kvv1.MemberState) string {
 	return "UNKNOWN"
 }
 
-// MemberView is one entry of GET /admin/v1/members.
-type MemberView struct {
-	ID         string  `json:"id"`
-	Addr       string  `json:"addr"`
-	Rack       string  `json:"rack,omitempty"`
-	State      string  `json:"state"`
-	Alive      bool    `json:"alive"`
-	Phi        float64 `json:"phi"`
-	Generation uint64  `json:"generation"`
-	Heartbeat  uint64  `json:"heartbeat"`
-	Hints      int     `json:"hintsPending"`
-}
-
 // Members implements api.Admin.
-func (n *Node) Members() any {
+func (n *Node) Members() api.MemberList {
 	pending := n.hints.Pending()
 	var out []MemberView
 	for _, m := range n.mem.Snapshot() {
@@ -130,18 +106,18 @@ func (n *Node) Members() any {
 			Phi: n.mem.Phi(m.Id), Generation: m.Generation, Heartbeat: m.Heartbeat, Hints: pending[m.Id],
 		})
 	}
-	return map[string]any{"items": out}
+	return api.MemberList{Items: out}
 }
 
 // Repair implements api.Admin: one full anti-entropy pass now.
-func (n *Node) Repair(ctx context.Context) (any, error) {
+func (n *Node) Repair(ctx context.Context) (antientropy.Result, error) {
 	return n.rep.RepairAll(ctx), nil
 }
 
 // RepairStatus implements api.Admin.
-func (n *Node) RepairStatus() any {
+func (n *Node) RepairStatus() api.RepairStatus {
 	ranges, lastFull, last := n.rep.Status()
-	return map[string]any{"ranges": ranges, "lastFullRepair": lastFull, "lastPass": last}
+	return api.RepairStatus{Ranges: ranges, LastFullRepair: lastFull, LastPass: last}
 }
 
 func (n *Node) registerMetrics() {

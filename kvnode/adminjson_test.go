@@ -88,7 +88,7 @@ type replaceOnly struct {
 	res ReplaceResult
 }
 
-func (r replaceOnly) Replace(context.Context, string) (any, error) { return r.res, nil }
+func (r replaceOnly) Replace(context.Context, string) (ReplaceResult, error) { return r.res, nil }
 
 // adminFixtureNode is a node in a fixed state, without listeners or
 // loops: "a" (rack r1) and "b" NORMAL, "c" JOINING, "d" LEFT, 1.5s after

@@ -139,10 +139,12 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return k, err
 }
 
-// LoadResult is the answer of POST /admin/v1/restore.
-type LoadResult struct {
-	Keys int64 `json:"keys"`
-}
+// The day-2 answers, under the names kvnode exported them by.
+type (
+	LoadResult    = api.LoadResult
+	CleanupResult = api.CleanupResult
+	ReplaceResult = api.ReplaceResult
+)
 
 // Load implements api.Ops: each entry of r (varint-delimited kvv1.Entry,
 // as kvctl reads them from backups) is written with its own timestamps to
@@ -152,7 +154,7 @@ type LoadResult struct {
 // (several replicas' backups of one key, or a retried load, end in one
 // version) and never overrides a newer write. The first failure stops the
 // load; what was written stays, and loading again is safe.
-func (n *Node) Load(ctx context.Context, r io.Reader) (any, error) {
+func (n *Node) Load(ctx context.Context, r io.Reader) (api.LoadResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	entries := make(chan *kvv1.Entry, loadWorkers)
@@ -209,17 +211,9 @@ func (n *Node) Load(ctx context.Context, r io.Reader) (any, error) {
 		firstErr = ctx.Err()
 	}
 	if firstErr != nil {
-		return nil, fmt.Errorf("%w (%d keys written before; loading again is safe)", firstErr, keys.Load())
+		return api.LoadResult{}, fmt.Errorf("%w (%d keys written before; loading again is safe)", firstErr, keys.Load())
 	}
-	return LoadResult{Keys: keys.Load()}, nil
-}
-
-// CleanupResult is the answer of POST /admin/v1/cleanup.
-type CleanupResult struct {
-	KeysDeleted int `json:"keysDeleted"`
-	// RangesKept are the ranges this node replicates, now or once the
-	// pending ring change completes.
-	RangesKept int `json:"rangesKept"`
+	return api.LoadResult{Keys: keys.Load()}, nil
 }
 
 // Cleanup implements api.Ops (Cassandra's nodetool cleanup): delete the
@@ -228,43 +222,29 @@ type CleanupResult struct {
 // away. It holds the ring-change barrier while it decides and deletes, so
 // a ring change that would give this node a range waits until the range
 // is deleted (and is then streamed in afresh). Only a NORMAL node cleans.
-func (n *Node) Cleanup(context.Context) (any, error) {
+func (n *Node) Cleanup(context.Context) (api.CleanupResult, error) {
 	n.moveMu.Lock()
 	defer n.moveMu.Unlock()
 	if s := n.mem.Self().State; s != kvv1.MemberState_MEMBER_STATE_NORMAL {
-		return nil, fmt.Errorf("%w: this node is %s; only a NORMAL node cleans up", api.ErrConflict, stateName(s))
+		return api.CleanupResult{}, fmt.Errorf("%w: this node is %s; only a NORMAL node cleans up", api.ErrConflict, stateName(s))
 	}
 	n.gate.RLock()
 	cur, fut := n.mem.Rings()
 	keep := append(cur.RangesOf(n.cfg.NodeID), fut.RangesOf(n.cfg.NodeID)...)
 	if len(keep) == 0 {
 		n.gate.RUnlock()
-		return nil, fmt.Errorf("%w: this node replicates no range; cleanup would delete everything", api.ErrConflict)
+		return api.CleanupResult{}, fmt.Errorf("%w: this node replicates no range; cleanup would delete everything", api.ErrConflict)
 	}
 	cl, err := n.st.DeleteOutside(keep)
 	n.gate.RUnlock()
 	if err != nil {
-		return nil, err
+		return api.CleanupResult{}, err
 	}
 	if err := n.st.CompactCleaned(cl); err != nil {
 		n.cfg.Logger.Warn("kvnode: compacting after cleanup", "err", err)
 	}
 	n.cfg.Logger.Info("kvnode: cleanup", "keys_deleted", cl.Deleted)
-	return CleanupResult{KeysDeleted: cl.Deleted, RangesKept: len(keep)}, nil
-}
-
-// ReplaceResult is the answer of POST /admin/v1/replace.
-type ReplaceResult struct {
-	// Node is this node (the replacement), Replaced the dead node.
-	Node         string   `json:"node"`
-	Replaced     string   `json:"replaced"`
-	Tokens       []uint64 `json:"tokens"`
-	KeysStreamed int      `json:"keysStreamed"`
-	// RangesVerified counts (range, replica) pairs whose Merkle trees were
-	// compared after streaming; KeysRepaired the keys that comparison
-	// still had to exchange (writes that raced the stream).
-	RangesVerified int `json:"rangesVerified"`
-	KeysRepaired   int `json:"keysRepaired"`
+	return api.CleanupResult{KeysDeleted: cl.Deleted, RangesKept: len(keep)}, nil
 }
 
 // Replace implements api.Ops (Cassandra's replace_address, etcd's member
@@ -277,24 +257,24 @@ type ReplaceResult struct {
 // what differs), then turns NORMAL as the dead node turns LEFT, in one
 // announced step. A node replaced while down stands down if it returns.
 // Safe to call again after a failure (it resumes, also after a restart).
-func (n *Node) Replace(ctx context.Context, dead string) (any, error) {
+func (n *Node) Replace(ctx context.Context, dead string) (api.ReplaceResult, error) {
 	n.moveMu.Lock()
 	self := n.mem.Self()
 	if self.State == kvv1.MemberState_MEMBER_STATE_JOINING {
 		was, err := n.st.GetMeta(metaReplacing)
 		n.moveMu.Unlock()
 		if err != nil {
-			return nil, err
+			return api.ReplaceResult{}, err
 		}
 		if string(was) != dead {
-			return nil, fmt.Errorf("%w: this node is already joining (replacing %q)", api.ErrConflict, was)
+			return api.ReplaceResult{}, fmt.Errorf("%w: this node is already joining (replacing %q)", api.ErrConflict, was)
 		}
 		return n.finishReplace(ctx, dead)
 	}
 	err := n.startReplace(self, dead)
 	n.moveMu.Unlock()
 	if err != nil {
-		return nil, err
+		return api.ReplaceResult{}, err
 	}
 	return n.finishReplace(ctx, dead)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/portico-io/portico/internal/authn"
 	"github.com/portico-io/portico/internal/authz"
 	"github.com/portico-io/portico/internal/authz/authztest"
+	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/coordinator"
 	"github.com/portico-io/portico/kvnode/cp"
 )
@@ -64,18 +65,22 @@ func (fakeCP) Watch(context.Context, string, string, uint64, func([]cp.Event) er
 // fakeAdmin is a node whose admin calls all succeed.
 type fakeAdmin struct{}
 
-func (fakeAdmin) Ring() any                           { return map[string]any{} }
-func (fakeAdmin) Members() any                        { return []any{} }
-func (fakeAdmin) Repair(context.Context) (any, error) { return map[string]any{}, nil }
-func (fakeAdmin) RepairStatus() any                   { return map[string]any{} }
-func (fakeAdmin) Join(context.Context) error          { return nil }
-func (fakeAdmin) Decommission(context.Context) error  { return nil }
+func (fakeAdmin) Ring() RingView      { return RingView{} }
+func (fakeAdmin) Members() MemberList { return MemberList{} }
+func (fakeAdmin) Repair(context.Context) (antientropy.Result, error) {
+	return antientropy.Result{}, nil
+}
+func (fakeAdmin) RepairStatus() RepairStatus         { return RepairStatus{} }
+func (fakeAdmin) Join(context.Context) error         { return nil }
+func (fakeAdmin) Decommission(context.Context) error { return nil }
 func (fakeAdmin) Backup(context.Context) (Archive, error) {
 	return fakeArchive{}, nil
 }
-func (fakeAdmin) Load(context.Context, io.Reader) (any, error) { return map[string]any{}, nil }
-func (fakeAdmin) Cleanup(context.Context) (any, error)         { return map[string]any{}, nil }
-func (fakeAdmin) Replace(context.Context, string) (any, error) { return map[string]any{}, nil }
+func (fakeAdmin) Load(context.Context, io.Reader) (LoadResult, error) { return LoadResult{}, nil }
+func (fakeAdmin) Cleanup(context.Context) (CleanupResult, error)      { return CleanupResult{}, nil }
+func (fakeAdmin) Replace(context.Context, string) (ReplaceResult, error) {
+	return ReplaceResult{}, nil
+}
 
 type fakeArchive struct{}
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/internal/authz"
+	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/coordinator"
 	"github.com/portico-io/portico/kvnode/record"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
@@ -48,10 +49,11 @@ var _ Engine = (*coordinator.Coordinator)(nil)
 
 // Admin is the node's operational surface.
 type Admin interface {
-	Ring() any
-	Members() any
-	Repair(ctx context.Context) (any, error)
-	RepairStatus() any
+	Ring() RingView
+	Members() MemberList
+	// Repair runs one full anti-entropy pass now.
+	Repair(ctx context.Context) (antientropy.Result, error)
+	RepairStatus() RepairStatus
 	Join(ctx context.Context) error
 	Decommission(ctx context.Context) error
 	Ops
@@ -191,7 +193,7 @@ func adminAction(w http.ResponseWriter, r *http.Request, fn func(context.Context
 		writeError(w, http.StatusConflict, "failed", err.Error(), "")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, ActionResult{Status: "ok"})
 }
 
 // BadRequest is a validation failure naming the offending field.

@@ -35,12 +35,12 @@ type Ops interface {
 	Backup(ctx context.Context) (Archive, error)
 	// Load writes every entry of a backup stream (varint-delimited
 	// kvv1.Entry messages) to its replicas in this cluster.
-	Load(ctx context.Context, r io.Reader) (any, error)
+	Load(ctx context.Context, r io.Reader) (LoadResult, error)
 	// Cleanup deletes the data this node no longer replicates.
-	Cleanup(ctx context.Context) (any, error)
+	Cleanup(ctx context.Context) (CleanupResult, error)
 	// Replace makes this node (new, without tokens) take over the tokens
 	// of dead node dead, stream its ranges and verify them by repair.
-	Replace(ctx context.Context, dead string) (any, error)
+	Replace(ctx context.Context, dead string) (ReplaceResult, error)
 }
 
 // Archive is a backup being streamed.
@@ -88,10 +88,10 @@ func mountOps(rt *routeTable, ops Ops) {
 		_, _ = a.WriteTo(w)
 	})
 	rt.handle("POST /admin/v1/restore", authz.ClusterAdmin, func(w http.ResponseWriter, r *http.Request) {
-		opsResult(w)(ops.Load(r.Context(), r.Body))
+		opsResult[LoadResult](w)(ops.Load(r.Context(), r.Body))
 	})
 	rt.handle("POST /admin/v1/cleanup", authz.ClusterAdmin, func(w http.ResponseWriter, r *http.Request) {
-		opsResult(w)(ops.Cleanup(r.Context()))
+		opsResult[CleanupResult](w)(ops.Cleanup(r.Context()))
 	})
 	rt.handle("POST /admin/v1/replace", authz.ClusterAdmin, func(w http.ResponseWriter, r *http.Request) {
 		req, err := ParseReplace(r.Body)
@@ -99,12 +99,12 @@ func mountOps(rt *routeTable, ops Ops) {
 			writeErr(w, err)
 			return
 		}
-		opsResult(w)(ops.Replace(r.Context(), req.Node))
+		opsResult[ReplaceResult](w)(ops.Replace(r.Context(), req.Node))
 	})
 }
 
-func opsResult(w http.ResponseWriter) func(any, error) {
-	return func(res any, err error) {
+func opsResult[T any](w http.ResponseWriter) func(T, error) {
+	return func(res T, err error) {
 		if err != nil {
 			opsError(w, err)
 			return
