@@ -47,6 +47,10 @@ type rawIO struct {
 	n       int
 	err     error
 	writeFn func(fd uintptr) bool // bound once: no closure per call
+	// pending: replies an event loop's connection had no room for in the
+	// socket (rc is nil there: Write never waits); its own goroutine
+	// writes them first.
+	pending []byte
 }
 
 // errWouldBlock: the socket has nothing to read now.
@@ -68,14 +72,23 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 	rw.writeFn = rw.write
 	c.rd = resp.NewReader(rw, s.cfg.Limits)
 	c.out = rw
-	done, resume := false, false
 	c.nowMs = time.Now().UnixMilli() // read with every input: the idle timeout counts from it
+	s.rawLoop(nc, rw, c, false)
+	return true
+}
+
+// rawLoop serves c on rw until the connection ends; resume: c's buffer may
+// hold commands to run before the next read (a connection coming from an
+// event loop).
+func (s *Server) rawLoop(nc net.Conn, rw *rawIO, c *conn, resume bool) {
+	rc := rw.rc
+	done := false
 	// Called at once, then each time the poller reports the socket
 	// readable; true ends the connection, or leaves the callback for a
 	// blocking command to wait (c.sess.Blocked).
 	serve := func(fd uintptr) bool {
 		rw.fd = fd
-		if resume { // a blocking command completed: its reply and the commands after it
+		if resume { // a blocking command completed, or the connection left an event loop: the commands after it
 			resume = false
 			if !c.run() {
 				done = true
@@ -117,7 +130,7 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 	for !done {
 		if c.sess.Blocked() {
 			if !s.waitBlockedRaw(nc, rw, c) {
-				return true
+				return
 			}
 			resume = true
 		}
@@ -133,13 +146,13 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 			check = min(check, max(timeout-time.Since(time.UnixMilli(c.nowMs)), time.Millisecond))
 		}
 		if nc.SetReadDeadline(time.Now().Add(check)) != nil {
-			return true
+			return
 		}
 		if err := rc.Read(serve); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			return true
+			return
 		}
 		if timeout > 0 && !c.sess.Blocked() && time.Since(time.UnixMilli(c.nowMs)) >= timeout {
-			return true // idle past CONFIG SET timeout: closed, as Redis does
+			return // idle past CONFIG SET timeout: closed, as Redis does
 		}
 		// The deadline passed. A client that sent nothing for a whole
 		// period gives its buffers back until it sends again.
@@ -148,7 +161,6 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 		}
 		rw.active = false
 	}
-	return true
 }
 
 // waitBlockedRaw is conn.waitBlocked on the raw socket: it waits in the
@@ -249,8 +261,24 @@ func (c *rawIO) write(fd uintptr) bool {
 // Write writes all of p: with raw calls while the send buffer has room,
 // then through the poller (RawConn.Write), which waits for room and
 // notices a closed connection. The connection does not read while a write
-// waits: that is the back-pressure on a client that does not read.
+// waits: that is the back-pressure on a client that does not read. On an
+// event loop's connection (no rc) what does not fit goes to pending.
 func (c *rawIO) Write(p []byte) (int, error) {
+	if c.rc == nil {
+		if len(c.pending) == 0 {
+			c.p, c.n, c.err = p, 0, nil
+			c.write(c.fd)
+			rest := c.p
+			c.p = nil
+			if c.err != nil || len(rest) == 0 {
+				return c.n, c.err
+			}
+			c.pending = append(c.pending, rest...)
+		} else {
+			c.pending = append(c.pending, p...)
+		}
+		return len(p), nil
+	}
 	c.p, c.n, c.err = p, 0, nil
 	if c.write(c.fd) {
 		c.p = nil

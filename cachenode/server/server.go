@@ -57,6 +57,10 @@ type Config struct {
 	// commands (a half-close), and to give back the buffers of a client
 	// that sent nothing for a whole period (default 2 s).
 	IdleCheck time.Duration
+	// Loops is the number of event loops serving plaintext TCP
+	// connections (Linux; see loop_linux.go): 0 = DefaultLoops();
+	// negative = none, a goroutine per connection.
+	Loops int
 }
 
 // Server serves RESP. Create with New, run with Serve.
@@ -80,8 +84,23 @@ func New(cfg Config) (*Server, error) {
 	if cfg.IdleCheck <= 0 {
 		cfg.IdleCheck = DefaultIdleCheck
 	}
+	if cfg.Loops == 0 {
+		cfg.Loops = DefaultLoops()
+	}
 	return &Server{cfg: cfg}, nil
 }
+
+// DefaultLoops is Config.Loops's default: one event loop per two Ps
+// (GOMAXPROCS, which Go sizes from the CPUs the process may use: its
+// affinity mask and cgroup CPU quota), at least one. A loop that parks
+// leaves its P idle, and every loop the poller readies while another runs
+// wakes an idle P's thread: on 2 vCPUs under redis-benchmark -c 50 -P 1,
+// two loops made 18x the futex calls of one and cost more CPU per
+// request, one loop as little as GOMAXPROCS=1. The other Ps run what is
+// not a loop: the garbage collector, TLS connections, connections that
+// wait (blocking commands, slow readers), replication and expiry. More
+// than 2 Ps was not measured; Config.Loops overrides.
+func DefaultLoops() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // Clients is the number of connected clients.
 func (s *Server) Clients() int { return int(s.clients.Load()) }
@@ -89,27 +108,21 @@ func (s *Server) Clients() int { return int(s.clients.Load()) }
 // Serve serves lis until ctx is done; then it closes the listener and every
 // connection and returns once their goroutines have ended.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	var (
-		mu     sync.Mutex
-		conns  = map[net.Conn]struct{}{}
-		closed bool
-		wg     sync.WaitGroup
-	)
-	defer wg.Wait()
+	tr := &tracker{conns: map[io.Closer]struct{}{}}
+	defer tr.wg.Wait()
+	loops := s.startLoops(tr)
 	closeAll := func() {
 		s.closing.Store(true)
 		_ = lis.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		closed = true
-		for c := range conns {
-			_ = c.Close()
+		tr.closeAll()
+		for _, l := range loops {
+			l.stop()
 		}
 	}
 	stop := context.AfterFunc(ctx, closeAll)
 	defer stop()
 	var backoff time.Duration
-	for {
+	for next := 0; ; {
 		nc, err := lis.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -140,24 +153,63 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 			}()
 			continue
 		}
-		mu.Lock()
-		if closed {
-			mu.Unlock()
+		if len(loops) > 0 && s.serveInLoop(loops[next], nc, tr) {
+			next = (next + 1) % len(loops)
+			continue
+		}
+		if !tr.add(nc) {
 			s.clients.Add(-1)
 			_ = nc.Close()
 			return nil
 		}
-		conns[nc] = struct{}{}
-		mu.Unlock()
-		wg.Add(1)
+		tr.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer tr.wg.Done()
 			s.serveConn(nc)
-			mu.Lock()
-			delete(conns, nc)
-			mu.Unlock()
+			tr.remove(nc)
 		}()
 	}
+}
+
+// tracker is one Serve call's connections and goroutines: Serve closes
+// the connections when it ends and waits for the goroutines.
+type tracker struct {
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[io.Closer]struct{}
+	closed bool
+}
+
+// add tracks c; false when Serve is closing (the caller closes c).
+func (t *tracker) add(c io.Closer) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.conns[c] = struct{}{}
+	return true
+}
+
+func (t *tracker) remove(c io.Closer) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+}
+
+func (t *tracker) closeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+	for c := range t.conns {
+		_ = c.Close()
+	}
+}
+
+// endConn ends c's session once its socket is closed.
+func (s *Server) endConn(c *conn) {
+	s.cfg.Engine.Close(c.sess)
+	s.clients.Add(-1)
 }
 
 func retryable(err error) bool {
@@ -181,8 +233,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	eng.Attach(c.sess, func() { _ = nc.Close() })
 	defer func() {
 		_ = nc.Close()
-		eng.Close(c.sess)
-		s.clients.Add(-1)
+		s.endConn(c)
 	}()
 	if s.serveRaw(nc, c) {
 		return
@@ -250,6 +301,11 @@ type conn struct {
 	nowMs      int64
 	sinceClock int
 	ran        int // commands whose replies are not written yet
+
+	// stalled, set on a connection an event loop serves, reports replies
+	// the socket had no room for: run stops, and the connection moves to
+	// a goroutine of its own that waits to write them (loop_linux.go).
+	stalled func() bool
 }
 
 // fill reads once into the Reader and reads the clock; false: close (the
@@ -318,14 +374,15 @@ func (c *conn) run() bool {
 			return false
 		}
 		if args == nil {
-			if c.ran > 1 {
+			if c.ran > 1 && c.stalled == nil {
 				// A pipelined batch: let the other connections whose input
 				// is ready run before these replies go out, as Redis writes
 				// every client's replies after its whole event-loop pass.
 				// The replies then leave in a burst and pipelining clients
 				// keep in step: redis-benchmark -P 16, p99 2.0-2.6 ms
 				// instead of 2.8-2.9 (redis-server 2.0-2.2), same CPU. A
-				// single command (-P 1) is answered at once.
+				// single command (-P 1) is answered at once. An event
+				// loop already serves the other ready connections next.
 				runtime.Gosched()
 			}
 			return c.flush()
@@ -345,8 +402,13 @@ func (c *conn) run() bool {
 			c.flush()
 			return false
 		}
-		if len(c.w.Buf) >= flushThreshold && !c.flush() {
-			return false
+		if len(c.w.Buf) >= flushThreshold {
+			if !c.flush() {
+				return false
+			}
+			if c.stalled != nil && c.stalled() {
+				return true // the rest runs once the replies are out
+			}
 		}
 	}
 }
