@@ -2,7 +2,6 @@ package command
 
 import (
 	"container/list"
-	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -122,7 +121,10 @@ type scripting struct {
 	mu      sync.Mutex
 	cache   map[*namespace.Namespace]*nsScripts
 	evicted atomic.Int64 // EVAL scripts evicted (INFO evicted_scripts)
-	running map[*namespace.Namespace][]*running
+	// running: every namespace's, few at a time (a script holds its
+	// namespace's shards, or in cluster mode its slot's). One slice, so
+	// starting and ending a script does not allocate.
+	running []*running
 	// busy counts running scripts past the time limit, so Exec pays one
 	// atomic load per command while there are none.
 	busy atomic.Int32
@@ -130,11 +132,11 @@ type scripting struct {
 
 // running is one executing script.
 type running struct {
-	ns     *namespace.Namespace
-	cancel context.CancelCauseFunc
-	wrote  atomic.Bool
-	busy   bool // under scripting.mu
-	done   bool // under scripting.mu
+	ns    *namespace.Namespace
+	stop  *script.Stop
+	wrote atomic.Bool
+	busy  bool // under scripting.mu
+	done  bool // under scripting.mu
 }
 
 // lookup returns ns's script sha (nil when not cached); touch marks an
@@ -234,10 +236,7 @@ func (e *Engine) ScriptsEvicted() int64 { return e.scripts.evicted.Load() }
 func (sc *scripting) start(r *running) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if sc.running == nil {
-		sc.running = map[*namespace.Namespace][]*running{}
-	}
-	sc.running[r.ns] = append(sc.running[r.ns], r)
+	sc.running = append(sc.running, r)
 }
 
 func (sc *scripting) markBusy(r *running) {
@@ -256,18 +255,14 @@ func (sc *scripting) stop(r *running) {
 	if r.busy {
 		sc.busy.Add(-1)
 	}
-	rs := sc.running[r.ns]
+	rs := sc.running
 	for i, o := range rs {
 		if o == r {
 			rs[i] = rs[len(rs)-1]
-			rs = rs[:len(rs)-1]
+			rs[len(rs)-1] = nil
+			sc.running = rs[:len(rs)-1]
 			break
 		}
-	}
-	if len(rs) == 0 {
-		delete(sc.running, r.ns)
-	} else {
-		sc.running[r.ns] = rs
 	}
 }
 
@@ -282,8 +277,8 @@ func (e *Engine) busyFor(ns *namespace.Namespace, spec *Spec, args [][]byte) boo
 	sc := &e.scripts
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	for _, r := range sc.running[ns] {
-		if r.busy {
+	for _, r := range sc.running {
+		if r.ns == ns && r.busy {
 			return true
 		}
 	}
@@ -296,8 +291,8 @@ func (sc *scripting) kill(ns *namespace.Namespace) string {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	var busy []*running
-	for _, r := range sc.running[ns] {
-		if r.busy {
+	for _, r := range sc.running {
+		if r.ns == ns && r.busy {
 			busy = append(busy, r)
 		}
 	}
@@ -310,7 +305,7 @@ func (sc *scripting) kill(ns *namespace.Namespace) string {
 		}
 	}
 	for _, r := range busy {
-		r.cancel(script.ErrKilled)
+		r.stop.Stop(script.ErrKilled)
 	}
 	return ""
 }
@@ -380,18 +375,15 @@ func (e *Engine) runScript(c *Ctx, s *script.Script, keys, argv [][]byte, readOn
 	if len(keys) > 0 {
 		h.slot = slots.Of(keys[0])
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	r := &running{ns: c.NS, cancel: cancel}
+	st := script.NewStop()
+	r := &running{ns: c.NS, stop: st}
 	h.r = r
 	prev := b.script
 	b.script = r
 	e.scripts.start(r)
-	timer := time.AfterFunc(e.cfg.ScriptTimeLimit, func() { e.scripts.markBusy(r) })
-	unwatch := script.WatchMemory(e.cfg.ScriptMaxMemory, cancel)
-	script.Run(ctx, s, keys, argv, h, c.W, script.Limits{MaxMemory: e.cfg.ScriptMaxMemory})
-	unwatch()
-	timer.Stop()
+	watch := script.StartWatch(st, e.cfg.ScriptMaxMemory, e.cfg.ScriptTimeLimit, func() { e.scripts.markBusy(r) })
+	script.Run(st, s, keys, argv, h, c.W, script.Limits{MaxMemory: e.cfg.ScriptMaxMemory})
+	watch.Done()
 	e.scripts.stop(r)
 	b.script = prev
 }

@@ -46,7 +46,7 @@ func (a *arena) slice(n int) [][]byte {
 func arenaCopy[T string | []byte](a *arena, s T) []byte {
 	if len(a.buf)+len(s) > cap(a.buf) {
 		if len(s) > arenaBytes/4 {
-			return []byte(s)
+			return append([]byte(nil), s...)
 		}
 		a.buf = make([]byte, 0, arenaBytes)
 	}

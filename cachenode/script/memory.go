@@ -1,7 +1,6 @@
 package script
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"runtime/metrics"
@@ -20,7 +19,7 @@ import (
 //   - string.rep, the one call that makes any size at once: past the limit
 //     it raises an error before allocating (pcall can catch it, as Lua's
 //     own "not enough memory");
-//   - everything else (tables, concatenation) by WatchMemory, which stops
+//   - everything else (tables, concatenation) by the Watch, which stops
 //     the script at its next instruction once the process's live heap has
 //     grown by more than the limit since the script's first check. The
 //     heap is the whole process's, so writes of other connections during a
@@ -32,8 +31,8 @@ import (
 // with none.
 const DefaultMaxMemory = 256 << 20
 
-// memCheckEvery is the watch's period: a script shorter than it is never
-// looked at (it costs one timer, like the time limit's).
+// memCheckEvery is the memory watch's period: a script shorter than it
+// is never looked at.
 const memCheckEvery = 10 * time.Millisecond
 
 // MemoryError is the cause a watched script is stopped with.
@@ -43,39 +42,61 @@ func (e *MemoryError) Error() string {
 	return fmt.Sprintf("the script's memory grew past the limit of %d bytes", e.Limit)
 }
 
-// WatchMemory watches the heap while a script runs and calls stop with a
-// *MemoryError once it has grown past limit. The caller must call done
-// when the script ends (before it returns its state to anyone).
-func WatchMemory(limit int64, stop context.CancelCauseFunc) (done func()) {
-	w := &memWatch{limit: limit, stop: stop}
-	w.mu.Lock()
-	w.t = time.AfterFunc(memCheckEvery, w.check)
-	w.mu.Unlock()
-	return w.done
-}
-
-func (w *memWatch) done() {
-	w.mu.Lock()
-	w.ended = true
-	w.t.Stop()
-	w.mu.Unlock()
-}
-
-type memWatch struct {
-	limit   int64
-	stop    context.CancelCauseFunc
-	samples []metrics.Sample
+// Watch is what runs beside a script: the time limit (past it, the
+// script is busy) and the memory watch. Both share one timer, so a run
+// costs one timer however it is limited.
+type Watch struct {
+	limit     int64
+	stop      *Stop
+	start     time.Time
+	busyAfter time.Duration
+	busy      func()
+	samples   []metrics.Sample
 
 	mu    sync.Mutex
 	t     *time.Timer
 	ended bool
+	// busyDone: busy was called (or there is none to call).
+	busyDone bool
 	// live is the live heap at the first check; objs the heap (live and
 	// garbage) at the last collection this watch asked for.
 	live, objs int64
 	started    bool
 }
 
-func (w *memWatch) read() (live, objs int64) {
+// StartWatch starts watching a script run under st: busy is called once
+// when it has run busyAfter (no call when busy is nil), and st is stopped
+// with a *MemoryError once the heap has grown past memLimit (memory.go's
+// opening comment). The caller must call Done when the script ends.
+func StartWatch(st *Stop, memLimit int64, busyAfter time.Duration, busy func()) *Watch {
+	w := &Watch{limit: memLimit, stop: st, start: time.Now(), busyAfter: busyAfter, busy: busy, busyDone: busy == nil}
+	w.mu.Lock()
+	w.t = time.AfterFunc(w.next(0), w.check)
+	w.mu.Unlock()
+	return w
+}
+
+// Done ends the watch; busy is not called after it returns.
+func (w *Watch) Done() {
+	w.mu.Lock()
+	w.ended = true
+	w.t.Stop()
+	w.mu.Unlock()
+}
+
+// next is the wait before the next check, elapsed into the run.
+func (w *Watch) next(elapsed time.Duration) time.Duration {
+	d := memCheckEvery
+	if elapsed < memCheckEvery {
+		d = memCheckEvery - elapsed
+	}
+	if !w.busyDone && w.busyAfter-elapsed < d {
+		d = max(w.busyAfter-elapsed, 0)
+	}
+	return d
+}
+
+func (w *Watch) read() (live, objs int64) {
 	if w.samples == nil { // only scripts that run past memCheckEvery get here
 		w.samples = []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
 	}
@@ -83,22 +104,45 @@ func (w *memWatch) read() (live, objs int64) {
 	return int64(w.samples[0].Value.Uint64()), int64(w.samples[1].Value.Uint64())
 }
 
-// check runs every memCheckEvery on the timer's goroutine. The live heap
-// is only known after a collection: when the heap grew by the limit since
-// the last one this watch saw, it collects first, so a large heap's
-// infrequent collections do not let a script run far past the limit.
-func (w *memWatch) check() {
+// check runs on the timer's goroutine.
+func (w *Watch) check() {
 	w.mu.Lock()
 	if w.ended {
 		w.mu.Unlock()
 		return
 	}
+	elapsed := time.Since(w.start)
+	if !w.busyDone && elapsed >= w.busyAfter {
+		w.busyDone = true
+		w.busy()
+	}
+	if elapsed >= memCheckEvery && w.limit > 0 {
+		w.mu.Unlock()
+		if w.memory() {
+			return
+		}
+		w.mu.Lock()
+		if w.ended {
+			w.mu.Unlock()
+			return
+		}
+	}
+	w.t.Reset(w.next(elapsed))
+	w.mu.Unlock()
+}
+
+// memory is one look at the heap; it reports whether it stopped the
+// script. The live heap is only known after a collection: when the heap
+// grew by the limit since the last one this watch saw, it collects
+// first, so a large heap's infrequent collections do not let a script run
+// far past the limit.
+func (w *Watch) memory() bool {
+	w.mu.Lock()
 	live, objs := w.read()
 	if !w.started {
 		w.live, w.objs, w.started = live, objs, true
-		w.t.Reset(memCheckEvery)
 		w.mu.Unlock()
-		return
+		return false
 	}
 	collect := objs-w.objs > w.limit
 	w.mu.Unlock()
@@ -109,15 +153,15 @@ func (w *memWatch) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ended {
-		return
+		return true
 	}
 	if collect {
 		w.objs = objs
 	}
 	if live-w.live > w.limit {
 		w.ended = true
-		w.stop(&MemoryError{Limit: w.limit})
-		return
+		w.stop.Stop(&MemoryError{Limit: w.limit})
+		return true
 	}
-	w.t.Reset(memCheckEvery)
+	return false
 }

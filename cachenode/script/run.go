@@ -24,7 +24,7 @@ var pool = sync.Pool{New: func() any { return newVM() }}
 
 // Limits bound one run of a script; zero fields are no limit. The
 // memory limit applies here to string.rep; the caller watches the rest
-// (WatchMemory, memory.go).
+// (StartWatch, memory.go).
 type Limits struct {
 	MaxMemory int64
 }
@@ -42,7 +42,9 @@ type run struct {
 // Run runs s with keys and argv and appends its result to w (RESP
 // version w.Proto): the converted return value, or the error it raised.
 // Cancelling ctx stops the script; the error then names the cause
-// (context.Cause; ErrKilled is worded as Redis words SCRIPT KILL's).
+// (context.Cause, or a *Stop's; ErrKilled is worded as Redis words SCRIPT
+// KILL's). Every Lua instruction checks ctx.Done: a *Stop is the
+// cheapest context to give.
 func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.Writer, lim Limits) {
 	v := pool.Get().(*vm)
 	r := &run{s: s, lim: lim, caller: c, proto: 2, args: &v.args}
@@ -58,7 +60,11 @@ func Run(ctx context.Context, s *Script, keys, argv [][]byte, c Caller, w *resp.
 	switch {
 	case ctx.Err() != nil:
 		msg := "Script killed by user with SCRIPT KILL..."
-		if cause := context.Cause(ctx); !errors.Is(cause, ErrKilled) {
+		cause := context.Cause(ctx)
+		if st, ok := ctx.(*Stop); ok {
+			cause = st.Cause()
+		}
+		if !errors.Is(cause, ErrKilled) {
 			msg = "Script stopped: " + cause.Error()
 		}
 		w.Error("ERR " + msg + r.suffix(lineOf(err)))

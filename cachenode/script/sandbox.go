@@ -69,6 +69,9 @@ func newVM() *vm {
 				lib.RawSet(k, v)
 			}
 		})
+		if name == "coroutine" {
+			coroutineLib(L, lib)
+		}
 		g.RawSetString(name, v.readonly(lib))
 	}
 	// getmetatable("") would hand out the string library itself.
@@ -84,6 +87,31 @@ func newVM() *vm {
 	v.env = v.readonly(g)
 	g.RawSetString("_G", v.env)
 	return v
+}
+
+// coroutineLib makes a coroutine check the context of the state that
+// created it, not a context.WithCancel of it (gopher-lua's NewThread):
+// a script's *Stop has no Done channel to derive from until it is
+// stopped (stop.go), and a coroutine must stop with the script.
+func coroutineLib(L *lua.LState, lib *lua.LTable) {
+	create := lib.RawGetString("create").(*lua.LFunction).GFunction
+	wrap := lib.RawGetString("wrap").(*lua.LFunction).GFunction
+	lib.RawSetString("create", L.NewFunction(func(L *lua.LState) int {
+		n := create(L)
+		if th, ok := L.Get(-1).(*lua.LState); ok {
+			th.SetContext(L.Context())
+		}
+		return n
+	}))
+	lib.RawSetString("wrap", L.NewFunction(func(L *lua.LState) int {
+		n := wrap(L) // a closure over the new coroutine
+		if fn, ok := L.Get(-1).(*lua.LFunction); ok && len(fn.Upvalues) == 1 {
+			if th, ok := fn.Upvalues[0].Value().(*lua.LState); ok {
+				th.SetContext(L.Context())
+			}
+		}
+		return n
+	}))
 }
 
 // readonly returns an empty table reading through to t and refusing

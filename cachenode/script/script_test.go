@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/portico-io/portico/cachenode/resp"
 	"github.com/portico-io/portico/cachenode/script"
@@ -97,4 +98,49 @@ func TestKill(t *testing.T) {
 	if got := <-done; !strings.HasPrefix(got, "-ERR Script killed by user with SCRIPT KILL... script: ") {
 		t.Fatalf("killed: %q", got)
 	}
+}
+
+// A Stop stops a script, inside a coroutine too, and its cause names why.
+func TestStop(t *testing.T) {
+	for _, tc := range []struct {
+		body  string
+		cause error
+		want  string
+	}{
+		{"local co = coroutine.wrap(function() while true do end end) co()",
+			script.ErrKilled, "-ERR Script killed by user with SCRIPT KILL... script: "},
+		{"local co = coroutine.create(function() coroutine.wrap(function() while true do end end)() end) coroutine.resume(co)",
+			script.ErrKilled, "-ERR Script killed by user with SCRIPT KILL... script: "},
+		{"while true do end",
+			&script.MemoryError{Limit: 7}, "-ERR Script stopped: the script's memory grew past the limit of 7 bytes script: "},
+	} {
+		s, err := script.Compile(tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := script.NewStop()
+		done := make(chan string)
+		go func() {
+			w := &resp.Writer{Proto: 2}
+			script.Run(st, s, nil, nil, echo{}, w, script.Limits{})
+			done <- string(w.Buf)
+		}()
+		st.Stop(tc.cause)
+		st.Stop(errors.New("a later cause does not count"))
+		if got := <-done; !strings.HasPrefix(got, tc.want) {
+			t.Fatalf("stopped with %v: %q", tc.cause, got)
+		}
+	}
+}
+
+// The watch marks a script busy once past its time limit, and never
+// after Done.
+func TestWatchBusy(t *testing.T) {
+	busy := make(chan struct{})
+	w := script.StartWatch(script.NewStop(), 0, time.Millisecond, func() { close(busy) })
+	<-busy
+	w.Done()
+
+	w = script.StartWatch(script.NewStop(), 0, time.Hour, func() { t.Error("busy after Done") })
+	w.Done()
 }
