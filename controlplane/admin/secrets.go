@@ -178,11 +178,12 @@ func errNoSealer() error {
 			"without one, reference files on the gateway host instead"}
 }
 
-// redactDiff removes what the audit API must not show from a diff: API key
-// hashes (not secret, but nothing needs them) and sealed private keys
-// (secrets show hasPrivateKey instead).
+// redactDiff removes what the audit API must not show from a diff: the
+// kind's Hidden fields, such as API key hashes (not secret, but nothing
+// needs them) and private keys (secrets show hasPrivateKey instead).
 func redactDiff(k spec.Kind, diff json.RawMessage) json.RawMessage {
-	if k != spec.KindAPIKey && k != spec.KindSecret {
+	info := k.Info()
+	if info == nil || len(info.Hidden) == 0 {
 		return diff
 	}
 	var d map[string]map[string]json.RawMessage
@@ -193,12 +194,14 @@ func redactDiff(k spec.Kind, diff json.RawMessage) json.RawMessage {
 		if side == nil {
 			continue
 		}
-		delete(side, "sha256")
-		_, sealed := side[sealedKeyField]
-		_, plain := side["privateKey"]
-		delete(side, sealedKeyField)
-		delete(side, "privateKey")
-		if sealed || plain {
+		hadKey := false
+		for _, f := range info.Hidden {
+			if _, ok := side[f]; ok && (f == sealedKeyField || f == "privateKey") {
+				hadKey = true
+			}
+			delete(side, f)
+		}
+		if hadKey {
 			side["hasPrivateKey"] = json.RawMessage("true")
 		}
 	}

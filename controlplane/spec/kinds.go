@@ -25,6 +25,10 @@ type KindInfo struct {
 	// Security kinds are credentials and trust material: reading and
 	// changing them is the security admin's, not config's.
 	Security bool
+	// Hidden are JSON fields of a stored resource that the admin API
+	// never shows, not even in audit diffs: an API key's hash, a secret's
+	// private key (plain or sealed).
+	Hidden []string
 	// KeptOnRollback kinds are identities and credentials: a rollback keeps
 	// the head's content, so that undoing a bad route never un-revokes a
 	// token or brings back a deleted key.
@@ -67,7 +71,7 @@ var kindTable = []*KindInfo{
 		coll: mapColl[JWTProvider]{func(c *Config) *map[string]*JWTProvider { return &c.JWTProviders }}},
 	{Kind: KindConsumer, Noun: "consumer", NameField: "name", Served: true, KeptOnRollback: true,
 		coll: tableColl[Consumer]{func(c *Config) **Table[*Consumer] { return &c.Consumers }}},
-	{Kind: KindAPIKey, Noun: "API key", NameField: "name", KeptOnRollback: true,
+	{Kind: KindAPIKey, Noun: "API key", NameField: "name", KeptOnRollback: true, Hidden: []string{"sha256"},
 		RefersTo: []Kind{KindConsumer}, Refs: refsOf((*APIKey).refs),
 		coll: tableColl[APIKey]{func(c *Config) **Table[*APIKey] { return &c.APIKeys }}},
 	{Kind: KindRevocation, Noun: "revocation", NameField: "jti", Served: true, Security: true, KeptOnRollback: true,
@@ -75,7 +79,8 @@ var kindTable = []*KindInfo{
 	{Kind: KindRateLimitRule, Noun: "rate-limit rule", NameField: "name", Served: true,
 		coll: mapColl[RateLimitRule]{func(c *Config) *map[string]*RateLimitRule { return &c.RateLimitRules }}},
 	{Kind: KindSecret, Noun: "secret", NameField: "name", Served: true, Security: true,
-		coll: mapColl[Secret]{func(c *Config) *map[string]*Secret { return &c.Secrets }}},
+		Hidden: []string{"privateKey", "sealedPrivateKey"},
+		coll:   mapColl[Secret]{func(c *Config) *map[string]*Secret { return &c.Secrets }}},
 	{Kind: KindListener, Noun: "listener", NameField: "name", Served: true,
 		RefersTo: []Kind{KindSecret}, Refs: refsOf((*Listener).refs),
 		coll: mapColl[Listener]{func(c *Config) *map[string]*Listener { return &c.Listeners }}},

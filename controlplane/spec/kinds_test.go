@@ -110,6 +110,11 @@ func TestKindTableComplete(t *testing.T) {
 		if err := json.Unmarshal([]byte(`{"`+d.NameField+`":"probe"}`), probe); err != nil || probe.ResourceName() != "probe" {
 			t.Errorf("%s: NameField %q does not set the name (%v)", name, d.NameField, err)
 		}
+		for _, f := range d.Hidden {
+			if !jsonFields(r)[f] {
+				t.Errorf("%s: hidden field %q is not a JSON field of %T", name, f, r)
+			}
+		}
 		if (d.Refs == nil) != (len(d.RefersTo) == 0) {
 			t.Errorf("%s: Refs and RefersTo must be set together", name)
 		}
@@ -167,6 +172,17 @@ func TestKindTableComplete(t *testing.T) {
 	if !slices.Equal(ServedKinds(), served) {
 		t.Errorf("ServedKinds() = %v, want %v", ServedKinds(), served)
 	}
+}
+
+// jsonFields are the JSON names of r's struct fields.
+func jsonFields(r Resource) map[string]bool {
+	out := map[string]bool{}
+	typ := reflect.TypeOf(r).Elem()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		out[name] = true
+	}
+	return out
 }
 
 // danglers are, per kind that refers to others, a resource valid on its
