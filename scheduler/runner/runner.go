@@ -99,6 +99,35 @@ type Config struct {
 	Lookahead time.Duration
 	Metrics   *metrics.Metrics
 	Logger    *slog.Logger
+	// OnPass, when set, is called after every pass of the runner — each
+	// wheel load and each fire pass, failed ones included — from the
+	// runner's own goroutines (tests wait for passes instead of sleeping).
+	// It must not block.
+	OnPass func(Pass)
+}
+
+// Pass kinds reported to Config.OnPass.
+const (
+	PassLoad    = "load"     // a full wheel load (every Lookahead/4)
+	PassLoadNew = "load-new" // a load of the runs created since the last one
+	PassWheel   = "wheel"    // a fire pass over runs the wheel made ready
+	PassSweep   = "sweep"    // a fire pass of the tick's sweep
+)
+
+// Pass is one pass of the runner, as reported to Config.OnPass.
+type Pass struct {
+	Kind string
+	// Loaded is how many runs a load added to the wheel.
+	Loaded int
+	// Fired is how many runs a fire pass decided, by new status.
+	Fired map[string]int
+	Err   error
+}
+
+func (r *Runner) pass(p Pass) {
+	if r.cfg.OnPass != nil {
+		r.cfg.OnPass(p)
+	}
 }
 
 // Runner is a long-running firing loop.
@@ -225,19 +254,24 @@ func (r *Runner) loadLoop(ctx context.Context) {
 		maxID int64     // highest run id at the last load
 	)
 	for {
-		var err error
+		var (
+			err    error
+			kind   = PassLoadNew
+			loaded int
+		)
 		if time.Since(full) >= r.cfg.Lookahead/4 || maxID == 0 {
-			full = time.Now()
-			maxID, err = r.load(ctx, r.cfg.Lookahead, 0)
+			full, kind = time.Now(), PassLoad
+			maxID, loaded, err = r.load(ctx, r.cfg.Lookahead, 0)
 		} else {
 			// Runs created since the last load (and a margin of ids
 			// taken by transactions that committed late): a primary-key
 			// range, so new runs reach the wheel within newRunsLoad.
 			var m int64
-			if m, err = r.load(ctx, r.cfg.Lookahead, max(maxID-newRunsOverlap, 1)); err == nil {
+			if m, loaded, err = r.load(ctx, r.cfg.Lookahead, max(maxID-newRunsOverlap, 1)); err == nil {
 				maxID = max(maxID, m)
 			}
 		}
+		r.pass(Pass{Kind: kind, Loaded: loaded, Err: err})
 		if err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Warn("runner: loading the timing wheel failed; the sweep still fires", "err", err)
 		}
@@ -255,19 +289,19 @@ func (r *Runner) loadLoop(ctx context.Context) {
 
 // Load runs one full wheel load (exported for tests).
 func (r *Runner) Load(ctx context.Context) error {
-	_, err := r.load(ctx, r.cfg.Lookahead, 0)
+	_, _, err := r.load(ctx, r.cfg.Lookahead, 0)
 	return err
 }
 
 // load adds the held shards' runs due within the given time (with ids
 // above afterID, when not 0) to the wheel and returns the highest run id
-// at that moment.
-func (r *Runner) load(ctx context.Context, within time.Duration, afterID int64) (int64, error) {
+// at that moment and how many runs it added.
+func (r *Runner) load(ctx context.Context, within time.Duration, afterID int64) (int64, int, error) {
 	var shards []int16
 	if r.cfg.Shards != nil {
 		held := r.cfg.Shards.Held()
 		if len(held) == 0 {
-			return 0, nil
+			return 0, 0, nil
 		}
 		shards = make([]int16, len(held))
 		for i, h := range held {
@@ -279,12 +313,12 @@ func (r *Runner) load(ctx context.Context, within time.Duration, afterID int64) 
 	before := time.Now()
 	due, now, maxID, err := r.cfg.Store.(Loader).DueRuns(lctx, shards, within, maxWheelLoad, afterID)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The database read its clock about halfway through the call.
 	r.skew.Store(int64(now.Sub(before.Add(time.Since(before) / 2))))
 	r.addToWheel(due)
-	return maxID, nil
+	return maxID, len(due), nil
 }
 
 func (r *Runner) addToWheel(due []store.DueRef) {
@@ -328,6 +362,7 @@ func (r *Runner) fireWheel(ctx context.Context) (early []wheel.Due) {
 		res, err := r.cfg.Store.(Loader).FireRuns(pctx, owner, held, ids, r.decide)
 		r.cfg.Metrics.FirePasses.WithLabelValues("wheel").Observe(time.Since(began).Seconds())
 		cancel()
+		r.pass(Pass{Kind: PassWheel, Fired: res.ByStatus, Err: err})
 		if !r.record(ctx, res, err) {
 			return early // the sweep fires what this batch held
 		}
@@ -387,6 +422,7 @@ func (r *Runner) tick(ctx context.Context) (claimed int) {
 		}
 		r.cfg.Metrics.FirePasses.WithLabelValues("sweep").Observe(time.Since(began).Seconds())
 		cancel()
+		r.pass(Pass{Kind: PassSweep, Fired: res.ByStatus, Err: err})
 		if !r.record(ctx, res, err) {
 			return claimed
 		}
@@ -399,7 +435,7 @@ func (r *Runner) tick(ctx context.Context) (claimed int) {
 			// A backlog the wheel did not know (runs created or recovered
 			// since the last load): list it once and fire it by id instead
 			// of scanning the due index again on every pass.
-			if _, err := r.load(ctx, 0, 0); err != nil {
+			if _, _, err := r.load(ctx, 0, 0); err != nil {
 				if ctx.Err() == nil {
 					r.cfg.Logger.Warn("runner: listing the due backlog failed; sweeping", "err", err)
 				}

@@ -41,7 +41,8 @@ func TestWheelWakingEarlyStillFires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Store: st, Tick: time.Hour, Lookahead: time.Minute})
+	passes := make(chan Pass, 1024)
+	r, err := New(Config{Store: st, Tick: time.Hour, Lookahead: time.Minute, OnPass: passTo(passes)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,15 +56,36 @@ func TestWheelWakingEarlyStillFires(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for n := 0; n < 3; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d slots fired in 10 s with the wheel waking 400 ms early; want 3", n)
+	// Each wheel pass that queued a run, until three slots have: the hourly
+	// sweep fires nothing in this test's time.
+	deadline := time.After(10 * time.Second)
+	for fired := 0; fired < 3; {
+		p := waitPass(t, passes, PassWheel, deadline, "%d slots fired in 10 s with the wheel waking 400 ms early; want 3", fired)
+		fired += p.Fired[store.StatusQueued]
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM scheduler.scheduled_execution WHERE schedule_id = $1 AND status = 'QUEUED'`, job.ID).Scan(&n); err != nil || n < 3 {
+		t.Fatalf("%d runs QUEUED after three wheel fires (%v); want 3", n, err)
+	}
+}
+
+// passTo is an OnPass that hands each pass to ch (dropping none: ch is
+// drained by the test, and sized for every pass of its run).
+func passTo(ch chan<- Pass) func(Pass) { return func(p Pass) { ch <- p } }
+
+// waitPass returns the next pass of the given kind, or fails the test with
+// the message when deadline comes first.
+func waitPass(t *testing.T, passes <-chan Pass, kind string, deadline <-chan time.Time, msg string, args ...any) Pass {
+	t.Helper()
+	for {
+		select {
+		case p := <-passes:
+			if p.Kind == kind {
+				return p
+			}
+		case <-deadline:
+			t.Fatalf(msg, args...)
 		}
-		<-tick.C
-		_ = db.QueryRow(ctx, `SELECT count(*) FROM scheduler.scheduled_execution WHERE schedule_id = $1 AND status = 'QUEUED'`, job.ID).Scan(&n)
 	}
 }
 
@@ -96,7 +118,8 @@ func TestWheelLoadsNewRuns(t *testing.T) {
 	}
 	create("later", time.Now().Add(2*time.Hour)) // the table is not empty at the first load
 	m := metrics.New(nil)
-	r, err := New(Config{Store: st, Tick: time.Hour, Lookahead: time.Minute, Metrics: m})
+	passes := make(chan Pass, 1024)
+	r, err := New(Config{Store: st, Tick: time.Hour, Lookahead: time.Minute, Metrics: m, OnPass: passTo(passes)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +127,8 @@ func TestWheelLoadsNewRuns(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = r.Run(rctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	time.Sleep(2 * newRunsLoad) // past the first full load
+	// Past the first full load (the next full one is 15 s away).
+	waitPass(t, passes, PassLoad, time.After(10*time.Second), "no full wheel load in 10 s")
 	at := time.Now().Add(1500 * time.Millisecond).Truncate(time.Second).Add(time.Second)
 	jobID := create("soon", at)
 	db, err := pgxpool.New(ctx, url)
@@ -112,8 +136,15 @@ func TestWheelLoadsNewRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	deadline := at.Add(5 * time.Second)
+	// Only the wheel can fire it (the sweep is hourly): look after each
+	// wheel pass.
+	deadline := time.After(time.Until(at.Add(5 * time.Second)))
 	for {
+		p := waitPass(t, passes, PassWheel, deadline,
+			"a run created after the last full load was not fired 5 s after its slot (full loads every 15 s, sweep hourly)")
+		if p.Fired[store.StatusQueued] == 0 {
+			continue
+		}
 		var lag float64
 		err := db.QueryRow(ctx, `SELECT extract(epoch FROM queued_at - scheduled_at) FROM scheduler.scheduled_execution
 			WHERE schedule_id = $1 AND status = 'QUEUED'`, jobID).Scan(&lag)
@@ -126,9 +157,6 @@ func TestWheelLoadsNewRuns(t *testing.T) {
 			}
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a run created after the last full load was not fired 5 s after its slot (full loads every 15 s, sweep hourly)")
-		}
-		time.Sleep(25 * time.Millisecond)
+		t.Fatalf("a wheel pass queued a run, but not job %d's: %v", jobID, err)
 	}
 }

@@ -82,20 +82,43 @@ const (
 	// An expression over status cannot imply a partial index's predicate,
 	// so these writes can only find their row through the primary key.
 	leaseHeld = `status || '' = 'RUNNING'`
-	// shardCheckSQL locks every shard lease the owner holds; the epochs
-	// are compared with the runner's view in Go (stillHeld).
+	// shardCheckSQL reads every shard lease the owner holds, after
+	// shardLockSQL (a statement of its own, so that the read's snapshot
+	// is taken once the lock is held); the epochs are compared with the
+	// runner's view in Go (stillHeld).
 	shardCheckSQL = `SELECT shard, epoch FROM scheduler.shard_lease
-		WHERE owner = $1 AND expires_at > now() FOR SHARE`
+		WHERE owner = $1 AND expires_at > now()`
+	// shardLockSQL takes the owner's shard lock shared for the fire's
+	// transaction: a change of any of the owner's shards to another owner
+	// takes it exclusively (BalanceShards, LeaveRunners), so it waits for
+	// a fire in progress, and a fire that starts after it sees the change.
+	// It replaces a FOR SHARE lock of every lease row the owner holds,
+	// which wrote each of those rows (and WAL) on every fire pass.
+	shardLockSQL = `SELECT pg_advisory_xact_lock_shared(` + shardLockSpaceSQL + `, hashtext($1))`
 )
 
 // claimPlanning is set for the claim's and the reaper's transactions:
-// the right index for each (tenant, priority, ready; lease expiry) yields
-// runs in the order taken, every other candidate needs a sort, and with
-// sorts priced out no stale estimate can make one look cheaper. Pricing
-// sorts out adds 10^10 to a plan that keeps an unavoidable sort, which
-// would push every claim over jit_above_cost (JIT-compiling it took ~1 s
-// a claim), so JIT is off too: these statements are OLTP-sized.
-var claimPlanning = []string{`SET LOCAL enable_sort = off`, `SET LOCAL jit = off`}
+// the right index for each (tenant, priority, ready) yields runs in the
+// order taken, every other candidate needs a sort, and with sorts priced
+// out no stale estimate can make one look cheaper. Pricing sorts out adds
+// 10^10 to a plan that keeps an unavoidable sort, which would push every
+// claim over jit_above_cost (JIT-compiling it took ~1 s a claim), so JIT
+// is off too: these statements are OLTP-sized.
+//
+// Both are planned once per connection (a generic plan): planning the
+// claim took as long as running it, and with 20 connections a process
+// Postgres planned most claims anew (its first five executions on each
+// connection, and later ones whenever the generic plan looked dearer).
+// A generic plan is made once, maybe on an empty table, so sequential
+// scans and hash and merge joins are priced out as well: each run is
+// then found through an index (the leased ones by primary key), whatever
+// the table looked like when the plan was made (TestGenericClaimPlanOnEmptyTable).
+//
+// One statement (set_config(…, true) is SET LOCAL), so that the capped
+// claim's transaction pays one round trip for it.
+var claimPlanning = []string{`SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+	set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`}
 
 // firePlanning is set before the fire's writes: they join the locked
 // runs' ids to the table, which must be a primary-key lookup per id; on
@@ -184,9 +207,15 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 			// Every row the owner holds is locked and the epochs compared
 			// here: a join with the held list was planned as a nested loop
 			// (1024 x 1024 comparisons, ~300 ms a pass) on stale statistics.
-			rows, _ := tx.Query(ctx, shardCheckSQL, owner)
-			owned, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ShardLease])
-			if err != nil {
+			var owned []ShardLease
+			b := &pgx.Batch{}
+			b.Queue(shardLockSQL, owner)
+			b.Queue(shardCheckSQL, owner).Query(func(rows pgx.Rows) error {
+				var err error
+				owned, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ShardLease])
+				return err
+			})
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return fmt.Errorf("store: fire: shards: %w", err)
 			}
 			shards = stillHeld(held, owned)
@@ -377,7 +406,9 @@ const tenantLockSpace int32 = 0x7363_6801
 // rank within their tenant — tenants take turns, so no tenant's backlog
 // starves the others — then by how long they have been ready. Each leased
 // run gets a distinct element of $8 as its lease_secret_hash and $9 as
-// leased_by (both NULL for in-process claims; see ClaimRemote).
+// leased_by (both NULL for in-process claims; see ClaimRemote). At most
+// $10 of the runs leased are below HIGH priority (NULL: no bound), so a
+// worker keeping slots for HIGH runs claims in one statement.
 var claimSQL = `WITH RECURSIVE tenants AS (
 		(SELECT tenant, 1 AS k FROM scheduler.scheduled_execution WHERE status IN ('QUEUED', 'RETRY_WAIT') AND tenant IS NOT NULL
 			ORDER BY tenant LIMIT 1)
@@ -398,7 +429,9 @@ var claimSQL = `WITH RECURSIVE tenants AS (
 				AND priority <= $4
 			ORDER BY priority, coalesce(next_attempt_at, scheduled_at) LIMIT least($3, greatest(r.room, 0))
 			FOR UPDATE SKIP LOCKED) c),
-	pick AS (SELECT id FROM cand ORDER BY priority, rn, ready LIMIT $3)
+	pick AS (SELECT id FROM (SELECT id, priority, rn, ready,
+			count(*) FILTER (WHERE priority > 0) OVER (ORDER BY priority, rn, ready ROWS UNBOUNDED PRECEDING) AS low
+		FROM cand) c WHERE priority = 0 OR $10::int IS NULL OR low <= $10 ORDER BY priority, rn, ready LIMIT $3)
 	UPDATE scheduler.scheduled_execution e
 	SET status = 'RUNNING', worker_id = $1, lease_token = e.lease_token + 1,
 		lease_expires_at = now() + $2 * interval '1 millisecond', dispatched_at = coalesce(e.dispatched_at, now()),
@@ -421,12 +454,23 @@ var claimSQL = `WITH RECURSIVE tenants AS (
 // advisory lock — a claimer that finds a tenant's lock held skips that
 // tenant — so cap and rate hold exactly across processes.
 func (s *Store) Claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int) ([]Lease, error) {
-	return s.claim(ctx, workerID, n, ttl, maxRank, nil, nil)
+	return s.claim(ctx, workerID, n, ttl, maxRank, nil, nil, nil)
 }
 
-// claim is Claim, setting the leased runs' lease_secret_hash from hashes
-// (at least n of them, or nil) and leased_by to holder (nil: NULL).
-func (s *Store) claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int,
+// ClaimReserving is Claim of any priority where at most low of the n runs
+// may be below HIGH: one statement for what a worker keeping slots for
+// HIGH runs would otherwise claim in two (HIGH first, then the rest).
+func (s *Store) ClaimReserving(ctx context.Context, workerID string, n, low int, ttl time.Duration) ([]Lease, error) {
+	if low >= n {
+		return s.claim(ctx, workerID, n, ttl, 2, nil, nil, nil)
+	}
+	return s.claim(ctx, workerID, n, ttl, 2, &low, nil, nil)
+}
+
+// claim is Claim, with at most *low runs below HIGH (nil: any number),
+// setting the leased runs' lease_secret_hash from hashes (at least n of
+// them, or nil) and leased_by to holder (nil: NULL).
+func (s *Store) claim(ctx context.Context, workerID string, n int, ttl time.Duration, maxRank int, low *int,
 	hashes [][]byte, holder *string) ([]Lease, error) {
 	if s.tenantCap <= 0 && s.tenantRate <= 0 {
 		var out []Lease
@@ -434,7 +478,7 @@ func (s *Store) claim(ctx context.Context, workerID string, n int, ttl time.Dura
 			var err error
 			out, err = collectLeases(rows, nil)
 			return err
-		}, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, 0, nil, nil, hashes, holder)
+		}, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, 0, nil, nil, hashes, holder, low)
 		return out, err
 	}
 	var out []Lease
@@ -473,7 +517,7 @@ func (s *Store) claim(ctx context.Context, workerID string, n int, ttl time.Dura
 			}
 		}
 		out, err = collectLeases(tx.Query(ctx, claimSQL, workerID, ttl.Milliseconds(), n, maxRank, s.tenantCap, locked, allow,
-			hashes, holder))
+			hashes, holder, low))
 		if err != nil || s.tenantRate <= 0 {
 			return err
 		}
@@ -602,6 +646,39 @@ func (s *Store) Heartbeat(ctx context.Context, runID, token int64, ttl time.Dura
 	return s.fenced(ctx, runID, "heartbeat", tag.RowsAffected(), err)
 }
 
+const heartbeatManySQL = `UPDATE scheduler.scheduled_execution e
+	SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
+	FROM unnest($1::bigint[], $2::bigint[]) AS x(id, tok)
+	WHERE e.id = x.id AND e.lease_token = x.tok AND e.` + leaseHeld + `
+	RETURNING e.id`
+
+// HeartbeatMany extends many leases in one statement; errs[i] is nil, or
+// ErrCancelled / ErrLeaseLost for runIDs[i] as Heartbeat would return.
+func (s *Store) HeartbeatMany(ctx context.Context, runIDs, tokens []int64, ttl time.Duration) ([]error, error) {
+	rows, _ := s.pool.Query(ctx, heartbeatManySQL, runIDs, tokens, ttl.Milliseconds())
+	return s.fencedMany(ctx, "heartbeat", runIDs, rows)
+}
+
+// fencedMany turns the ids a fenced batch write returned into one error
+// per run of runIDs (nil for those written), as fenced does for one.
+func (s *Store) fencedMany(ctx context.Context, tag string, runIDs []int64, rows pgx.Rows) ([]error, error) {
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("store: %s: %w", tag, err)
+	}
+	ok := make(map[int64]bool, len(done))
+	for _, id := range done {
+		ok[id] = true
+	}
+	errs := make([]error, len(runIDs))
+	for i, id := range runIDs {
+		if !ok[id] {
+			errs[i] = s.fenced(ctx, id, tag, 0, nil)
+		}
+	}
+	return errs, nil
+}
+
 // Succeed records success; ErrLeaseLost when the token is stale.
 func (s *Store) Succeed(ctx context.Context, runID, token int64) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution
@@ -651,6 +728,28 @@ func (s *Store) Dead(ctx context.Context, runID, token int64, msg string) error 
 // ReapResult counts one reaper pass.
 type ReapResult struct{ Retried, Dead int }
 
+// reapSQL takes up to $1 expired leases (see Reap). RUNNING runs are
+// found through scheduled_execution_tenant_running: no index is kept on
+// lease_expires_at, so that heartbeats are HOT updates (migration 0012).
+const reapSQL = `WITH expired AS (
+			SELECT e.id, e.attempt >= (d.spec->'execution'->'retry'->>'maxAttempts')::int AS last,
+				least((d.spec->'execution'->'retry'->>'maxBackoffMs')::float8,
+					(d.spec->'execution'->'retry'->>'initialBackoffMs')::float8 * power(2, least(e.attempt - 1, 30))) AS cap_ms
+			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
+			WHERE e.status = 'RUNNING' AND e.lease_expires_at < now()
+			LIMIT $1 FOR UPDATE OF e SKIP LOCKED)
+		, src AS (UPDATE scheduler.scheduled_execution e
+		SET status = CASE WHEN x.last THEN 'DEAD' ELSE 'RETRY_WAIT' END,
+			attempt = CASE WHEN x.last THEN e.attempt ELSE e.attempt + 1 END,
+			next_attempt_at = CASE WHEN x.last THEN NULL ELSE now() + random() * x.cap_ms * interval '1 millisecond' END,
+			finished_at = CASE WHEN x.last THEN now() END,
+			lease_token = e.lease_token + 1, lease_expires_at = NULL, deferred_since = NULL,
+			last_error = 'lease expired (worker ' || coalesce(e.worker_id, '?') || ' stopped heartbeating)', updated_at = now()
+		FROM expired x WHERE x.id = e.id
+		RETURNING e.id, e.schedule_id, e.scheduled_at, CASE WHEN x.last THEN e.attempt ELSE e.attempt - 1 END AS failed_attempt,
+			e.last_error AS err, x.last AS dead)` + notifyCTE + `
+		SELECT dead FROM src`
+
 // Reap takes up to batch RUNNING runs whose lease expired (database
 // clock) and, bumping each token so the vanished worker's writes fail,
 // moves them to RETRY_WAIT with attempt+1 and a full-jitter backoff, or to
@@ -664,24 +763,7 @@ func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
 			return fmt.Errorf("store: reap: %w", err)
 		}
 		return nil
-	}, `WITH expired AS (
-			SELECT e.id, e.attempt >= (d.spec->'execution'->'retry'->>'maxAttempts')::int AS last,
-				least((d.spec->'execution'->'retry'->>'maxBackoffMs')::float8,
-					(d.spec->'execution'->'retry'->>'initialBackoffMs')::float8 * power(2, least(e.attempt - 1, 30))) AS cap_ms
-			FROM scheduler.scheduled_execution e JOIN scheduler.schedule_details d ON d.id = e.schedule_id
-			WHERE e.status = 'RUNNING' AND e.lease_expires_at < now()
-			ORDER BY e.lease_expires_at LIMIT $1 FOR UPDATE OF e SKIP LOCKED)
-		, src AS (UPDATE scheduler.scheduled_execution e
-		SET status = CASE WHEN x.last THEN 'DEAD' ELSE 'RETRY_WAIT' END,
-			attempt = CASE WHEN x.last THEN e.attempt ELSE e.attempt + 1 END,
-			next_attempt_at = CASE WHEN x.last THEN NULL ELSE now() + random() * x.cap_ms * interval '1 millisecond' END,
-			finished_at = CASE WHEN x.last THEN now() END,
-			lease_token = e.lease_token + 1, lease_expires_at = NULL, deferred_since = NULL,
-			last_error = 'lease expired (worker ' || coalesce(e.worker_id, '?') || ' stopped heartbeating)', updated_at = now()
-		FROM expired x WHERE x.id = e.id
-		RETURNING e.id, e.schedule_id, e.scheduled_at, CASE WHEN x.last THEN e.attempt ELSE e.attempt - 1 END AS failed_attempt,
-			e.last_error AS err, x.last AS dead)`+notifyCTE+`
-		SELECT dead FROM src`, batch)
+	}, reapSQL, batch)
 	if err != nil {
 		return ReapResult{}, err
 	}
@@ -766,21 +848,7 @@ const succeedManySQL = `UPDATE scheduler.scheduled_execution e
 // ErrLeaseLost / ErrCancelled for runIDs[i] as Succeed would return.
 func (s *Store) SucceedMany(ctx context.Context, runIDs, tokens []int64) ([]error, error) {
 	rows, _ := s.pool.Query(ctx, succeedManySQL, runIDs, tokens)
-	done, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("store: succeed: %w", err)
-	}
-	ok := make(map[int64]bool, len(done))
-	for _, id := range done {
-		ok[id] = true
-	}
-	errs := make([]error, len(runIDs))
-	for i, id := range runIDs {
-		if !ok[id] {
-			errs[i] = s.fenced(ctx, id, "succeed", 0, nil)
-		}
-	}
-	return errs, nil
+	return s.fencedMany(ctx, "succeed", runIDs, rows)
 }
 
 // DueRuns returns the SCHEDULED runs of shards (nil: all) due up to

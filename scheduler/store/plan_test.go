@@ -129,11 +129,11 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 
 	// The claim, as a custom and as a generic plan (pgx's prepared
 	// statements get the latter after five executions).
-	claimTypes := `(text, bigint, int, int, int, text[], int[], bytea[], text)`
+	claimTypes := `(text, bigint, int, int, int, text[], int[], bytea[], text, int)`
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		work, nodes := explainWork(t, s, append(claimPlanning, "SET LOCAL plan_cache_mode = "+mode,
 			"PREPARE probe_"+mode+claimTypes+" AS "+claimSQL),
-			"EXECUTE probe_"+mode+"('w2', 60000, 16, 2, 0, NULL, NULL, NULL, NULL)")
+			"EXECUTE probe_"+mode+"('w2', 60000, 16, 2, 0, NULL, NULL, NULL, NULL, 12)")
 		t.Logf("claim (%s): %d rows read: %s", mode, work, nodes)
 		if work > 500 {
 			t.Errorf("claim (%s) read %d rows to lease 16 of %d queued runs: %s", mode, work, n, nodes)
@@ -173,8 +173,9 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 		"heartbeat": {heartbeatSQL, []any{l.RunID, l.Token, int64(60000)}, 10},
 		"heartbeat (remote)": {heartbeatRemoteSQL, []any{remote[0].RunID, leaseSecretHash(remote[0].Secret),
 			"spiffe://test/worker/w3", int64(60000)}, 10},
-		"succeed many": {succeedManySQL, []any{ids, toks}, 100},
-		"shard check":  {shardCheckSQL, []any{"me"}, 2 * Shards}, // a scan of the 1024 leases
+		"succeed many":   {succeedManySQL, []any{ids, toks}, 100},
+		"heartbeat many": {heartbeatManySQL, []any{ids, toks, int64(60000)}, 100},
+		"shard check":    {shardCheckSQL, []any{"me"}, 2 * Shards}, // a scan of the 1024 leases
 	} {
 		work, nodes := explainWork(t, s, nil, probe.sql, probe.args...)
 		t.Logf("%s: %d rows read: %s", name, work, nodes)
@@ -210,5 +211,93 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 	}
 	if got := stillHeld(held, owned); len(got) != 1 || got[0] != 0 {
 		t.Fatalf("still held: %v, want [0] (2 has moved to epoch 7, 3 is not ours)", got)
+	}
+}
+
+// TestGenericClaimPlanOnEmptyTable: the claim and the reap are planned
+// once per connection (claimPlanning forces a generic plan), and that
+// plan may be made while the tables are empty — a fresh database, a
+// process started before the first burst. With the statistics of an
+// empty table a generic plan once scanned both tables whole and hashed
+// them for every claim; the plan made then must still find 16 runs of
+// 3,000 through indexes.
+func TestGenericClaimPlanOnEmptyTable(t *testing.T) {
+	const n = 3000
+	ctx := context.Background()
+	s, err := Open(ctx, Config{DatabaseURL: testdeps.Postgres(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	claimTypes := `(text, bigint, int, int, int, text[], int[], bytea[], text, int)`
+	if _, err := conn.Exec(ctx, `PREPARE empty_claim`+claimTypes+` AS `+claimSQL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `PREPARE empty_reap(int) AS `+reapSQL); err != nil {
+		t.Fatal(err)
+	}
+	// Made now, on the empty tables: the first execution of each.
+	for _, q := range []string{`EXECUTE empty_claim('w0', 60000, 16, 2, 0, NULL, NULL, NULL, NULL, 12)`, `EXECUTE empty_reap(500)`} {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range claimPlanning {
+			if _, err := tx.Exec(ctx, set); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := `{"tenant":"t1","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},
+		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}},"execution":{"retry":{"maxAttempts":3}}}`
+	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
+			SELECT 't1', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
+		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status, tenant, lease_expires_at)
+		SELECT id, now() - interval '1 second', CASE WHEN id % 2 = 0 THEN 'QUEUED' ELSE 'RUNNING' END, 't1',
+			now() + interval '1 hour' FROM d`, spec, n); err != nil {
+		t.Fatal(err)
+	}
+	for name, probe := range map[string]struct {
+		sql   string
+		limit int
+	}{
+		"claim": {`EXECUTE empty_claim('w1', 60000, 16, 2, 0, NULL, NULL, NULL, NULL, 12)`, 500},
+		// Nothing has expired: it reads the RUNNING runs' index, not the table.
+		"reap": {`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE empty_reap(500)`, 2 * n},
+	} {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range claimPlanning {
+			if _, err := tx.Exec(ctx, set); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var raw []byte
+		q := probe.sql
+		if name == "claim" {
+			q = `EXPLAIN (ANALYZE, FORMAT JSON) ` + q
+		}
+		if err := tx.QueryRow(ctx, q).Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		_ = tx.Rollback(ctx)
+		work, nodes := planWork(t, raw)
+		t.Logf("%s (generic, planned on empty tables): %d rows read: %s", name, work, nodes)
+		if work > probe.limit || strings.Contains(nodes, "Seq Scan") {
+			t.Errorf("%s read %d rows: %s", name, work, nodes)
+		}
 	}
 }

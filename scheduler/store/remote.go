@@ -80,7 +80,7 @@ func (s *Store) ClaimRemote(ctx context.Context, workerID, holder string, n int,
 		hashes[i] = leaseSecretHash(secrets[i])
 		byHash[string(hashes[i])] = secrets[i]
 	}
-	leases, err := s.claim(ctx, workerID, n, ttl, maxRank, hashes, holderArg(holder))
+	leases, err := s.claim(ctx, workerID, n, ttl, maxRank, nil, hashes, holderArg(holder))
 	if err != nil {
 		return nil, err
 	}

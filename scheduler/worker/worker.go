@@ -36,9 +36,13 @@ const (
 	// so completions are refilled in batches rather than one claim each.
 	DefaultClaimCooldown = 25 * time.Millisecond
 	// completeWindow is how long the completer gathers successes into
-	// one UPDATE; maxCompleteBatch bounds a batch.
-	completeWindow   = 2 * time.Millisecond
-	maxCompleteBatch = 128
+	// one UPDATE; maxCompleteBatch bounds a batch. A success does not
+	// hold its slot while it waits (the attempt has ended), so the window
+	// costs the run's finished_at up to 50 ms and the database one
+	// statement per window instead of one per few runs (River's completer
+	// flushes every 50 ms too).
+	completeWindow   = 50 * time.Millisecond
+	maxCompleteBatch = 1000
 )
 
 // Store is what a worker needs from the store.
@@ -57,9 +61,26 @@ type BatchSucceeder interface {
 	SucceedMany(ctx context.Context, runIDs, tokens []int64) ([]error, error)
 }
 
+// BatchHeartbeater is optionally implemented by a Store to extend many
+// leases in one statement (per-run fencing unchanged): while Run runs,
+// the worker's attempts are heartbeated together, one statement per
+// heartbeat tick.
+type BatchHeartbeater interface {
+	HeartbeatMany(ctx context.Context, runIDs, tokens []int64, ttl time.Duration) ([]error, error)
+}
+
+// ReservingClaimer is optionally implemented by a Store to claim runs of
+// any priority of which at most low are below HIGH in one statement
+// (instead of a HIGH-only claim followed by one for the rest).
+type ReservingClaimer interface {
+	ClaimReserving(ctx context.Context, workerID string, n, low int, ttl time.Duration) ([]store.Lease, error)
+}
+
 var (
-	_ Store          = (*store.Store)(nil)
-	_ BatchSucceeder = (*store.Store)(nil)
+	_ Store            = (*store.Store)(nil)
+	_ BatchSucceeder   = (*store.Store)(nil)
+	_ BatchHeartbeater = (*store.Store)(nil)
+	_ ReservingClaimer = (*store.Store)(nil)
 )
 
 // Config configures a Worker.
@@ -112,6 +133,9 @@ type Worker struct {
 	// completions feeds the batching completer while Run runs (nil
 	// otherwise: Execute then records each success on its own).
 	completions chan completion
+	// beats heartbeats the attempts in flight together while Run runs
+	// (nil otherwise: each attempt then heartbeats on its own).
+	beats *beats
 }
 
 type completion struct {
@@ -188,6 +212,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		cwg.Go(func() { w.complete(cctx, bs) })
 		defer func() { wg.Wait(); stop(); cwg.Wait() }()
 	}
+	if bh, ok := w.cfg.Store.(BatchHeartbeater); ok {
+		w.beats = newBeats()
+		hctx, stop := context.WithCancel(ctx)
+		var hwg sync.WaitGroup
+		hwg.Go(func() { w.beats.run(hctx, bh, w.cfg.Lease) })
+		defer func() { wg.Wait(); stop(); hwg.Wait(); w.beats = nil }()
+	}
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
 	var last, heldSince time.Time
@@ -222,17 +253,21 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 				mu.Unlock()
 				wg.Go(func() {
-					w.Execute(ctx, l)
-					mu.Lock()
-					total--
-					if !high {
-						nonHigh--
-					}
-					mu.Unlock()
-					select {
-					case w.wake <- struct{}{}:
-					default:
-					}
+					// The slot is free once the attempt has ended: its
+					// outcome is written afterwards (batched), and a
+					// claim need not wait for that write.
+					w.execute(ctx, l, func() {
+						mu.Lock()
+						total--
+						if !high {
+							nonHigh--
+						}
+						mu.Unlock()
+						select {
+						case w.wake <- struct{}{}:
+						default:
+						}
+					})
 				})
 			}
 			if len(leases) == free {
@@ -325,6 +360,15 @@ func (w *Worker) claim(ctx context.Context, free, allowance int) []store.Lease {
 	if allowance >= free {
 		return one(free, 2)
 	}
+	if rc, ok := w.cfg.Store.(ReservingClaimer); ok {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		leases, err := rc.ClaimReserving(cctx, w.cfg.ID, free, max(allowance, 0), w.cfg.Lease)
+		if err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Error("worker: claim failed", "err", err)
+		}
+		return leases
+	}
 	leases := one(free, 0)
 	if n := min(free-len(leases), allowance); n > 0 {
 		leases = append(leases, one(n, 2)...)
@@ -334,7 +378,11 @@ func (w *Worker) claim(ctx context.Context, free, allowance int) []store.Lease {
 
 // Execute runs one leased attempt and records its outcome (exported so
 // tests can drive a claimed lease directly).
-func (w *Worker) Execute(ctx context.Context, l store.Lease) {
+func (w *Worker) Execute(ctx context.Context, l store.Lease) { w.execute(ctx, l, nil) }
+
+// execute is Execute, calling release (when not nil) once the attempt
+// has ended and its heartbeats stopped, before its outcome is written.
+func (w *Worker) execute(ctx context.Context, l store.Lease, release func()) {
 	exec := l.Spec.Execution
 	actx, cancel := context.WithTimeout(ctx, time.Duration(exec.TimeoutSeconds)*time.Second)
 	defer cancel()
@@ -344,34 +392,146 @@ func (w *Worker) Execute(ctx context.Context, l store.Lease) {
 	)
 	lostCh := make(chan struct{})
 	markLost := func() { lost.Do(func() { close(lostCh); cancel() }) }
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		t := time.NewTicker(w.cfg.Lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-actx.Done():
-				return
-			case <-t.C:
-			}
-			hctx, hcancel := context.WithTimeout(actx, w.cfg.Lease/3)
-			err := w.cfg.Store.Heartbeat(hctx, l.RunID, l.Token, w.cfg.Lease)
-			hcancel()
-			if errors.Is(err, store.ErrCancelled) {
+	var stopBeats func() // returns once no heartbeat of this run is in flight
+	if b := w.beats; b != nil {
+		stopBeats = b.add(l.RunID, l.Token, func(c bool) {
+			if c {
 				cancelled.Store(true)
 			}
-			if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrCancelled) {
-				markLost() // stop the attempt: the run is no longer ours
-				return
-			}
-		}
-	}()
+			markLost() // stop the attempt: the run is no longer ours
+		})
+	} else {
+		hbDone := make(chan struct{})
+		go w.heartbeat(actx, l, &cancelled, markLost, hbDone)
+		stopBeats = func() { <-hbDone }
+	}
 	res := w.cfg.Targets.Deliver(actx, target.Delivery{RunID: l.RunID, JobID: l.ScheduleID, ScheduledAt: l.ScheduledAt,
 		Attempt: l.Attempt, Spec: l.Spec})
 	msg := res.Message
 	cancel()
-	<-hbDone
+	stopBeats()
+	if release != nil {
+		release()
+	}
+	w.record(ctx, l, res, msg, lostCh, &cancelled)
+}
+
+// heartbeat extends l's lease every Lease/3 until actx ends, on its own
+// (an attempt run outside Run), calling markLost when the lease is gone.
+func (w *Worker) heartbeat(actx context.Context, l store.Lease, cancelled *atomic.Bool, markLost func(), hbDone chan<- struct{}) {
+	defer close(hbDone)
+	t := time.NewTicker(w.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-actx.Done():
+			return
+		case <-t.C:
+		}
+		hctx, hcancel := context.WithTimeout(actx, w.cfg.Lease/3)
+		err := w.cfg.Store.Heartbeat(hctx, l.RunID, l.Token, w.cfg.Lease)
+		hcancel()
+		if errors.Is(err, store.ErrCancelled) {
+			cancelled.Store(true)
+		}
+		if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrCancelled) {
+			markLost() // stop the attempt: the run is no longer ours
+			return
+		}
+	}
+}
+
+// beats heartbeats a worker's attempts in flight together: every tick
+// (Lease/3), one HeartbeatMany for those whose last heartbeat (or start)
+// is at least Lease/6 old, so each lease is extended at least every
+// Lease/2 — as before, well inside the lease.
+type beats struct {
+	mu   sync.Mutex
+	idle *sync.Cond // signalled when a batch's results are handed out
+	runs map[int64]*beat
+}
+
+type beat struct {
+	token   int64
+	last    time.Time
+	lost    func(cancelled bool)
+	sending bool // in the batch being written
+}
+
+func newBeats() *beats {
+	b := &beats{runs: map[int64]*beat{}}
+	b.idle = sync.NewCond(&b.mu)
+	return b
+}
+
+// add registers an attempt; the returned stop unregisters it and returns
+// once no heartbeat of it is in flight (so lost is not called after).
+func (b *beats) add(runID, token int64, lost func(cancelled bool)) (stop func()) {
+	e := &beat{token: token, last: time.Now(), lost: lost}
+	b.mu.Lock()
+	b.runs[runID] = e
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for e.sending {
+			b.idle.Wait()
+		}
+		if b.runs[runID] == e {
+			delete(b.runs, runID)
+		}
+	}
+}
+
+func (b *beats) run(ctx context.Context, st BatchHeartbeater, lease time.Duration) {
+	t := time.NewTicker(lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var (
+			ids, tokens []int64
+			batch       []*beat
+		)
+		b.mu.Lock()
+		for id, e := range b.runs {
+			if now.Sub(e.last) >= lease/6 {
+				e.sending = true
+				ids, tokens, batch = append(ids, id), append(tokens, e.token), append(batch, e)
+			}
+		}
+		b.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, lease/3)
+		errs, err := st.HeartbeatMany(hctx, ids, tokens, lease)
+		cancel()
+		b.mu.Lock()
+		for i, e := range batch {
+			e.sending = false
+			switch {
+			case err != nil: // transient: the next tick tries again
+			case errs[i] == nil:
+				e.last = now
+			case errors.Is(errs[i], store.ErrCancelled), errors.Is(errs[i], store.ErrLeaseLost):
+				e.lost(errors.Is(errs[i], store.ErrCancelled))
+				if b.runs[ids[i]] == e {
+					delete(b.runs, ids[i])
+				}
+			}
+		}
+		b.idle.Broadcast()
+		b.mu.Unlock()
+	}
+}
+
+// record writes the outcome of an ended attempt unless its lease was lost.
+func (w *Worker) record(ctx context.Context, l store.Lease, res target.Result, msg string, lostCh <-chan struct{}, cancelled *atomic.Bool) {
 	select {
 	case <-lostCh:
 		if cancelled.Load() {

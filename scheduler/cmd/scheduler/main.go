@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 
@@ -73,6 +74,21 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// PORTICO_SCHEDULER_CPUPROFILE=prefix writes a CPU profile of the
+	// whole run to prefix.<pid> (the River benchmark's profiles; see
+	// scheduler/README.md, "Cost per job").
+	if prefix := os.Getenv("PORTICO_SCHEDULER_CPUPROFILE"); prefix != "" {
+		f, err := os.Create(prefix + "." + strconv.Itoa(os.Getpid()))
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			log.Error("scheduler: cpu profile", "err", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	if err := scheduler.Run(ctx, cfg); err != nil {
 		log.Error("scheduler: exiting", "err", err)
 		os.Exit(1)
