@@ -36,11 +36,11 @@ import (
 // ErrFormat is a document that is not a resource document.
 var ErrFormat = errors.New("manifest: bad document")
 
-// Kinds are the kinds a manifest may hold: the admin API's, in its order.
-// API keys are not among them: they are credentials minted by the server
-// (POST /consumers/{name}/keys) or imported as hashes, never files.
-var Kinds = []spec.Kind{spec.KindCluster, spec.KindRoute, spec.KindJWTProvider, spec.KindConsumer,
-	spec.KindRevocation, spec.KindRateLimitRule, spec.KindSecret, spec.KindListener, spec.KindRedisProxy}
+// Kinds are the kinds a manifest may hold: the admin API's served kinds,
+// in its order. API keys are not among them: they are credentials minted
+// by the server (POST /consumers/{name}/keys) or imported as hashes, never
+// files.
+var Kinds = spec.ServedKinds()
 
 // Document is one resource of a manifest.
 type Document struct {
@@ -70,10 +70,11 @@ func ParseKind(s string) (spec.Kind, error) {
 	return "", fmt.Errorf("%w: unknown kind %q (want one of %s)", ErrFormat, s, strings.Join(names, ", "))
 }
 
-// NameField is the JSON field holding a kind's resource name.
+// NameField is the JSON field holding a kind's resource name ("name"
+// for a kind spec does not know).
 func NameField(k spec.Kind) string {
-	if k == spec.KindRevocation {
-		return "jti"
+	if d := k.Info(); d != nil {
+		return d.NameField
 	}
 	return "name"
 }
