@@ -64,6 +64,21 @@ type Config struct {
 	Poll       time.Duration
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
+	// OnPass, when set, is called after every poll with what it saw and
+	// did: the signal a test waits for before asserting that the mover
+	// did nothing (or forgot a slot) on a map. It runs on the Mover's
+	// goroutine and must not block. Nil in production.
+	OnPass func(Pass)
+}
+
+// Pass is what one poll of a Mover saw and did (Config.OnPass).
+type Pass struct {
+	// Epoch is the epoch of the map the poll worked from.
+	Epoch uint64
+	// Slots are the slots that map has this node migrate out.
+	Slots []int
+	// Moved is how many keys the poll copied out and deleted here.
+	Moved int
 }
 
 // SlotStatus is one slot this node migrates out (CACHE MIGRATIONS).
@@ -143,11 +158,16 @@ func (mv *Mover) Run(ctx context.Context) error {
 	for {
 		m := mv.cfg.State.Load()
 		work := mv.outgoing(m)
+		p := Pass{Epoch: m.Epoch}
 		for _, mg := range work {
 			if ctx.Err() != nil {
 				return nil
 			}
-			mv.moveSlot(ctx, m, mg)
+			p.Slots = append(p.Slots, mg.Slot)
+			p.Moved += mv.moveSlot(ctx, m, mg)
+		}
+		if mv.cfg.OnPass != nil {
+			mv.cfg.OnPass(p)
 		}
 		select {
 		case <-ctx.Done():
@@ -200,15 +220,16 @@ func (mv *Mover) stillMigrating(slot int, to string) bool {
 }
 
 // moveSlot copies out every key of the slot, in every namespace, until a
-// pass finds none; a failure is recorded and retried at the next poll.
-func (mv *Mover) moveSlot(ctx context.Context, m *cluster.Map, mg cluster.Migration) {
+// pass finds none; a failure is recorded and retried at the next poll. It
+// returns how many keys it moved.
+func (mv *Mover) moveSlot(ctx context.Context, m *cluster.Map, mg cluster.Migration) (total int) {
 	to := m.Nodes[mg.To]
 	for {
 		moved := 0
 		for _, ns := range mv.cfg.Registry.All() {
 			for {
 				if !mv.stillMigrating(mg.Slot, to.ID) {
-					return
+					return total
 				}
 				n, err := mv.batch(ctx, ns, mg.Slot, to.BusAddr())
 				if err != nil {
@@ -217,12 +238,13 @@ func (mv *Mover) moveSlot(ctx context.Context, m *cluster.Map, mg cluster.Migrat
 						mv.log.Warn("slot migration batch failed; retrying", "slot", mg.Slot, "to", to.ID, "namespace", ns.Name, "err", err)
 						mv.update(mg.Slot, func(s *SlotStatus) { s.Err = err.Error() })
 					}
-					return
+					return total
 				}
 				if n == 0 {
 					break
 				}
 				moved += n
+				total += n
 				mv.batches.WithLabelValues("ok").Inc()
 				mv.moved.Add(float64(n))
 				mv.update(mg.Slot, func(s *SlotStatus) { s.Moved += int64(n); s.Err = "" })
@@ -235,7 +257,7 @@ func (mv *Mover) moveSlot(ctx context.Context, m *cluster.Map, mg cluster.Migrat
 				mv.done.Inc()
 				mv.log.Info("slot emptied for migration", "slot", mg.Slot, "to", to.ID, "epoch", m.Epoch)
 			}
-			return
+			return total
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/resp"
 	"github.com/portico-io/portico/cachenode/slots"
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 // node is one in-process cache node: registry, slot map, command engine.
@@ -86,7 +88,9 @@ func newClient(a, b *node) *client {
 }
 
 // do runs args starting at node port, following redirects; it returns the
-// reply and how many redirects it took.
+// reply and how many redirects it took. The tests send single-key
+// commands, which never get TRYAGAIN: that reply is returned, like any
+// other, and fails the caller's check.
 func (c *client) do(t testing.TB, port string, args ...string) (string, int) {
 	var w resp.Writer
 	asking := false
@@ -108,8 +112,6 @@ func (c *client) do(t testing.TB, port string, args ...string) (string, int) {
 			f := strings.Fields(strings.TrimSpace(reply))
 			port = f[2][strings.LastIndexByte(f[2], ':')+1:]
 			asking = f[0] == "-ASK"
-		case strings.HasPrefix(reply, "-TRYAGAIN"):
-			time.Sleep(time.Millisecond)
 		default:
 			return reply, hop
 		}
@@ -163,7 +165,14 @@ func TestMigrationUnderLoad(t *testing.T) {
 		_, err := Import(b.state, b.reg, batch, time.Now().UnixMilli(), nil)
 		return err
 	}
-	mv, err := New(Config{State: a.state, Registry: a.reg, Send: send, BatchKeys: 16, KeysPerSecond: 20000, Poll: 5 * time.Millisecond})
+	var passMu sync.Mutex
+	var passes []Pass
+	mv, err := New(Config{State: a.state, Registry: a.reg, Send: send, BatchKeys: 16, KeysPerSecond: 20000, Poll: 5 * time.Millisecond,
+		OnPass: func(p Pass) {
+			passMu.Lock()
+			passes = append(passes, p)
+			passMu.Unlock()
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +184,7 @@ func TestMigrationUnderLoad(t *testing.T) {
 	var incrs [keys]atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var redirects atomic.Int64
+	var redirects, ops atomic.Int64
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func(g int) {
@@ -199,42 +208,69 @@ func TestMigrationUnderLoad(t *testing.T) {
 				}
 				redirects.Add(int64(hops))
 				incrs[k].Add(1)
+				ops.Add(1)
 			}
 		}(g)
 	}
-	time.Sleep(20 * time.Millisecond)
+	// traffic waits until the writers have made another 200 increments:
+	// every map state, and every moment two nodes disagree on the map,
+	// gets traffic however slow the machine.
+	traffic := func(on string) {
+		t.Helper()
+		from := ops.Load()
+		eventually.True(t, 20*time.Second, "200 increments "+on, func() bool { return ops.Load() >= from+200 })
+	}
+	// waitPass waits for a poll of the mover, from now on, for which ok
+	// holds.
+	waitPass := func(what string, ok func(Pass) bool) {
+		t.Helper()
+		passMu.Lock()
+		from := len(passes)
+		passMu.Unlock()
+		eventually.True(t, 20*time.Second, "a mover poll "+what, func() bool {
+			passMu.Lock()
+			defer passMu.Unlock()
+			return slices.ContainsFunc(passes[from:], ok)
+		})
+	}
+	traffic("on the first map")
 	a.install(t, 2, cluster.Importing)
+	traffic("with only the source importing")
 	b.install(t, 2, cluster.Importing)
-	time.Sleep(20 * time.Millisecond)
+	traffic("with both importing")
 	// The target learns of the migration first, as the publisher ensures.
 	b.install(t, 3, cluster.Migrating)
+	traffic("with only the target migrating")
 	a.install(t, 3, cluster.Migrating)
 	slot := slots.Of([]byte("{bar}"))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.True(t, 20*time.Second, "the slot emptied", func() bool {
 		st := mv.Status()
-		if len(st) == 1 && st[0].Done {
-			if st[0].Moved != keys+2 || st[0].Slot != slot || st[0].To != "b" {
-				t.Fatalf("status %+v", st[0])
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slot not emptied: %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return len(st) == 1 && st[0].Done
+	})
+	if st := mv.Status()[0]; st.Moved != keys+2 || st.Slot != slot || st.To != "b" {
+		t.Fatalf("status %+v", st)
 	}
 	// Handoff, one node at a time in both orders' worth of traffic, then done.
 	a.install(t, 4, cluster.Handoff)
-	time.Sleep(10 * time.Millisecond)
+	traffic("with the source handing off")
 	b.install(t, 4, cluster.Handoff)
-	time.Sleep(10 * time.Millisecond)
+	traffic("with both handing off")
 	b.install(t, 5, "done")
-	time.Sleep(10 * time.Millisecond)
+	traffic("with the target done")
 	a.install(t, 5, "done")
-	time.Sleep(10 * time.Millisecond)
+	traffic("on the final map")
+	// The mover has seen the final map (and so forgotten the slot, checked
+	// below).
+	waitPass("on the final map", func(p Pass) bool { return p.Epoch >= 5 })
 	close(stop)
 	wg.Wait()
+	passMu.Lock()
+	for _, p := range passes {
+		if p.Epoch >= 4 && (len(p.Slots) != 0 || p.Moved != 0) {
+			t.Errorf("a mover poll on epoch %d (handoff or done) worked on slots %v, moved %d keys", p.Epoch, p.Slots, p.Moved)
+		}
+	}
+	passMu.Unlock()
 
 	for k := 0; k < keys; k++ {
 		want := strconv.FormatInt(incrs[k].Load(), 10)
