@@ -19,8 +19,11 @@ export PORTICO_ETCD_BIN ?= $(CURDIR)/.run/bin/etcd
 
 .PHONY: run test build deps deps-check stop status bench lint proto proto-check fmt-check vet peers helm etcd
 
+# Where make run's ratelimitsvc keeps its buckets: redis (make deps's, the
+# default) or cachenode (the run's own cache cluster, over mutual TLS).
+RATELIMIT_STORE ?= redis
 run: deps build
-	@$(BIN)/launch
+	@$(BIN)/launch -ratelimit-store=$(RATELIMIT_STORE)
 
 test: deps deps-check proto-check fmt-check vet peers helm
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...

@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -55,7 +56,23 @@ type Config struct {
 	Started func(name string, pid int)
 	// Ready, when set, is called once everything is up and seeded.
 	Ready func()
+	// RateLimitStore is where ratelimitsvc keeps its buckets: StoreRedis
+	// (empty: the default) or StoreCache.
+	RateLimitStore string
 }
+
+// Rate-limit stores of a local run (Config.RateLimitStore, `make run
+// RATELIMIT_STORE=…`).
+const (
+	// StoreRedis is the Redis of make deps (127.0.0.1:56379).
+	StoreRedis = "redis"
+	// StoreCache is the run's own cache cluster (cachenodes 7000-7005),
+	// reached as a Redis Cluster over mutual TLS.
+	StoreCache = "cachenode"
+)
+
+// ErrStore is a Config.RateLimitStore the launcher does not know.
+var ErrStore = errors.New("launcher: unknown rate-limit store")
 
 // Process is one component to start.
 type Process struct {
@@ -76,10 +93,42 @@ type Process struct {
 	BeforeRestart func(ctx context.Context, log *slog.Logger) error
 }
 
-// Processes lists what `make run` starts, in order. Later components are
-// added here as they land.
-func Processes(root string) []Process {
+// Processes lists what `make run` starts, in order, with ratelimitsvc's
+// buckets in store (StoreRedis or StoreCache). Later components are added
+// here as they land.
+func Processes(root, store string) ([]Process, error) {
 	bin := func(n string) string { return filepath.Join(root, "bin", n) }
+	// Both stores are waited for at start (--redis-ready-at-start): a
+	// ratelimitsvc that cannot reach its store is not ready, rather than
+	// ready on per-process local buckets. Later outages leave it ready (it
+	// decides by fail mode; ratelimitsvc/README.md).
+	rateLimit := Process{Name: "ratelimitsvc", Args: append([]string{bin("ratelimitsvc"), "--log-format=text",
+		"--state-dir=" + filepath.Join(root, ".run", "ratelimitsvc"), "--redis-ready-at-start"},
+		TLSArgs(root, "ratelimitsvc")...),
+		Env: []string{"PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz",
+		Ports: []int{18200, 18201}}
+	switch store {
+	case "", StoreRedis:
+		rateLimit.Env = append(rateLimit.Env, "PORTICO_REDIS_ADDR=127.0.0.1:56379")
+	case StoreCache:
+		var seeds []string
+		for i := range CacheNodes {
+			seeds = append(seeds, fmt.Sprintf("127.0.0.1:%d", 7000+i))
+		}
+		// Every node is a seed, replicas too: go-redis's ClusterClient
+		// reads the slot map from whichever answers, so a restart after a
+		// failover still finds the cluster. The nodes are verified as
+		// cachenode identities against the run's CA, and are shown the
+		// ratelimit certificate (RESP's client certificates are optional,
+		// and make run's nodes need no AUTH: the buckets are in the default
+		// namespace). The timeout allows for TLS and gopher-lua on a
+		// machine running the whole platform (the default 5 ms suits a
+		// dedicated Redis).
+		rateLimit.Env = append(rateLimit.Env, "PORTICO_REDIS_ADDR="+strings.Join(seeds, ","),
+			"PORTICO_REDIS_TLS_SERVER_ROLE="+string(identity.CacheNode), "PORTICO_REDIS_TIMEOUT=100ms")
+	default:
+		return nil, fmt.Errorf("%w %q (want %s or %s)", ErrStore, store, StoreRedis, StoreCache)
+	}
 	ps := []Process{
 		// xDS (:18000) is mutual TLS: each process presents its own
 		// certificate from .run/pki, and the control plane serves each the
@@ -94,10 +143,6 @@ func Processes(root string) []Process {
 		{Name: "extauthz", Args: append([]string{bin("extauthz"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "extauthz")},
 			TLSArgs(root, "extauthz")...),
 			Ready: "http://127.0.0.1:18101/readyz", Ports: []int{18100, 18101}},
-		{Name: "ratelimitsvc", Args: append([]string{bin("ratelimitsvc"), "--log-format=text", "--state-dir=" + filepath.Join(root, ".run", "ratelimitsvc")},
-			TLSArgs(root, "ratelimitsvc")...),
-			Env: []string{"PORTICO_REDIS_ADDR=127.0.0.1:56379", "PORTICO_XDS_ADDR=127.0.0.1:18000"}, Ready: "http://127.0.0.1:18201/readyz",
-			Ports: []int{18200, 18201}},
 		{Name: "echo-upstream", Args: []string{bin("echo-upstream"), "--addr=127.0.0.1:18900"}, Ready: "http://127.0.0.1:18900/healthz", Ports: []int{18900}},
 		// The worker API (:18301) admits worker certificates only.
 		{Name: "scheduler", Args: append([]string{bin("scheduler"), "--log-format=text", "--admin-token-file=" + AdminTokenFile(root)},
@@ -154,7 +199,13 @@ func Processes(root string) []Process {
 		}
 		ps = append(ps, p)
 	}
-	return ps
+	// ratelimitsvc after the controlplane and extauthz, as before; on the
+	// cache cluster, after its last node, for it waits for its store.
+	at := 2
+	if store == StoreCache {
+		at = len(ps)
+	}
+	return slices.Insert(ps, at, rateLimit), nil
 }
 
 // The local cache cluster.
@@ -305,6 +356,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
+	procs, err := Processes(cfg.Root, cfg.RateLimitStore)
+	if err != nil {
+		return err
+	}
 	logDir := filepath.Join(cfg.Root, ".run", "logs")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return err
@@ -354,7 +409,6 @@ func Run(ctx context.Context, cfg Config) error {
 		fmt.Fprintln(cfg.Out, "portico: stopped")
 	}()
 
-	procs := Processes(cfg.Root)
 	envoy := cfg.EnvoyBin
 	if envoy == "" {
 		envoy = os.Getenv("ENVOY_BIN")

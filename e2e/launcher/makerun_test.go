@@ -30,7 +30,7 @@ func TestMakeRun(t *testing.T) {
 		t.Skip("starts the whole platform")
 	}
 	examples := readmeBlocks(t)
-	r := startMakeRun(t, binariesRun(examples))
+	r := startMakeRun(t, binariesRun(examples), StoreRedis)
 	t.Run("EveryPortSpeaksTLS", r.everyPortSpeaksTLS)
 	t.Run("READMEExamples", func(t *testing.T) { r.readmeExamples(t, examples) })
 	// Last: it kills a cache primary, and the map stays reshaped after.
@@ -46,9 +46,13 @@ type makeRun struct {
 	envoy string
 	// out is what the launcher printed.
 	out *syncBuffer
+	// store is ratelimitsvc's (Config.RateLimitStore).
+	store string
 
 	mu   sync.Mutex
 	pids map[string]int
+	// started names the processes in the order they first started.
+	started []string
 }
 
 // processes returns the name of every process started so far and its
@@ -61,12 +65,12 @@ func (r *makeRun) processes() map[string]int {
 
 // startMakeRun builds the binaries (the launcher's and extra) into a fresh
 // root, starts the launcher there with make run's settings (Envoy when one
-// is installed), waits until it is ready and seeded, and stops it when t
-// ends. It skips, or fails under CI, when make run's ports or databases are
-// not what it needs.
-func startMakeRun(t *testing.T, extra []string) *makeRun {
+// is installed) and ratelimitsvc's buckets in store, waits until it is
+// ready and seeded, and stops it when t ends. It skips, or fails under CI,
+// when make run's ports or databases are not what it needs.
+func startMakeRun(t *testing.T, extra []string, store string) *makeRun {
 	t.Helper()
-	r := &makeRun{root: t.TempDir(), envoy: envoyBinary(), pids: map[string]int{}}
+	r := &makeRun{root: t.TempDir(), envoy: envoyBinary(), store: store, pids: map[string]int{}}
 	ports := []int{18000, 18080, 18300, 18400, 7000}
 	if r.envoy != "" {
 		ports = append(ports, 10000, 9901, 6380)
@@ -79,7 +83,7 @@ func startMakeRun(t *testing.T, extra []string) *makeRun {
 		}
 	}
 	t.Setenv("PORTICO_DATABASE_URL", testdeps.Postgres(t))
-	if addr := testdeps.Redis(t); addr != "127.0.0.1:56379" {
+	if addr := testdeps.Redis(t); store == StoreRedis && addr != "127.0.0.1:56379" {
 		skipOrFail(t, fmt.Sprintf("make run's ratelimitsvc uses the Redis of make deps (127.0.0.1:56379); this machine's is %s", addr))
 	}
 	start := time.Now()
@@ -99,9 +103,16 @@ func startMakeRun(t *testing.T, extra []string) *makeRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{Root: r.root, EnvoyBin: r.envoy, NoEnvoy: r.envoy == "", Out: out,
-			Started: func(name string, pid int) { r.mu.Lock(); r.pids[name] = pid; r.mu.Unlock() },
-			Ready:   func() { close(ready) }})
+		done <- Run(ctx, Config{Root: r.root, EnvoyBin: r.envoy, NoEnvoy: r.envoy == "", Out: out, RateLimitStore: store,
+			Started: func(name string, pid int) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				if _, again := r.pids[name]; !again {
+					r.started = append(r.started, name)
+				}
+				r.pids[name] = pid
+			},
+			Ready: func() { close(ready) }})
 	}()
 	t.Cleanup(func() {
 		before, _ := ReadStatus(r.root)
@@ -121,7 +132,7 @@ func startMakeRun(t *testing.T, extra []string) *makeRun {
 	case <-time.After(3 * time.Minute):
 		t.Fatalf("make run not ready after 3 minutes\n%s", out.String())
 	}
-	t.Logf("make run was up in %v (Envoy: %s)", time.Since(start).Round(time.Millisecond), orNone(r.envoy))
+	t.Logf("make run was up in %v (Envoy: %s, rate limits in %s)", time.Since(start).Round(time.Millisecond), orNone(r.envoy), store)
 	return r
 }
 

@@ -210,7 +210,11 @@ func buildBinaries(t *testing.T, root string, extra []string) {
 		t.Fatal(err)
 	}
 	names := slices.Clone(extra)
-	for _, p := range Processes(root) {
+	procs, err := Processes(root, StoreRedis) // the same programs with either store
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
 		names = append(names, filepath.Base(p.Args[0]))
 	}
 	var pkgs []string

@@ -183,7 +183,11 @@ func (r *makeRun) supervisedFailover(t *testing.T) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: operatorTLS()}}
 	defer client.CloseIdleConnections()
 	ready := map[string]string{}
-	for _, p := range Processes(r.root) {
+	procs, err := Processes(r.root, r.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
 		ready[p.Name] = p.Ready
 	}
 	after := r.processes()

@@ -3,7 +3,7 @@
 // Ctrl-C. `launch status` (`make status`) prints what a running launcher
 // supervises. See package launcher.
 //
-//	launch [-root dir] [-envoy path]     start and supervise the platform
+//	launch [-root dir] [-envoy path] [-ratelimit-store redis|cachenode]   start and supervise the platform
 //	launch [-root dir] status [-json]    each component's state, pid, restarts, ports
 //
 // status exits 0 while a launcher runs at root, 3 when none does.
@@ -27,6 +27,8 @@ func main() {
 	var cfg launcher.Config
 	flag.StringVar(&cfg.Root, "root", ".", "repository root")
 	flag.StringVar(&cfg.EnvoyBin, "envoy", "", "envoy binary (default: $ENVOY_BIN, then PATH)")
+	flag.StringVar(&cfg.RateLimitStore, "ratelimit-store", launcher.StoreRedis,
+		"where ratelimitsvc keeps its buckets: "+launcher.StoreRedis+" (make deps's Redis) or "+launcher.StoreCache+" (the cache cluster)")
 	flag.Parse()
 	switch flag.Arg(0) {
 	case "":
