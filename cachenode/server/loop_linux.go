@@ -35,8 +35,8 @@ import (
 // P can run one) and deals accepted connections out in turn. Whatever
 // would make a loop wait moves that connection to a goroutine of its own
 // (rawLoop, the path TLS connections take): a blocking command (BLPOP),
-// and replies the socket has no room for (a client that does not read).
-// It stays there until it closes.
+// replies the socket has no room for (a client that does not read), a
+// script or EXEC (runsLong). It stays there until it closes.
 type loop struct {
 	s      *Server
 	tr     *tracker
@@ -286,7 +286,7 @@ func (l *loop) serveEvent(ev *syscall.EpollEvent, epfd uintptr) bool {
 		l.close(lc, epfd)
 		return false
 	}
-	if c.sess.Blocked() || len(rw.pending) > 0 {
+	if c.sess.Blocked() || len(rw.pending) > 0 || c.held != nil {
 		l.move(lc, epfd)
 		return false
 	}
@@ -358,6 +358,7 @@ func (s *Server) serveMoved(nc net.Conn, lc *loopConn) {
 	}
 	rw := lc.rw
 	rw.rc, rw.fd = rc, ^uintptr(0) // set again inside rc's callbacks
+	lc.c.stalled = nil             // a goroutine's connection from now on
 	if len(rw.pending) > 0 {
 		rw.p, rw.n, rw.err = rw.pending, 0, nil
 		err := rc.Write(rw.writeFn)

@@ -1,9 +1,10 @@
 // Package server accepts RESP connections and runs each command through a
-// command.Engine: one goroutine per connection reads with a resp.Reader
-// (RESP2 multibulk and inline commands, Redis's protocol errors and
-// limits), executes every command already buffered, and writes their
-// replies with one write when the client has sent nothing more, as Redis
-// does for a pipeline.
+// command.Engine: a connection reads with a resp.Reader (RESP2 multibulk
+// and inline commands, Redis's protocol errors and limits), executes
+// every command already buffered, and writes their replies with one write
+// when the client has sent nothing more, as Redis does for a pipeline.
+// Plaintext connections are served by event loops on Linux (loop_linux.go),
+// others by a goroutine each.
 package server
 
 import (
@@ -94,9 +95,10 @@ func New(cfg Config) (*Server, error) {
 // (GOMAXPROCS, which Go sizes from the CPUs the process may use: its
 // affinity mask and cgroup CPU quota), at least one. A loop that parks
 // leaves its P idle, and every loop the poller readies while another runs
-// wakes an idle P's thread: on 2 vCPUs under redis-benchmark -c 50 -P 1,
-// two loops made 18x the futex calls of one and cost more CPU per
-// request, one loop as little as GOMAXPROCS=1. The other Ps run what is
+// wakes an idle P's thread: on 2 vCPUs under redis-benchmark -c 50 -P 1
+// SET, two loops made 6 400-6 900 futex calls per 200k requests and one
+// 380-480 (GOMAXPROCS=1: 130-180), with as many context switches per
+// request as GOMAXPROCS=1 (two loops: 10 % more). The other Ps run what is
 // not a loop: the garbage collector, TLS connections, connections that
 // wait (blocking commands, slow readers), replication and expiry. More
 // than 2 Ps was not measured; Config.Loops overrides.
@@ -306,6 +308,39 @@ type conn struct {
 	// the socket had no room for: run stops, and the connection moves to
 	// a goroutine of its own that waits to write them (loop_linux.go).
 	stalled func() bool
+	// held is a command run stopped before (runsLong) for the
+	// connection's own goroutine to run first; it aliases the Reader's
+	// buffer, which no Fill or Next touches until then.
+	held [][]byte
+}
+
+// runsLong reports the commands an event loop leaves to the connection's
+// own goroutine: scripts, which may run past their time limit while other
+// clients get BUSY and send SCRIPT KILL, and EXEC, whose transaction may
+// queue one. Other slow commands (KEYS over a large keyspace) hold up
+// their loop's other connections, as they hold up redis-server.
+func runsLong(name []byte) bool {
+	switch len(name) {
+	case 4, 7, 8, 10:
+	default:
+		return false
+	}
+	for _, n := range [...]string{"eval", "exec", "evalsha", "eval_ro", "evalsha_ro"} {
+		if len(n) == len(name) && asciiEqualFold(n, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// asciiEqualFold: lower == name, ASCII case-insensitively.
+func asciiEqualFold(lower string, name []byte) bool {
+	for i := range len(name) {
+		if name[i]|0x20 != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // fill reads once into the Reader and reads the clock; false: close (the
@@ -363,8 +398,13 @@ func (c *conn) flush() bool {
 // the error), or a failed write.
 func (c *conn) run() bool {
 	for {
-		c.rd.Unauthenticated = c.eng.NeedsAuth(c.sess)
-		args, err := c.rd.Next()
+		args, err := c.held, error(nil)
+		if args != nil {
+			c.held = nil
+		} else {
+			c.rd.Unauthenticated = c.eng.NeedsAuth(c.sess)
+			args, err = c.rd.Next()
+		}
 		if err != nil {
 			var pe *resp.ProtocolError
 			if errors.As(err, &pe) {
@@ -385,6 +425,13 @@ func (c *conn) run() bool {
 				// loop already serves the other ready connections next.
 				runtime.Gosched()
 			}
+			return c.flush()
+		}
+		if c.stalled != nil && runsLong(args[0]) {
+			// Hold it for the connection's own goroutine: a script may run
+			// past its time limit, and the loop must keep serving the
+			// other connections (BUSY, SCRIPT KILL).
+			c.held = args
 			return c.flush()
 		}
 		c.ran++
