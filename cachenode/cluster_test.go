@@ -20,6 +20,7 @@ import (
 
 	"github.com/portico-io/portico/cachenode"
 	"github.com/portico-io/portico/cachenode/slots"
+	ev "github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
 	"github.com/portico-io/portico/internal/testdeps"
 )
 
@@ -343,12 +344,12 @@ func TestClusterRepliesMatchRedisServer(t *testing.T) {
 	if out, err := rs.CLI("CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
 		t.Fatal(out, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for out, _ := rs.CLI("CLUSTER", "INFO"); !strings.Contains(out, "cluster_state:ok"); out, _ = rs.CLI("CLUSTER", "INFO") {
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server cluster not ok:\n%s", out)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var out string
+	if !ev.Within(10*time.Second, func() bool {
+		out, _ = rs.CLI("CLUSTER", "INFO")
+		return strings.Contains(out, "cluster_state:ok")
+	}) {
+		t.Fatalf("redis-server cluster not ok:\n%s", out)
 	}
 	port := freePort(t)
 	config := filepath.Join(t.TempDir(), "cluster.json")

@@ -19,6 +19,7 @@ import (
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
+	ev "github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
 	"github.com/portico-io/portico/internal/xdstest"
 )
 
@@ -114,27 +115,21 @@ func TestClusterTopologyFromKVNode(t *testing.T) {
 		start := time.Now()
 		slot := slots.Of([]byte(key))
 		wantMoved := fmt.Sprintf("MOVED %d %s", slot, addrs[owner])
-		for {
-			ok := true
+		ev.True(t, 5*time.Second, fmt.Sprintf("the nodes to converge on epoch %d (%s on node %d)", epoch, key, owner), func() bool {
 			for i := range nodes {
 				err := direct[i].Get(c, key).Err()
 				info := direct[i].ClusterInfo(c).Val()
 				if !strings.Contains(info, fmt.Sprintf("cluster_current_epoch:%d\r\n", epoch)) {
-					ok = false
+					return false
 				} else if i == owner && err != nil && !errors.Is(err, redis.Nil) {
-					ok = false
+					return false
 				} else if i != owner && (err == nil || err.Error() != wantMoved) {
-					ok = false
+					return false
 				}
 			}
-			if ok {
-				return time.Since(start)
-			}
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("nodes did not converge on epoch %d (%s on node %d) within 5s", epoch, key, owner)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return true
+		})
+		return time.Since(start)
 	}
 
 	// Epoch 2 moves slots 0-1000 from node 0 to node 2.
@@ -221,21 +216,22 @@ func TestClusterTopologyFromKVNode(t *testing.T) {
 	for i := range 3 {
 		g.Kill(i)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, m := httpGet(t, "http://"+nodes[1].addrs.HTTP+"/metrics")
-		code, ready := httpGet(t, "http://"+nodes[1].addrs.HTTP+"/readyz")
+	var code int
+	var ready string
+	if !ev.Within(10*time.Second, func() bool {
+		var m string
+		_, m = httpGet(t, "http://"+nodes[1].addrs.HTTP+"/metrics")
+		code, ready = httpGet(t, "http://"+nodes[1].addrs.HTTP+"/readyz")
 		if strings.Contains(m, "portico_cachenode_cluster_topology_stale 1") && code == http.StatusServiceUnavailable &&
 			strings.Contains(ready, "cluster-topology") && strings.Contains(ready, "serving epoch 3") {
 			if !strings.Contains(m, "portico_cachenode_cluster_epoch 3") {
 				t.Fatalf("metrics:\n%s", m)
 			}
-			break
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no stale report with the store down: readyz %d %s", code, ready)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no stale report with the store down: readyz %d %s", code, ready)
 	}
 	for i := range 100 {
 		k := "store-down:" + strconv.Itoa(i)
@@ -247,18 +243,11 @@ func TestClusterTopologyFromKVNode(t *testing.T) {
 		g.Restart(i)
 	}
 	g.WaitLeader(30 * time.Second)
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	ev.True(t, 15*time.Second, "the stale report to clear once the store is back", func() bool {
 		_, m := httpGet(t, "http://"+nodes[1].addrs.HTTP+"/metrics")
-		if code, _ := httpGet(t, "http://"+nodes[1].addrs.HTTP+"/readyz"); code == http.StatusOK &&
-			strings.Contains(m, "portico_cachenode_cluster_topology_stale 0") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("still stale after the store came back")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		code, _ := httpGet(t, "http://"+nodes[1].addrs.HTTP+"/readyz")
+		return code == http.StatusOK && strings.Contains(m, "portico_cachenode_cluster_topology_stale 0")
+	})
 }
 
 // TestClusterTopologyWaitsForMap: a node started before any map lists it
