@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
+	ev "github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -134,15 +136,16 @@ func (h *haCluster) waitUp(n *haNode) {
 	h.t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: n.resp, Protocol: 2, MaxRetries: -1, TLSConfig: h.tls})
 	defer c.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
+	if !ev.Within(30*time.Second, func() bool {
+		if c.Ping(context.Background()).Err() == nil {
+			return true
+		}
 		if err := n.proc.Exited(); err != nil {
 			h.t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s did not come up:\n%s", n.proc.Name, n.proc.Tail(2000))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		h.t.Fatalf("%s did not come up:\n%s", n.proc.Name, n.proc.Tail(2000))
 	}
 }
 
@@ -168,31 +171,26 @@ func (h *haCluster) waitReplicated(ctx context.Context, p, r int, sample map[str
 	if err := rc.ReadOnly(ctx).Err(); err != nil {
 		h.t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		want, _ := pc.DBSize(ctx).Result()
-		got, _ := rc.DBSize(ctx).Result()
-		ok := want == got
-		owners := h.owners() // one read of the stored map per pass, not one per key
+	var want, got int64
+	if !ev.Within(20*time.Second, func() bool {
+		want, _ = pc.DBSize(ctx).Result()
+		got, _ = rc.DBSize(ctx).Result()
+		if want != got {
+			return false
+		}
+		owners := h.owners() // one read of the stored map per check, not one per key
 		for k, v := range sample {
-			if !ok {
-				break
-			}
 			if owners(k) != p {
 				continue
 			}
 			if g, err := rc.Get(ctx, k).Result(); err != nil || g != v {
-				ok = false
+				return false
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			info, _ := rc.Info(ctx, "replication").Result()
-			h.t.Fatalf("replica %d did not catch up with %d: %d of %d keys\n%s", r, p, got, want, info)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	}) {
+		info, _ := rc.Info(ctx, "replication").Result()
+		h.t.Fatalf("replica %d did not catch up with %d: %d of %d keys\n%s", r, p, got, want, info)
 	}
 }
 
@@ -315,9 +313,14 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	stop := make(chan struct{})
 	writerDone := make(chan error, 1)
 	var written []string
+	var nWritten atomic.Int64 // len(written), for the test goroutine
+	var writerExited atomic.Bool
 	bounced := 0
 	go func() {
 		defer close(writerDone)
+		defer writerExited.Store(true)
+		retry := time.NewTicker(10 * time.Millisecond)
+		defer retry.Stop()
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -334,16 +337,26 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 					break
 				}
 				bounced++
-				time.Sleep(10 * time.Millisecond)
+				<-retry.C
 			}
 			if err != nil {
 				writerDone <- fmt.Errorf("SET %s: %w", k, err)
 				return
 			}
 			written = append(written, k)
+			nWritten.Add(1)
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// writes waits until the writer has made n more writes (or stopped:
+	// writerDone says why).
+	writes := func(n int64, what string) {
+		t.Helper()
+		from := nWritten.Load()
+		ev.True(t, 30*time.Second, fmt.Sprintf("%d writes %s", n, what), func() bool {
+			return nWritten.Load() >= from+n || writerExited.Load()
+		})
+	}
+	writes(20, "before the swap")
 	cur, err := h.pub.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +380,18 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	if _, err := h.pub.Publish(ctx, next, cur.Revision); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The writer keeps writing until both nodes serve the swapped map, and
+	// for 50 writes on it.
+	nodeEpochs := reshard.RESP{TLS: h.tls}
+	ev.True(t, 30*time.Second, "nodes 0 and 3 serving the swapped map", func() bool {
+		for _, i := range []int{0, 3} {
+			if e, err := nodeEpochs.Epoch(ctx, h.nodes[i].resp); err != nil || e < next.Epoch {
+				return false
+			}
+		}
+		return true
+	})
+	writes(50, "on the swapped map")
 	close(stop)
 	if err := <-writerDone; err != nil {
 		t.Fatalf("writer across the promotion: %v", err)
@@ -433,17 +457,15 @@ func (h *haCluster) storedOwner(ctx context.Context, key string) (string, *clust
 // waitOwner waits until the stored map gives key's slot to node want.
 func (h *haCluster) waitOwner(ctx context.Context, key, want string, within time.Duration) *cluster.Map {
 	h.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		o, m := h.storedOwner(ctx, key)
-		if o == want {
-			return m
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("the slot of %s is still owned by %s after %s, want %s", key, o, within, want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var o string
+	var m *cluster.Map
+	if !ev.Within(within, func() bool {
+		o, m = h.storedOwner(ctx, key)
+		return o == want
+	}) {
+		h.t.Fatalf("the slot of %s is still owned by %s after %s, want %s", key, o, within, want)
 	}
+	return m
 }
 
 // TestClusterFailover: six processes with automatic failover (probes every
@@ -485,10 +507,13 @@ func TestClusterFailover(t *testing.T) {
 	// acknowledged is lost.
 	k0 := keyOwnedBy(h, 0)
 	var acked []string
+	var nAcked atomic.Int64 // len(acked), for the test goroutine
+	var ackerExited atomic.Bool
 	stop0 := make(chan struct{})
 	werr := make(chan error, 1)
 	go func() {
 		defer close(werr)
+		defer ackerExited.Store(true)
 		for i := 0; ; i++ {
 			select {
 			case <-stop0:
@@ -501,9 +526,19 @@ func TestClusterFailover(t *testing.T) {
 				return
 			}
 			acked = append(acked, k)
+			nAcked.Add(1)
 		}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// acks waits until the writer has had n more writes acknowledged (or
+	// stopped: werr says why).
+	acks := func(n int64, what string) {
+		t.Helper()
+		from := nAcked.Load()
+		ev.True(t, 30*time.Second, fmt.Sprintf("%d acknowledged writes %s", n, what), func() bool {
+			return nAcked.Load() >= from+n || ackerExited.Load()
+		})
+	}
+	acks(20, "before the SIGTERM")
 	termAt := time.Now()
 	if err := h.nodes[0].proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -518,7 +553,13 @@ func TestClusterFailover(t *testing.T) {
 	if n := m0.Node(nodeID(0)); n.Failed || n.ReplicaOf < 0 || m0.Nodes[n.ReplicaOf].ID != nodeID(3) {
 		t.Fatalf("node 0 after its handover: %+v", n)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The writer keeps writing until node 3 serves the handover's map, and
+	// for 50 writes on it.
+	ev.True(t, 30*time.Second, "node 3 serving the handover's map", func() bool {
+		e, err := reshard.RESP{TLS: h.tls}.Epoch(ctx, h.nodes[3].resp)
+		return err == nil && e >= m0.Epoch
+	})
+	acks(50, "on the handover's map")
 	close(stop0)
 	if err := <-werr; err != nil {
 		t.Fatal(err)
@@ -549,7 +590,10 @@ func TestClusterFailover(t *testing.T) {
 		err error
 	}
 	results := make(chan result, 1<<16)
+	var nOK atomic.Int64 // successful writes so far
 	go func() {
+		backoff := time.NewTicker(20 * time.Millisecond)
+		defer backoff.Stop()
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -560,11 +604,13 @@ func TestClusterFailover(t *testing.T) {
 			err := cc.Set(ctx, "f:{"+k1+"}"+strconv.Itoa(i), "x", 0).Err()
 			results <- result{time.Now(), err}
 			if err != nil {
-				time.Sleep(20 * time.Millisecond)
+				<-backoff.C
+			} else {
+				nOK.Add(1)
 			}
 		}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	ev.True(t, 30*time.Second, "20 writes before the kill", func() bool { return nOK.Load() >= 20 })
 	if o := h.owners()(k1); o != 1 {
 		t.Fatalf("before the kill, %s is served by node %d, not 1: a failover the test did not cause", k1, o)
 	}
@@ -577,15 +623,15 @@ func TestClusterFailover(t *testing.T) {
 	}
 	// Writes flow again: wait for a success after the promotion.
 	var recovered time.Duration
-	deadline := time.Now().Add(15 * time.Second)
-	for recovered == 0 {
-		if err := cc.Set(ctx, "probe:{"+k1+"}", "1", 0).Err(); err == nil {
-			recovered = time.Since(killed)
-		} else if time.Now().After(deadline) {
-			t.Fatalf("writes to the failed-over slots still fail: %v", err)
-		} else {
-			time.Sleep(50 * time.Millisecond)
+	var probeErr error
+	if !ev.Within(15*time.Second, func() bool {
+		if probeErr = cc.Set(ctx, "probe:{"+k1+"}", "1", 0).Err(); probeErr != nil {
+			return false
 		}
+		recovered = time.Since(killed)
+		return true
+	}) {
+		t.Fatalf("writes to the failed-over slots still fail: %v", probeErr)
 	}
 	close(stop)
 	var okBefore, failed, okAfter int
@@ -615,17 +661,10 @@ func TestClusterFailover(t *testing.T) {
 	}
 	h.waitUp(h.nodes[1])
 	h.waitReplicated(ctx, 4, 1, map[string]string{"probe:{" + k1 + "}": "1"})
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	ev.True(t, 15*time.Second, "the returned node's failed flag cleared", func() bool {
 		_, m = h.storedOwner(ctx, k1)
-		if !m.Node(nodeID(1)).Failed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the returned node is still flagged failed")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return !m.Node(nodeID(1)).Failed
+	})
 	if err := h.direct(1).Set(ctx, k1, "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "MOVED ") {
 		t.Fatalf("a write to the returned old primary: %v", err)
 	}
@@ -647,14 +686,28 @@ func TestClusterFailover(t *testing.T) {
 	if err := h.nodes[2].proc.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	// Write to it from the moment it resumes until it serves the map that
+	// makes it a replica (50 MOVED in a row) and at least 200 times: every
+	// write is refused, through the whole window in which it could still
+	// believe itself a primary.
 	refusals := map[string]int{}
-	for i := range 200 {
+	moved := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < 200 || moved < 50; i++ {
 		err := old.Set(ctx, k2, "stale-"+strconv.Itoa(i), 0).Err()
 		if err == nil {
 			t.Fatalf("write %d to the resumed old primary was acknowledged", i)
 		}
-		refusals[strings.SplitN(err.Error(), " ", 2)[0]]++
-		time.Sleep(5 * time.Millisecond)
+		kind := strings.SplitN(err.Error(), " ", 2)[0]
+		refusals[kind]++
+		if kind == "MOVED" {
+			moved++
+		} else {
+			moved = 0
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resumed old primary does not redirect as a replica after %s: refused %v, last %v", 30*time.Second, refusals, err)
+		}
 	}
 	t.Logf("writes to the resumed old primary: refused %v", refusals)
 	if v, err := cc.Get(ctx, k2).Result(); err != nil || v != "before" {
