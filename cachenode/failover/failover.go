@@ -213,6 +213,25 @@ type Config struct {
 	// OnPublish, when set, is called after this monitor published a map
 	// (a test signal).
 	OnPublish func(epoch uint64, why string)
+	// OnPass, when set, is called after every round (probe, report,
+	// decide) with what the round saw and did: the signal a test waits for
+	// before asserting that nothing happened ("three rounds counted these
+	// reports and published nothing"). It runs on the Monitor's goroutine
+	// and must not block. Nil in production.
+	OnPass func(Pass)
+}
+
+// Pass is what one round of a Monitor saw and did (Config.OnPass).
+type Pass struct {
+	// Epoch is the epoch of the stored map the round decided on; 0: no
+	// map read yet, so nothing was decided.
+	Epoch uint64
+	// Reports are the fresh reports the decision counted, by reporter,
+	// this node's own (with its probes' findings) included; nil when
+	// nothing was decided.
+	Reports map[string]Report
+	// Published is the epoch of the map the round published; 0: none.
+	Published uint64
 }
 
 // Report is one node's published view.
@@ -393,7 +412,10 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 	for {
 		start := m.mono()
-		m.tick(ctx)
+		p := m.tick(ctx)
+		if m.cfg.OnPass != nil {
+			m.cfg.OnPass(p)
+		}
 		// The next round: after Interval, or when a peer found down will
 		// have been down for FailAfter (its report then says so at once).
 		next := start + m.cfg.Interval
@@ -467,7 +489,7 @@ func (m *Monitor) onReport(e topology.Entry) error {
 // tick is one round: probe, report, decide on the last map read (a
 // publication is a compare-and-set on its revision, so a map changed since
 // is a conflict, never an overwrite).
-func (m *Monitor) tick(ctx context.Context) {
+func (m *Monitor) tick(ctx context.Context) Pass {
 	m.mu.Lock()
 	t := m.stored
 	m.mu.Unlock()
@@ -478,13 +500,14 @@ func (m *Monitor) tick(ctx context.Context) {
 		}
 	}
 	if mp == nil {
-		return
+		return Pass{}
 	}
 	m.probeAll(ctx, mp)
 	m.report(ctx, mp)
-	if t != nil {
-		m.act(ctx, t)
+	if t == nil {
+		return Pass{}
 	}
+	return m.act(ctx, t)
 }
 
 // Confirm reads the stored map once, as Run does every Interval: a map
@@ -870,12 +893,14 @@ func promoteSpec(s cluster.Spec, failed, newID string) cluster.Spec {
 }
 
 // act publishes what decide asks for; on a conflict it reads the map again
-// and decides again (at most three rounds per tick).
-func (m *Monitor) act(ctx context.Context, t *topology.Topology) {
+// and decides again (at most three rounds per tick). It returns what its
+// last decision saw and published.
+func (m *Monitor) act(ctx context.Context, t *topology.Topology) (p Pass) {
 	for round := 0; round < 3; round++ {
-		a := m.decide(t, m.fresh())
+		p = Pass{Epoch: t.Spec.Epoch, Reports: m.fresh()}
+		a := m.decide(t, p.Reports)
 		if a == nil {
-			return
+			return p
 		}
 		m.log.Info("publishing map: "+a.why, append([]any{"epoch", a.spec.Epoch, "revision", t.Revision}, a.attrs...)...)
 		pctx, cancel := context.WithTimeout(ctx, 2*m.cfg.Interval+time.Second)
@@ -902,20 +927,22 @@ func (m *Monitor) act(ctx context.Context, t *topology.Topology) {
 			if m.cfg.OnPublish != nil {
 				m.cfg.OnPublish(a.spec.Epoch, a.why)
 			}
-			return
+			p.Published = a.spec.Epoch
+			return p
 		case conflict:
 			m.conflicts.Inc()
 			m.log.Info("map changed by another writer; reading it again to decide again", "err", err)
 			if t, err = m.confirmRead(ctx); err != nil {
-				return
+				return p
 			}
 		default:
 			if ctx.Err() == nil {
 				m.log.Warn("map publication failed; deciding again next interval", "err", err)
 			}
-			return
+			return p
 		}
 	}
+	return p
 }
 
 // WriteFence is command.Config.WriteFence: "" while this node may take

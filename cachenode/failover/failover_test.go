@@ -23,6 +23,7 @@ import (
 	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/topology"
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 // Shortened timings; FAILOVER_TEST_DEFAULTS=1 runs with the defaults
@@ -105,16 +106,14 @@ func (p *fakePeer) kill() {
 }
 
 func (p *fakePeer) revive(t *testing.T) {
+	t.Helper()
 	var ln net.Listener
 	var err error
-	for range 50 { // the port was just released
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
+	if !eventually.Within(5*time.Second, func() bool { // the port was just released
+		ln, err = net.Listen("tcp", p.addr)
+		return err == nil
+	}) {
+		t.Fatalf("listening on %s again: %v", p.addr, err)
 	}
 	p.serve(ln)
 }
@@ -164,6 +163,7 @@ type tnode struct {
 	probe   func(ctx context.Context, addr string) error
 	state   *cluster.State
 	mon     *Monitor
+	passes  []Pass // its Monitor's rounds (OnPass), under tcluster.mu
 	reg     *prometheus.Registry
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
@@ -247,6 +247,11 @@ func (c *tcluster) start(id string) {
 			c.publish = append(c.publish, s)
 			c.mu.Unlock()
 			c.pubCh <- s
+		},
+		OnPass: func(p Pass) {
+			c.mu.Lock()
+			n.passes = append(n.passes, p)
+			c.mu.Unlock()
 		}})
 	if err != nil {
 		cancel()
@@ -285,13 +290,50 @@ func (c *tcluster) startAll() {
 
 func (c *tcluster) waitFor(d time.Duration, what string, cond func() bool) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %s waiting until %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	eventually.True(c.t, d, what, cond)
+}
+
+// waitPasses waits until the Monitor of each of ids has completed n
+// rounds, from now on, for which ok holds: what a test waits for before
+// asserting that those rounds did nothing (ok says what they must have
+// seen for that to mean something).
+func (c *tcluster) waitPasses(n int, ids []string, what string, ok func(Pass) bool) {
+	c.t.Helper()
+	c.mu.Lock()
+	from := map[string]int{}
+	for _, id := range ids {
+		from[id] = len(c.nodes[id].passes)
 	}
+	c.mu.Unlock()
+	// A round takes Interval (more when probes time out); allow plenty.
+	eventually.True(c.t, time.Duration(n)*testInterval*10+10*time.Second, fmt.Sprintf("%d rounds of %v in which %s", n, ids, what), func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, id := range ids {
+			seen := 0
+			for _, p := range c.nodes[id].passes[from[id]:] {
+				if ok(p) {
+					seen++
+				}
+			}
+			if seen < n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// running lists the nodes whose Monitor runs.
+func (c *tcluster) running() []string {
+	var ids []string
+	for id, n := range c.nodes {
+		if n.running {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 func (c *tcluster) load() *topology.Topology {
@@ -580,9 +622,13 @@ func testPromotion(t *testing.T, g *kvtest.Group) {
 	if n := nodeSpec(s, "a"); n.ReplicaOf != "a2" || n.Failed {
 		t.Fatalf("a = %+v", n)
 	}
-	time.Sleep(3 * testInterval)
+	// Nothing more to do: every monitor decides on the map that cleared
+	// the flag three times and publishes nothing (a second promotion or
+	// flag change would show in the publications below).
+	c.waitPasses(3, c.running(), "the monitor decided on epoch 3", func(p Pass) bool { return p.Epoch == 3 })
 	// a took its last write (as the epoch 1 primary) before a2 was
-	// promoted, and none after, through the heal.
+	// promoted, and none after, through the heal (a serves epoch 2 since
+	// the heal: the watch counts no write after that).
 	last := aw.lastWrite()
 	t.Logf("partition → a refuses writes: %s; that is %s before the promotion", last.Sub(cut).Round(time.Millisecond), promoted.Sub(last).Round(time.Millisecond))
 	if !last.Before(promoted) {
@@ -615,7 +661,12 @@ func testAsymmetric(t *testing.T, g *kvtest.Group) {
 	promoted := time.Now()
 	c.waitFor(5*time.Second, "a1 takes writes", func() bool { return a1Open.Load() != 0 })
 	stopOpen()
-	time.Sleep(3 * testInterval)
+	// a can take writes as the epoch 1 primary until it serves epoch 2:
+	// wait until it does, and until its monitor has decided twice on the
+	// stored epoch 2 (its lease reads have seen the demotion), so the
+	// watch has seen every write a could still take.
+	c.waitFor(10*time.Second, "a installs epoch 2", func() bool { return a.state.Load().Epoch >= 2 })
+	c.waitPasses(2, []string{"a"}, "the stored map was epoch 2", func(p Pass) bool { return p.Epoch >= 2 })
 	last, open := aw.lastWrite(), time.Unix(0, a1Open.Load())
 	t.Logf("promotion published → old primary a's last write: %s; → a1 takes writes: %s",
 		last.Sub(promoted).Round(time.Millisecond), open.Sub(promoted).Round(time.Millisecond))
@@ -659,7 +710,12 @@ func testNoQuorum(t *testing.T, g *kvtest.Group) {
 		r, ok := a1.mon.Status().Reports["c"]
 		return ok && r.DownMS["a"] >= testFailAfter.Milliseconds()
 	})
-	time.Sleep(testFailAfter)
+	// c's view alone is no quorum: every running monitor decides three
+	// times with c's report of a down for fail-after (b's saying a is up)
+	// and publishes nothing.
+	c.waitPasses(3, c.running(), "c's report of a down for fail-after counted", func(p Pass) bool {
+		return p.Reports["c"].DownMS["a"] >= testFailAfter.Milliseconds() && slices.Contains(p.Reports["b"].Up, "a")
+	})
 	if r := a1.mon.Status().Reports["b"]; r.DownMS["a"] != 0 || !slices.Contains(r.Up, "a") {
 		t.Fatalf("b's report %+v", r)
 	}
