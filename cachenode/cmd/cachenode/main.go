@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/portico-io/portico/cachenode"
 	"github.com/portico-io/portico/cachenode/namespace"
+	"github.com/portico-io/portico/cachenode/server"
 	"github.com/portico-io/portico/internal/envflag"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -74,6 +76,11 @@ func main() {
 			log.Info("Go memory limit set", "bytes", lim)
 		}
 	}
+	// GOMAXPROCS is Go's default, not set here: the CPUs of the process's
+	// affinity mask, capped by its cgroup CPU quota (and followed when the
+	// quota changes). The RESP server's event loops are sized from it
+	// (server.DefaultLoops); see the README's "Sizing".
+	log.Info("runtime sizing", "gomaxprocs", runtime.GOMAXPROCS(0), "numCPU", runtime.NumCPU(), "eventLoops", server.DefaultLoops())
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile, ClusterConfig: *clusterConfig,
 		ClusterKVAddrs: splitList(*kvAddrs), ClusterName: *clusterName, ClusterKVKeyspace: *kvKeyspace,
 		ClusterTopologyCheck: *topoCheck, Failover: *fo, HandoverOnShutdown: *handover, FailoverInterval: *foInterval, FailAfter: *foAfter, FailoverLease: *foLease, BusAddr: *busAddr, ClusterSecret: *clusterSecret, TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext, MigrateKeysPerSecond: float64(*migrateRate),
