@@ -124,6 +124,18 @@ func (p *Primary) Replicas() []ReplicaStatus {
 	return out
 }
 
+// Acked returns the offset each online replica acknowledged, by the
+// address it announced (what failover.Handover waits on).
+func (p *Primary) Acked() map[string]int64 {
+	out := map[string]int64{}
+	for _, r := range p.Replicas() {
+		if r.Online {
+			out[r.Addr] = r.AckOffset
+		}
+	}
+	return out
+}
+
 // serveSync handles SYNC <replid> <offset> [announced-addr]. It replies
 // +CONTINUE <replid> and streams from offset when the backlog still holds
 // it under the same replid, else +FULLRESYNC <replid> <offset>, a snapshot
