@@ -18,11 +18,9 @@ package cachenode
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -32,22 +30,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/portico-io/portico/cachenode/bus"
 	"github.com/portico-io/portico/cachenode/cluster"
 	"github.com/portico-io/portico/cachenode/command"
 	"github.com/portico-io/portico/cachenode/expire"
 	"github.com/portico-io/portico/cachenode/failover"
-	"github.com/portico-io/portico/cachenode/keyspace"
 	"github.com/portico-io/portico/cachenode/metrics"
-	"github.com/portico-io/portico/cachenode/migrate"
 	"github.com/portico-io/portico/cachenode/namespace"
 	"github.com/portico-io/portico/cachenode/repl"
-	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/samples"
-	"github.com/portico-io/portico/cachenode/server"
 	"github.com/portico-io/portico/cachenode/topology"
 	"github.com/portico-io/portico/internal/health"
-	"github.com/portico-io/portico/internal/httpserver"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/tlsfiles"
 )
@@ -201,367 +193,242 @@ func (c *Config) defaults() {
 	}
 }
 
-// Run serves until ctx is done.
+// mode is how the node gets its slot map, if it has one.
+type mode int
+
+const (
+	standalone   mode = iota
+	clusterFile       // the map in the file ClusterConfig
+	clusterStore      // the map in kvnode's consensus tier (ClusterKVAddrs)
+)
+
+func (c *Config) mode() mode {
+	switch {
+	case c.ClusterConfig != "":
+		return clusterFile
+	case len(c.ClusterKVAddrs) > 0 || c.ClusterName != "":
+		return clusterStore
+	}
+	return standalone
+}
+
+func (c *Config) validate() error {
+	if c.MaxMemory < 0 {
+		return fmt.Errorf("cachenode: MaxMemory %d is negative", c.MaxMemory)
+	}
+	if c.ClusterConfig != "" && (len(c.ClusterKVAddrs) > 0 || c.ClusterName != "") {
+		return errors.New("cachenode: a cluster config file and a topology store are exclusive")
+	}
+	return nil
+}
+
+// Run serves until ctx is done: it builds the parts of the node for its
+// mode, runs them under one errgroup, and, when ctx is done, hands the
+// node's slots over (HandoverOnShutdown) before stopping them.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
-	if cfg.MaxMemory < 0 {
-		return fmt.Errorf("cachenode: MaxMemory %d is negative", cfg.MaxMemory)
+	if err := cfg.validate(); err != nil {
+		return err
 	}
-	log := cfg.Logger
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
+	n := &node{cfg: cfg, log: cfg.Logger}
+	defer n.close()
+	switch err := n.build(ctx); {
+	case errors.Is(err, errStopped):
+		return nil
+	case err != nil:
+		return err
 	}
-	clusterMode := cfg.ClusterConfig != "" || len(cfg.ClusterKVAddrs) > 0 || cfg.ClusterName != ""
-	var feed *repl.Feed
-	var observer keyspace.Observer
-	if clusterMode {
+	return n.serve(ctx)
+}
+
+// errStopped: ctx ended while the node waited for its slot map.
+var errStopped = errors.New("cachenode: stopped before serving")
+
+// node is one cache node: built by build, run by serve, released by close.
+// Parts are what serve runs, in build order; the fields below them are the
+// parts other parts are wired to, nil in the modes without them.
+type node struct {
+	cfg Config
+	log *slog.Logger
+
+	parts   []part
+	certs   *certs // nil: plaintext
+	checks  *health.Checks
+	up      atomic.Bool // the RESP listener is serving
+	loading atomic.Bool // a full sync is being applied
+	hold    atomic.Bool // a handover holds keyed commands
+
+	ring    *samples.Ring
+	reg     *namespace.Registry
+	http    *httpPart
+	resp    *respPart
+	metrics *metrics.Metrics
+	eng     *command.Engine
+
+	// Cluster mode.
+	state   *cluster.State
+	feed    *repl.Feed
+	bus     *busPart
+	migrate *migration
+	repl    *replication
+	// Topology-store mode.
+	syncer  *topology.Syncer
+	monitor *failover.Monitor
+	exit    *failover.ShutdownHandover
+}
+
+func (n *node) add(p part) { n.parts = append(n.parts, p) }
+
+// build assembles the parts for the node's mode. HTTP serves from the
+// start: /healthz answers (and /readyz explains) while a node waits for
+// its slot map, so an orchestrator does not restart a node that is only
+// waiting.
+func (n *node) build(ctx context.Context) error {
+	cfg, mode := &n.cfg, n.cfg.mode()
+	if mode != standalone {
 		// Every change is logged for replicas from the start, so a replica
 		// that connects later can continue from the backlog.
-		feed = repl.NewFeed(repl.FeedConfig{BacklogBytes: cfg.ReplBacklogBytes})
-		observer = feed
+		n.feed = repl.NewFeed(repl.FeedConfig{BacklogBytes: cfg.ReplBacklogBytes})
 	}
-	ring := samples.New(cfg.KeySamples, func() int64 { return now().UnixMilli() })
-	sink := ring.Add
-	if cfg.HotKeySink != nil {
-		sink = func(ns, key string) {
-			ring.Add(ns, key)
-			cfg.HotKeySink(ns, key)
-		}
-	}
-	reg := namespace.NewRegistry(namespace.RegistryConfig{Shards: cfg.Shards, HotKeySink: sink,
-		Now: func() int64 { return now().UnixMilli() }, Observer: observer})
-	var watcher *namespace.Watcher
+	n.ring, n.reg = newKeyspace(cfg, n.feed)
 	if cfg.NamespacesFile != "" {
-		watcher = &namespace.Watcher{Path: cfg.NamespacesFile, Registry: reg, Interval: cfg.ReloadInterval, Logger: log, OnCheck: cfg.OnReload}
-		if err := watcher.Load(); err != nil {
-			return fmt.Errorf("cachenode: %w", err)
-		}
-	}
-	var clusterWatcher *cluster.Watcher
-	var clusterState *cluster.State
-	if cfg.ClusterConfig != "" {
-		clusterWatcher = &cluster.Watcher{Path: cfg.ClusterConfig, SelfID: cfg.NodeID, Interval: cfg.ReloadInterval,
-			Logger: log, OnCheck: cfg.OnClusterReload}
-		st, err := clusterWatcher.Load()
+		w, err := loadNamespaces(cfg, n.reg)
 		if err != nil {
-			return fmt.Errorf("cachenode: %w", err)
+			return err
 		}
-		clusterState = st
+		n.add(task{w})
 	}
-	tc := cfg.TLS
-	tc.Registerer, tc.MetricPrefix, tc.Logger = cfg.Registry, "portico_cachenode", log
-	files, err := tlsfiles.LoadOrPlaintext(tc, cfg.InsecurePlaintext, plaintextWarning)
-	if err != nil {
-		return fmt.Errorf("cachenode: RESP and the cluster bus need TLS: %w", err)
-	}
-	var nodeTLS, kvTLS *tls.Config // as a client of other nodes and of kvnode
-	if files != nil {
-		nodeTLS, kvTLS = files.ClientConfig(cacheNodes), files.ClientConfig(kvNodes)
-		// Reloaded from now until Run returns: the topology wait and a
-		// handover after ctx is done use the certificate too.
-		reload, stopReload := context.WithCancel(context.WithoutCancel(ctx))
-		reloaded := make(chan struct{})
-		go func() {
-			defer close(reloaded)
-			_ = files.Run(reload)
-		}()
-		defer func() {
-			stopReload()
-			<-reloaded
-		}()
-	}
-	// HTTP serves from the start: /healthz answers (and /readyz explains)
-	// while the node waits for a slot map, so an orchestrator does not
-	// restart a node that is only waiting. It stays plaintext: health and
-	// metrics only.
-	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("cachenode: listen %s: %w", cfg.HTTPAddr, err)
-	}
-	var up atomic.Bool
-	checks := health.New()
-	checks.Add("resp", func(context.Context) error {
-		if !up.Load() {
-			return errors.New("RESP listener not serving")
+	if mode == clusterFile {
+		w, st, err := loadClusterFile(cfg)
+		if err != nil {
+			return err
 		}
+		n.state = st
+		n.add(task{w})
+	}
+	var err error
+	if n.certs, err = loadCerts(ctx, cfg); err != nil {
+		return err
+	}
+	n.checks = newChecks(&n.up)
+	if n.http, err = startHTTP(ctx, cfg, n.checks); err != nil {
+		return err
+	}
+	n.add(n.http)
+	if mode == clusterStore {
+		if n.syncer, n.state, err = loadTopology(ctx, cfg, n.certs, n.checks); err != nil {
+			return err
+		}
+		n.add(task{n.syncer})
+	}
+	if n.resp, err = listenRESP(cfg, n.certs, n.state); err != nil {
+		return err
+	}
+	n.add(n.resp)
+	if n.metrics, err = newMetrics(cfg, n.reg, n.resp.clients, n.state, n.syncer); err != nil {
+		return err
+	}
+	if n.state != nil {
+		if err := n.buildCluster(ctx); err != nil {
+			return err
+		}
+	}
+	if err := n.buildServer(); err != nil {
+		return err
+	}
+	n.add(task{newCycler(cfg, n.reg)})
+	if n.syncer != nil {
+		n.checks.Add("cluster-topology", topologyFresh(n.syncer))
+	}
+	return nil
+}
+
+// buildCluster adds the bus and what it serves (slot imports, migrations,
+// replication) and, with a topology store, failover and the handover on
+// shutdown.
+func (n *node) buildCluster(ctx context.Context) error {
+	cfg := &n.cfg
+	var err error
+	if n.bus, err = listenBus(cfg, n.state, n.certs); err != nil {
+		return err
+	}
+	n.add(n.bus)
+	if n.migrate, err = newMigration(cfg, n.state, n.reg, n.bus, n.keyStored); err != nil {
+		return err
+	}
+	n.add(n.migrate)
+	if n.repl, err = newReplication(cfg, n.state, n.reg, n.feed, n.bus, n.resp.port, &n.loading, n.keyStored); err != nil {
+		return err
+	}
+	n.add(n.repl)
+	if n.syncer == nil {
 		return nil
-	})
-	httpCtx, stopHTTP := context.WithCancel(ctx)
-	httpDone := make(chan error, 1)
-	go func() {
-		httpDone <- httpserver.Serve(httpCtx, httpLis, httpserver.Config{Gatherer: cfg.Registry, Health: checks, Logger: log})
-	}()
-	httpOwned := false // by the errgroup, once serving
-	defer func() {
-		if !httpOwned {
-			stopHTTP()
-			<-httpDone
+	}
+	if cfg.Failover {
+		if n.monitor, err = newMonitor(ctx, cfg, n.syncer, n.state, n.certs, n.repl.offset); err != nil {
+			return err
 		}
-	}()
+		n.add(task{n.monitor})
+	}
+	if cfg.HandoverOnShutdown {
+		n.exit = newShutdownHandover(cfg, n.syncer, n.state, n.certs, n.feed, n.repl.primary, &n.hold)
+	}
+	return nil
+}
 
-	var syncer *topology.Syncer
-	if len(cfg.ClusterKVAddrs) > 0 || cfg.ClusterName != "" {
-		if cfg.ClusterConfig != "" {
-			return errors.New("cachenode: a cluster config file and a topology store are exclusive")
-		}
-		syncer = &topology.Syncer{Client: &topology.Client{Addrs: cfg.ClusterKVAddrs, Cluster: cfg.ClusterName, Keyspace: cfg.ClusterKVKeyspace, TLS: kvTLS},
-			SelfID: cfg.NodeID, CheckInterval: cfg.ClusterTopologyCheck, Logger: log, OnApply: cfg.OnTopologyApply}
-		if err := syncer.Client.Validate(); err != nil {
-			return fmt.Errorf("cachenode: %w", err)
-		}
-		checks.Add("cluster-topology", func(context.Context) error {
-			return fmt.Errorf("waiting for a slot map listing node %s (cluster %s): %s", cfg.NodeID, cfg.ClusterName, syncer.Status().Err)
-		})
-		st, err := syncer.Load(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped while waiting for a map
-			}
-			return fmt.Errorf("cachenode: %w", err)
-		}
-		clusterState = st
-		log.Info("cluster topology loaded", "cluster", cfg.ClusterName, "epoch", st.Load().Epoch, "revision", syncer.Status().Revision)
-	}
-	respLis, err := net.Listen("tcp", cfg.RESPAddr)
-	if err != nil {
-		return fmt.Errorf("cachenode: listen %s: %w", cfg.RESPAddr, err)
-	}
-	serving := false
-	defer func() {
-		if !serving { // an error before the servers own the listeners
-			respLis.Close()
-		}
-	}()
-	port := 0
-	if ta, ok := respLis.Addr().(*net.TCPAddr); ok {
-		port = ta.Port
-	}
-	if files != nil {
-		// The handshake runs in the connection's goroutine (its first
-		// read), never in the accept loop.
-		respLis = tls.NewListener(respLis, files.APIServerConfig())
-	}
+// keyStored serves the clients blocked on a replicated or imported key.
+// The bus and the follower, which call it, start after the engine is built.
+func (n *node) keyStored(ns string, key []byte) { n.eng.KeyStored(ns, key) }
 
-	if clusterState != nil {
-		if me := clusterState.Load().Myself(); me.Port != port {
-			// Legitimate behind port mapping; otherwise clients redirected here
-			// by other nodes will not reach this one.
-			log.Warn("cluster config advertises another port for this node", "node", me.ID, "advertised", me.Addr(), "listening", port)
-		}
-	}
-	var srv *server.Server
-	clients := func() int {
-		if srv == nil {
-			return 0
-		}
-		return srv.Clients()
-	}
-	m, err := metrics.New(cfg.Registry, reg, cfg.MaxMemory, clients)
-	if err != nil {
-		return fmt.Errorf("cachenode: metrics: %w", err)
-	}
-	if clusterState != nil {
-		var topo func() topology.Status
-		if syncer != nil {
-			topo = syncer.Status
-		}
-		if err := metrics.RegisterCluster(cfg.Registry, clusterState, topo); err != nil {
-			return fmt.Errorf("cachenode: metrics: %w", err)
-		}
-	}
-	var (
-		busLis net.Listener
-		busSrv *bus.Server
-		mover  *migrate.Mover
-		sender *migrate.BusSender
-		moves  func() []cluster.MoveStatus
-
-		primary  *repl.Primary
-		follower *repl.Follower
-		replInfo func() string
-		replPos  func() (int64, bool)
-		loading  atomic.Bool // a full sync is being applied
-	)
-	// Replicated and imported keys serve the clients blocked on them. The
-	// engine is built below, before the bus and the follower start.
-	var eng *command.Engine
-	keyStored := func(ns string, key []byte) { eng.KeyStored(ns, key) }
-	if clusterState != nil {
-		addr := cfg.BusAddr
-		if addr == "" {
-			addr = ":" + strconv.Itoa(clusterState.Load().Myself().BusPort)
-		}
-		if busLis, err = net.Listen("tcp", addr); err != nil {
-			return fmt.Errorf("cachenode: listen %s (bus): %w", addr, err)
-		}
-		defer func() {
-			if !serving {
-				busLis.Close()
-			}
-		}()
-		peer := bus.Peer{Secret: cfg.ClusterSecret, TLS: nodeTLS}
-		if files != nil {
-			busLis = tls.NewListener(busLis, files.ServerConfig(cacheNodes))
-		}
-		busSrv = &bus.Server{Secret: cfg.ClusterSecret, Logger: log}
-		busSrv.Handle(migrate.ImportCommand, migrate.ImportHandler(clusterState, reg, keyStored))
-		sender = &migrate.BusSender{Bus: peer}
-		mover, err = migrate.New(migrate.Config{State: clusterState, Registry: reg, Send: sender.Send,
-			KeysPerSecond: cfg.MigrateKeysPerSecond, Logger: log, Registerer: cfg.Registry})
-		if err != nil {
-			return fmt.Errorf("cachenode: %w", err)
-		}
-		moves = mover.Status
-		rm, err := repl.NewMetrics(cfg.Registry, feed)
-		if err != nil {
-			return fmt.Errorf("cachenode: metrics: %w", err)
-		}
-		primary = repl.NewPrimary(repl.PrimaryConfig{Feed: feed, Registry: reg, Logger: log, Metrics: rm,
-			Serving: func() bool { return !clusterState.Load().Myself().IsReplica() }})
-		primary.Register(busSrv)
-		// Acks every 100 ms: what a primary handing over waits for.
-		follower = repl.NewFollower(repl.FollowerConfig{Registry: reg, Bus: peer, Logger: log, Metrics: rm, AckInterval: 100 * time.Millisecond,
-			Stored: keyStored, Announce: net.JoinHostPort(clusterState.Load().Myself().Host, strconv.Itoa(port))})
-		replInfo = func() string { return repl.Info(feed, primary, follower) }
-		replPos = func() (int64, bool) {
-			if st := follower.Status(); st.Primary != "" {
-				return st.Offset, st.Syncing
-			}
-			return feed.Offset(), false
-		}
-	}
-	var monitor *failover.Monitor
-	if syncer != nil && cfg.Failover {
-		monitor, err = failover.New(failover.Config{Client: syncer.Client, State: clusterState, SelfID: cfg.NodeID, TLS: nodeTLS,
-			Interval: cfg.FailoverInterval, FailAfter: cfg.FailAfter, Lease: cfg.FailoverLease, PromotionHold: cfg.FailoverHold,
-			ReplOffset: func() int64 { o, _ := replPos(); return o }, Logger: log, Registerer: cfg.Registry})
-		if err != nil {
-			return fmt.Errorf("cachenode: %w", err)
-		}
-		// A primary takes writes only once the store confirmed its role.
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := monitor.Confirm(cctx); err != nil {
-			log.Warn("failover: the store did not confirm this node's role yet; writes wait for it", "err", err)
-		}
-		cancel()
-	}
-	var fence func() string
-	if monitor != nil {
-		fence = monitor.WriteFence
-	}
-	var handingOver atomic.Bool // holds commands during a handover
-	eng, err = command.New(command.Config{Registry: reg, MaxMemory: cfg.MaxMemory, RequireAuth: cfg.RequireAuth,
-		NodeID: cfg.NodeID, Port: port, Clients: clients, Observe: m.Observe, Now: cfg.Now, Cluster: clusterState, Moves: moves,
-		ReplicationInfo: replInfo, Replication: replPos, WriteFence: fence, Loading: &loading, Samples: ring, Hold: &handingOver,
-		ScriptTimeLimit: cfg.ScriptTimeLimit, ScriptMaxMemory: cfg.ScriptMaxMemory, ScriptCacheEvalMax: cfg.ScriptCacheEvalMax,
-		ScriptCacheBytes: cfg.ScriptCacheBytes})
-	if err != nil {
-		return fmt.Errorf("cachenode: %w", err)
-	}
-	if err := registerScriptMetrics(cfg.Registry, eng); err != nil {
-		return fmt.Errorf("cachenode: metrics: %w", err)
-	}
-	srv, err = server.New(server.Config{Engine: eng, MaxClients: cfg.MaxClients, Logger: log})
-	if err != nil {
-		return fmt.Errorf("cachenode: %w", err)
-	}
-	cycler := expire.New(expire.Config{Targets: func() []expire.Target {
-		all := reg.All()
-		out := make([]expire.Target, len(all))
-		for i, n := range all {
-			out[i] = n.DB
-		}
-		return out
-	}, OnCycle: cfg.OnExpireCycle})
-
-	if syncer != nil {
-		checks.Add("cluster-topology", func(context.Context) error {
-			st := syncer.Status()
-			if !st.Stale {
-				return nil
-			}
-			return fmt.Errorf("topology store unreachable for %s; serving epoch %d (revision %d): %s",
-				time.Since(st.LastContact).Round(time.Second), st.Epoch, st.Revision, st.Err)
-		})
-	}
-
-	serving = true
-	// The services stop when svc ends: after a handover, when ctx ends.
+// serve runs the parts under one errgroup until one fails or ctx is done
+// and the node has handed over.
+func (n *node) serve(ctx context.Context) error {
+	// The parts stop when svc ends: after a handover, when ctx ends.
 	svc, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSvc()
 	g, gctx := errgroup.WithContext(svc)
 	g.Go(func() error {
 		select {
-		case <-gctx.Done(): // a service failed
+		case <-gctx.Done(): // a part failed
 			return nil
 		case <-ctx.Done():
 		}
-		if syncer != nil && cfg.HandoverOnShutdown {
-			handover(clusterState, syncer.Client, reshard.RESP{TLS: nodeTLS}, cfg.NodeID, feed, primary, &handingOver, log)
+		if n.exit != nil {
+			n.exit.Run(context.WithoutCancel(ctx))
 		}
 		stopSvc()
 		return nil
 	})
-	g.Go(func() error { return srv.Serve(gctx, respLis) })
-	httpOwned = true
-	g.Go(func() error {
-		select {
-		case err := <-httpDone: // the HTTP server failed on its own
-			return err
-		case <-gctx.Done():
-			stopHTTP()
-			return <-httpDone
-		}
-	})
-	g.Go(func() error { return cycler.Run(gctx) })
-	if watcher != nil {
-		g.Go(func() error { return watcher.Run(gctx) })
+	for _, p := range n.parts {
+		g.Go(func() error { return p.run(gctx) })
 	}
-	if clusterWatcher != nil {
-		g.Go(func() error { return clusterWatcher.Run(gctx) })
-	}
-	if syncer != nil {
-		g.Go(func() error { return syncer.Run(gctx) })
-	}
-	if busSrv != nil {
-		g.Go(func() error { return busSrv.Serve(gctx, busLis) })
-		g.Go(func() error {
-			defer sender.Close()
-			return mover.Run(gctx)
-		})
-		g.Go(func() error { return followRole(gctx, clusterState, feed, primary, follower, &loading, log) })
-	}
-	if monitor != nil {
-		g.Go(func() error { return monitor.Run(gctx) })
-	}
-	up.Store(true)
-	log.Info("cachenode serving", "node", cfg.NodeID, "resp", respLis.Addr().String(), "tls", files != nil, "http", httpLis.Addr().String(),
-		"maxmemory", strconv.FormatInt(cfg.MaxMemory, 10), "requireAuth", cfg.RequireAuth, "namespaces", len(reg.All()),
-		"cluster", clusterState != nil)
-	if cfg.Ready != nil {
-		a := Addrs{RESP: respLis.Addr().String(), HTTP: httpLis.Addr().String()}
-		if busLis != nil {
-			a.Bus = busLis.Addr().String()
-		}
-		cfg.Ready <- a
-	}
-	err = g.Wait()
-	up.Store(false)
+	n.up.Store(true)
+	n.announce()
+	err := g.Wait()
+	n.up.Store(false)
 	return err
 }
 
-// registerScriptMetrics exports the script cache's size and evictions.
-func registerScriptMetrics(r prometheus.Registerer, eng *command.Engine) error {
-	for _, c := range []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "portico_cachenode_scripts_cached",
-			Help: "Lua scripts in the script cache, every namespace's."}, func() float64 { return float64(eng.ScriptsCached()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "portico_cachenode_scripts_evicted_total",
-			Help: "Scripts cached by EVAL evicted from the script cache (least recently used first)."}, func() float64 { return float64(eng.ScriptsEvicted()) }),
-	} {
-		if err := r.Register(c); err != nil {
-			return err
-		}
+// announce logs that the node serves and sends its addresses to cfg.Ready.
+func (n *node) announce() {
+	cfg := &n.cfg
+	a := Addrs{RESP: n.resp.lis.Addr().String(), HTTP: n.http.lis.Addr().String()}
+	if n.bus != nil {
+		a.Bus = n.bus.lis.Addr().String()
 	}
-	return nil
+	n.log.Info("cachenode serving", "node", cfg.NodeID, "resp", a.RESP, "tls", n.certs != nil, "http", a.HTTP,
+		"maxmemory", strconv.FormatInt(cfg.MaxMemory, 10), "requireAuth", cfg.RequireAuth, "namespaces", len(n.reg.All()),
+		"cluster", n.state != nil)
+	if cfg.Ready != nil {
+		cfg.Ready <- a
+	}
+}
+
+// close releases every part, last built first, then stops reloading the
+// certificates; after serve it only closes what is already closed.
+func (n *node) close() {
+	for i := len(n.parts) - 1; i >= 0; i-- {
+		n.parts[i].close()
+	}
+	n.certs.close()
 }
