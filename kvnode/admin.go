@@ -11,8 +11,8 @@ import (
 	"github.com/portico-io/portico/kvnode/antientropy"
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/coordinator"
+	"github.com/portico-io/portico/kvnode/membership"
 	"github.com/portico-io/portico/kvnode/record"
-	"github.com/portico-io/portico/kvnode/ring"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
 )
 
@@ -58,42 +58,12 @@ func (n *Node) Ring() api.RingView {
 		if len(m.Tokens) == 0 || m.State == kvv1.MemberState_MEMBER_STATE_LEFT {
 			continue
 		}
-		v.Nodes = append(v.Nodes, RingMember{ID: m.Id, Addr: m.Addr, Rack: m.Rack, State: stateName(m.State), Tokens: m.Tokens, Ownership: own[m.Id]})
+		v.Nodes = append(v.Nodes, RingMember{ID: m.Id, Addr: m.Addr, Rack: m.Rack, State: membership.StateName(m.State), Tokens: m.Tokens, Ownership: own[m.Id]})
 	}
-	if len(fut.Ranges()) != len(v.Ranges) || !sameRanges(fut.Ranges(), v.Ranges) {
+	if membership.Moving(cur, fut) {
 		v.Pending = fut.Ranges()
 	}
 	return v
-}
-
-func sameRanges(a, b []ring.Range) bool {
-	for i := range a {
-		if a[i].Start != b[i].Start || a[i].End != b[i].End || len(a[i].Replicas) != len(b[i].Replicas) {
-			return false
-		}
-		for j := range a[i].Replicas {
-			if a[i].Replicas[j] != b[i].Replicas[j] {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func stateName(s kvv1.MemberState) string {
-	switch s {
-	case kvv1.MemberState_MEMBER_STATE_NORMAL:
-		return "NORMAL"
-	case kvv1.MemberState_MEMBER_STATE_JOINING:
-		return "JOINING"
-	case kvv1.MemberState_MEMBER_STATE_LEAVING:
-		return "LEAVING"
-	case kvv1.MemberState_MEMBER_STATE_LEFT:
-		return "LEFT"
-	case kvv1.MemberState_MEMBER_STATE_PENDING:
-		return "PENDING"
-	}
-	return "UNKNOWN"
 }
 
 // Members implements api.Admin.
@@ -102,7 +72,7 @@ func (n *Node) Members() api.MemberList {
 	var out []MemberView
 	for _, m := range n.mem.Snapshot() {
 		out = append(out, MemberView{
-			ID: m.Id, Addr: m.Addr, Rack: m.Rack, State: stateName(m.State), Alive: n.mem.Alive(m.Id),
+			ID: m.Id, Addr: m.Addr, Rack: m.Rack, State: membership.StateName(m.State), Alive: n.mem.Alive(m.Id),
 			Phi: n.mem.Phi(m.Id), Generation: m.Generation, Heartbeat: m.Heartbeat, Hints: pending[m.Id],
 		})
 	}

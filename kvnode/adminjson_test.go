@@ -119,6 +119,9 @@ func adminFixtureNode(t *testing.T) *Node {
 	cfg := Config{NodeID: "a", Replication: 2, Vnodes: 2, Now: clock, Logger: log, DataDir: t.TempDir()}
 	n := &Node{cfg: cfg, st: st, mem: mem, hints: hints}
 	n.rep = antientropy.New(antientropy.Config{Self: "a", Now: clock, Logger: log}, st, unreachablePeers{}, mem)
+	// No transport or streamer: the moves asked for here are refused
+	// before they reach a peer.
+	n.moves = membership.NewProtocol(membership.ProtocolConfig{Logger: log}, mem, st, nil, nil)
 	return n
 }
 

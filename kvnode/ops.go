@@ -21,7 +21,7 @@ import (
 
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/coordinator"
-	"github.com/portico-io/portico/kvnode/ring"
+	"github.com/portico-io/portico/kvnode/membership"
 	kvv1 "github.com/portico-io/portico/proto/portico/kv/v1"
 )
 
@@ -223,10 +223,9 @@ func (n *Node) Load(ctx context.Context, r io.Reader) (api.LoadResult, error) {
 // a ring change that would give this node a range waits until the range
 // is deleted (and is then streamed in afresh). Only a NORMAL node cleans.
 func (n *Node) Cleanup(context.Context) (api.CleanupResult, error) {
-	n.moveMu.Lock()
-	defer n.moveMu.Unlock()
+	defer n.moves.HoldMoves()()
 	if s := n.mem.Self().State; s != kvv1.MemberState_MEMBER_STATE_NORMAL {
-		return api.CleanupResult{}, fmt.Errorf("%w: this node is %s; only a NORMAL node cleans up", api.ErrConflict, stateName(s))
+		return api.CleanupResult{}, fmt.Errorf("%w: this node is %s; only a NORMAL node cleans up", api.ErrConflict, membership.StateName(s))
 	}
 	n.gate.RLock()
 	cur, fut := n.mem.Rings()
@@ -247,142 +246,30 @@ func (n *Node) Cleanup(context.Context) (api.CleanupResult, error) {
 	return api.CleanupResult{KeysDeleted: cl.Deleted, RangesKept: len(keep)}, nil
 }
 
-// Replace implements api.Ops (Cassandra's replace_address, etcd's member
-// replace): this node, new and without tokens (started with --join-mode
-// manual), takes over the tokens of a dead NORMAL node of the same rack.
-// In one announced step it becomes JOINING with those tokens and marks the
-// dead node LEAVING, so coordinators write to it as the pending owner of
-// exactly the dead node's ranges; it streams those ranges from every live
-// replica, compares each with each live replica by Merkle tree (repairing
-// what differs), then turns NORMAL as the dead node turns LEFT, in one
-// announced step. A node replaced while down stands down if it returns.
-// Safe to call again after a failure (it resumes, also after a restart).
+// Replace implements api.Ops (membership.Protocol.Replace): this node,
+// new and without tokens (started with --join-mode manual), takes over
+// the tokens of a dead NORMAL node of the same rack, streams its ranges
+// and verifies them by repair. Safe to call again after a failure.
 func (n *Node) Replace(ctx context.Context, dead string) (api.ReplaceResult, error) {
-	n.moveMu.Lock()
-	self := n.mem.Self()
-	if self.State == kvv1.MemberState_MEMBER_STATE_JOINING {
-		was, err := n.st.GetMeta(metaReplacing)
-		n.moveMu.Unlock()
-		if err != nil {
-			return api.ReplaceResult{}, err
-		}
-		if string(was) != dead {
-			return api.ReplaceResult{}, fmt.Errorf("%w: this node is already joining (replacing %q)", api.ErrConflict, was)
-		}
-		return n.finishReplace(ctx, dead)
-	}
-	err := n.startReplace(self, dead)
-	n.moveMu.Unlock()
+	r, err := n.moves.Replace(ctx, dead)
 	if err != nil {
-		return api.ReplaceResult{}, err
+		return api.ReplaceResult{}, conflictErr(err)
 	}
-	return n.finishReplace(ctx, dead)
+	return api.ReplaceResult{
+		Node: r.Node, Replaced: r.Replaced, Tokens: r.Tokens,
+		KeysStreamed: r.KeysStreamed, RangesVerified: r.RangesVerified, KeysRepaired: r.KeysRepaired,
+	}, nil
 }
 
-// startReplace checks the replacement is safe and takes the dead node's
-// tokens (JOINING, dead node LEAVING), persisted; n.moveMu held.
-func (n *Node) startReplace(self *kvv1.Member, dead string) error {
-	bad := func(msg string, args ...any) error {
-		return fmt.Errorf("%w: cannot replace %s: %s", api.ErrConflict, dead, fmt.Sprintf(msg, args...))
+// conflictErr makes a refusal of the membership protocol an
+// api.ErrConflict (409), its message unchanged.
+func conflictErr(err error) error {
+	if errors.Is(err, membership.ErrConflict) {
+		return conflict{err}
 	}
-	if self.State != kvv1.MemberState_MEMBER_STATE_PENDING {
-		return bad("this node is %s; start a new node (new id, empty data dir, --join-mode manual) to replace it", stateName(self.State))
-	}
-	if dead == self.Id {
-		return bad("a node cannot replace itself; give the new node a new id")
-	}
-	m, ok := n.mem.Member(dead)
-	switch {
-	case !ok:
-		return bad("no such member (known: %v)", n.memberIDs())
-	case m.State != kvv1.MemberState_MEMBER_STATE_NORMAL || len(m.Tokens) == 0:
-		return bad("it is %s; only a NORMAL member holding tokens can be replaced", stateName(m.State))
-	case n.mem.Alive(dead):
-		return bad("it is alive as this node sees it; replace only a dead node (decommission a live one)")
-	case m.Rack != self.Rack:
-		return bad("it is in rack %q and this node in %q: a replacement keeps the replica placement, so it must be in the same rack", m.Rack, self.Rack)
-	}
-	cur, fut := n.mem.Rings()
-	if len(cur.Ranges()) != len(fut.Ranges()) || !sameRanges(cur.Ranges(), fut.Ranges()) {
-		return bad("a join or leave is in progress; one ring change at a time")
-	}
-	if err := n.st.PutMeta(metaReplacing, []byte(dead)); err != nil {
-		return err
-	}
-	return n.persistTakeover(kvv1.MemberState_MEMBER_STATE_JOINING, m.Tokens, dead, kvv1.MemberState_MEMBER_STATE_LEAVING)
+	return err
 }
 
-func (n *Node) memberIDs() []string {
-	var ids []string
-	for _, m := range n.mem.Snapshot() {
-		ids = append(ids, m.Id)
-	}
-	return ids
-}
+type conflict struct{ error }
 
-// persistTakeover is persistSelf for a replacement: the local state and
-// the dead node's change in one membership step (Membership.Takeover).
-func (n *Node) persistTakeover(state kvv1.MemberState, tokens []uint64, dead string, deadState kvv1.MemberState) error {
-	if tokens != nil {
-		if err := n.st.PutMeta(metaTokens, encodeTokens(tokens)); err != nil {
-			return err
-		}
-	}
-	if err := n.st.PutMeta(metaState, []byte{byte(state)}); err != nil {
-		return err
-	}
-	if !n.mem.Takeover(state, tokens, dead, deadState) {
-		return fmt.Errorf("kvnode: %s is not a member", dead)
-	}
-	n.savePeers()
-	return nil
-}
-
-// finishReplace announces the takeover, streams and verifies the ranges,
-// then flips ownership; idempotent.
-func (n *Node) finishReplace(ctx context.Context, dead string) (ReplaceResult, error) {
-	n.moveMu.Lock()
-	defer n.moveMu.Unlock()
-	res := ReplaceResult{Node: n.cfg.NodeID, Replaced: dead, Tokens: n.mem.Self().Tokens}
-	if err := n.announce(ctx); err != nil {
-		return res, err
-	}
-	var err error
-	if res.KeysStreamed, err = n.pullGained(ctx); err != nil {
-		return res, err
-	}
-	// Verify: every range this node will serve, against every other live
-	// replica of it (one tree request per peer). Writes racing the stream
-	// reach this node as pending owner, so differences left here are rare;
-	// they are repaired both ways.
-	_, fut := n.mem.Rings()
-	byPeer := map[string][]ring.Range{}
-	for _, rg := range fut.RangesOf(n.cfg.NodeID) {
-		verified := 0
-		for _, peer := range rg.Replicas {
-			if peer != n.cfg.NodeID && n.mem.Alive(peer) {
-				byPeer[peer] = append(byPeer[peer], rg)
-				verified++
-			}
-		}
-		if verified == 0 {
-			return res, fmt.Errorf("%w: range (%d,%d]: no live replica to verify it against", api.ErrConflict, rg.Start, rg.End)
-		}
-	}
-	for peer, ranges := range byPeer {
-		pulled, pushed, err := n.rep.RepairRanges(ctx, ranges, peer)
-		if err != nil {
-			return res, fmt.Errorf("kvnode: verifying ranges with %s: %w", peer, err)
-		}
-		res.KeysRepaired += pulled + pushed
-		res.RangesVerified += len(ranges)
-	}
-	if err := n.persistTakeover(kvv1.MemberState_MEMBER_STATE_NORMAL, nil, dead, kvv1.MemberState_MEMBER_STATE_LEFT); err != nil {
-		return res, err
-	}
-	if err := n.st.PutMeta(metaReplacing, nil); err != nil {
-		return res, err
-	}
-	n.cfg.Logger.Info("kvnode: replaced", "dead", dead, "keys_streamed", res.KeysStreamed, "keys_repaired", res.KeysRepaired)
-	return res, n.announce(ctx)
-}
+func (c conflict) Unwrap() []error { return []error{c.error, api.ErrConflict} }

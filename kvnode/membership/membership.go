@@ -3,6 +3,13 @@
 // leaving, left) and heartbeat, plus a phi-accrual suspicion score per peer.
 // Down is a local, temporary judgement made from the score; removal from the
 // ring only happens through an explicit state change (decommission).
+//
+// Membership is the view and its merge rules; Protocol is the node's side
+// of the protocol that moves it: gossip rounds, announcements, and the
+// ring moves (found, join, decommission, replace) with their range
+// streaming, persisted so a restart resumes them. Protocol reaches storage,
+// peers and anti-entropy only through the role interfaces Meta, Transport
+// and Streamer, so this package depends on the ring alone.
 package membership
 
 import (
