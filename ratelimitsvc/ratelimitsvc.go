@@ -196,29 +196,17 @@ func redisTLSConfig(cfg Config, files *tlsfiles.Files) (*tls.Config, error) {
 	return c, nil
 }
 
-// answeredOnce is a readiness check that passes once client's store has
-// answered a PING (every primary of a Cluster, whose slot map must load
-// first) and from then on without calling it.
-func answeredOnce(client redis.UniversalClient) health.Check {
+// answeredOnce is the readiness check of RedisReadyAtStart: it fails
+// until prepare (bucket.Redis.Prepare: the scripts loaded on every
+// primary) has succeeded once, and passes from then on, whatever Redis
+// does later (fail modes answer an outage).
+func answeredOnce(prepare func(context.Context) error) health.Check {
 	var answered atomic.Bool
 	return func(ctx context.Context) error {
 		if answered.Load() {
 			return nil
 		}
-		var err error
-		if c, ok := client.(*redis.ClusterClient); ok {
-			var primaries atomic.Int32
-			err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-				primaries.Add(1)
-				return m.Ping(ctx).Err()
-			})
-			if err == nil && primaries.Load() == 0 {
-				err = errors.New("the cluster's slot map lists no primary")
-			}
-		} else {
-			err = client.Ping(ctx).Err()
-		}
-		if err != nil {
+		if err := prepare(ctx); err != nil {
 			return fmt.Errorf("no answer yet: %w", err)
 		}
 		answered.Store(true)
@@ -279,7 +267,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// the first answer may be waited for (RedisReadyAtStart).
 		backend = rd
 		if cfg.RedisReadyAtStart {
-			checks.Add("redis-answered", answeredOnce(client))
+			checks.Add("redis-answered", answeredOnce(rd.Prepare))
 		}
 		if cfg.Replicas == 0 {
 			counter, err = peers.New(peers.Config{Client: client, Key: cmp.Or(cfg.KeyPrefix, service.DefaultKeyPrefix) + "{replicas}", ID: cfg.NodeID,

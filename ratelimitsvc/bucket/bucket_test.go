@@ -9,6 +9,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -534,5 +535,60 @@ func warmUp(t *testing.T, pfx string, stores ...store) {
 		if d, err := st.Check(context.Background(), items); err != nil || d.Committed {
 			t.Fatalf("warm-up: %+v %v, want denied", d, err)
 		}
+	}
+}
+
+// TestPrepareLoadsScriptsOnEveryPrimary: Prepare (ratelimitsvc's
+// readiness at start) leaves both bucket scripts on every primary of a
+// cachenode cluster, so the first decision after a start runs its EVALSHA
+// at once instead of a NOSCRIPT and a SCRIPT LOAD to every primary inside
+// one request's timeout.
+func TestPrepareLoadsScriptsOnEveryPrimary(t *testing.T) {
+	cc, ok := cacheNodeCluster(t).(*redis.ClusterClient)
+	if !ok {
+		t.Fatal("bucket.NewClient of several addresses is not a ClusterClient")
+	}
+	var shas []string
+	for _, f := range []string{"check.lua", "refund.lua"} {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shas = append(shas, redis.NewScript(string(src)).Hash())
+	}
+	ctx := context.Background()
+	// loaded counts the primaries holding both scripts, and all primaries.
+	loaded := func() (with, all int) {
+		var mu sync.Mutex
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			exists, err := m.ScriptExists(ctx, shas...).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			all++
+			if !slices.Contains(exists, false) {
+				with++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return with, all
+	}
+	if with, all := loaded(); with != 0 || all != 3 {
+		t.Fatalf("before Prepare: scripts on %d of %d primaries, want 0 of 3", with, all)
+	}
+	rd, err := bucket.NewRedis(bucket.RedisConfig{Client: cc, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.Prepare(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if with, all := loaded(); with != all || all != 3 {
+		t.Fatalf("after Prepare: scripts on %d of %d primaries, want all 3", with, all)
 	}
 }

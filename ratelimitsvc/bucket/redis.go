@@ -315,6 +315,40 @@ func (r *Redis) eval(ctx context.Context, sha, src string, keys []string, args [
 	return res, nil
 }
 
+// Prepare loads the bucket scripts on every node that serves keys (each
+// primary of a Cluster) and so proves that the store answers: the first
+// decision after a start then runs its EVALSHA at once, instead of a
+// NOSCRIPT, a SCRIPT LOAD to every primary over new connections and a
+// second EVALSHA inside one request's timeout. It fails while a Cluster's
+// slot map lists no primary.
+func (r *Redis) Prepare(ctx context.Context) error {
+	load := func(ctx context.Context, c redis.Scripter) error {
+		for _, src := range []string{checkLua, refundLua} {
+			if err := c.ScriptLoad(ctx, src).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if c, ok := r.cfg.Client.(*redis.ClusterClient); ok {
+		var primaries atomic.Int32
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			primaries.Add(1)
+			return load(ctx, m)
+		})
+		if err == nil && primaries.Load() == 0 {
+			err = errors.New("the cluster's slot map lists no primary")
+		}
+	} else {
+		err = load(ctx, r.cfg.Client)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBackend, err)
+	}
+	return nil
+}
+
 // Ping checks that Redis answers, for readiness.
 func (r *Redis) Ping(ctx context.Context) error {
 	if err := r.cfg.Client.Ping(ctx).Err(); err != nil {
