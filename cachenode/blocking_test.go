@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 // Blocking list commands end to end, through the server's wait: FIFO
@@ -23,22 +25,6 @@ import (
 // cluster mode -MOVED when the slot moves and -UNBLOCKED when the node
 // becomes a replica. Nothing sleeps: waits poll INFO's blocked_clients (as
 // Redis's own tests do) or read replies, under deadlines.
-
-// eventually polls cond until it holds, failing after d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-	}
-}
 
 // blockedClients reads INFO clients' blocked_clients.
 func blockedClients(t *testing.T, c *redis.Client) int {
@@ -59,7 +45,7 @@ func blockedClients(t *testing.T, c *redis.Client) int {
 
 func waitBlockedClients(t *testing.T, c *redis.Client, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("%d blocked clients", n), func() bool { return blockedClients(t, c) == n })
+	eventually.True(t, 10*time.Second, fmt.Sprintf("%d blocked clients", n), func() bool { return blockedClients(t, c) == n })
 }
 
 // sendRaw writes one command in RESP on rc without reading.

@@ -12,8 +12,15 @@
 // With ClusterConfig it is one node of a Redis-Cluster-style cluster
 // (package cluster): MOVED/CROSSSLOT and the CLUSTER commands, so cluster
 // clients work unchanged. With ClusterKVAddrs the slot map comes from
-// kvnode's consensus tier instead of a file (package topology). Resharding,
-// replication and failover are later steps.
+// kvnode's consensus tier instead of a file (package topology); slots move
+// between nodes live (migrate, reshard), a replica follows its primary's
+// stream (repl), and the nodes' monitors promote a replica by quorum when a
+// primary fails (failover). Sorted sets, transactions, blocking commands
+// and Lua scripts (package script) follow Redis's semantics.
+//
+// Run builds the parts the Config asks for (parts.go, clusterparts.go),
+// runs them under one errgroup, and on shutdown (HandoverOnShutdown) hands
+// a primary's slots to a replica before it stops.
 package cachenode
 
 import (

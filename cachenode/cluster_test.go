@@ -20,7 +20,7 @@ import (
 
 	"github.com/portico-io/portico/cachenode"
 	"github.com/portico-io/portico/cachenode/slots"
-	ev "github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
+	"github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
 	"github.com/portico-io/portico/internal/testdeps"
 )
 
@@ -345,7 +345,7 @@ func TestClusterRepliesMatchRedisServer(t *testing.T) {
 		t.Fatal(out, err)
 	}
 	var out string
-	if !ev.Within(10*time.Second, func() bool {
+	if !eventually.Within(10*time.Second, func() bool {
 		out, _ = rs.CLI("CLUSTER", "INFO")
 		return strings.Contains(out, "cluster_state:ok")
 	}) {

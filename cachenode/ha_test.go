@@ -23,7 +23,7 @@ import (
 	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
-	ev "github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
+	"github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -136,7 +136,7 @@ func (h *haCluster) waitUp(n *haNode) {
 	h.t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: n.resp, Protocol: 2, MaxRetries: -1, TLSConfig: h.tls})
 	defer c.Close()
-	if !ev.Within(30*time.Second, func() bool {
+	if !eventually.Within(30*time.Second, func() bool {
 		if c.Ping(context.Background()).Err() == nil {
 			return true
 		}
@@ -172,7 +172,7 @@ func (h *haCluster) waitReplicated(ctx context.Context, p, r int, sample map[str
 		h.t.Fatal(err)
 	}
 	var want, got int64
-	if !ev.Within(20*time.Second, func() bool {
+	if !eventually.Within(20*time.Second, func() bool {
 		want, _ = pc.DBSize(ctx).Result()
 		got, _ = rc.DBSize(ctx).Result()
 		if want != got {
@@ -352,7 +352,7 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	writes := func(n int64, what string) {
 		t.Helper()
 		from := nWritten.Load()
-		ev.True(t, 30*time.Second, fmt.Sprintf("%d writes %s", n, what), func() bool {
+		eventually.True(t, 30*time.Second, fmt.Sprintf("%d writes %s", n, what), func() bool {
 			return nWritten.Load() >= from+n || writerExited.Load()
 		})
 	}
@@ -383,7 +383,7 @@ func TestClusterReplicasAndPromotion(t *testing.T) {
 	// The writer keeps writing until both nodes serve the swapped map, and
 	// for 50 writes on it.
 	nodeEpochs := reshard.RESP{TLS: h.tls}
-	ev.True(t, 30*time.Second, "nodes 0 and 3 serving the swapped map", func() bool {
+	eventually.True(t, 30*time.Second, "nodes 0 and 3 serving the swapped map", func() bool {
 		for _, i := range []int{0, 3} {
 			if e, err := nodeEpochs.Epoch(ctx, h.nodes[i].resp); err != nil || e < next.Epoch {
 				return false
@@ -459,7 +459,7 @@ func (h *haCluster) waitOwner(ctx context.Context, key, want string, within time
 	h.t.Helper()
 	var o string
 	var m *cluster.Map
-	if !ev.Within(within, func() bool {
+	if !eventually.Within(within, func() bool {
 		o, m = h.storedOwner(ctx, key)
 		return o == want
 	}) {
@@ -534,7 +534,7 @@ func TestClusterFailover(t *testing.T) {
 	acks := func(n int64, what string) {
 		t.Helper()
 		from := nAcked.Load()
-		ev.True(t, 30*time.Second, fmt.Sprintf("%d acknowledged writes %s", n, what), func() bool {
+		eventually.True(t, 30*time.Second, fmt.Sprintf("%d acknowledged writes %s", n, what), func() bool {
 			return nAcked.Load() >= from+n || ackerExited.Load()
 		})
 	}
@@ -555,7 +555,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	// The writer keeps writing until node 3 serves the handover's map, and
 	// for 50 writes on it.
-	ev.True(t, 30*time.Second, "node 3 serving the handover's map", func() bool {
+	eventually.True(t, 30*time.Second, "node 3 serving the handover's map", func() bool {
 		e, err := reshard.RESP{TLS: h.tls}.Epoch(ctx, h.nodes[3].resp)
 		return err == nil && e >= m0.Epoch
 	})
@@ -610,7 +610,7 @@ func TestClusterFailover(t *testing.T) {
 			}
 		}
 	}()
-	ev.True(t, 30*time.Second, "20 writes before the kill", func() bool { return nOK.Load() >= 20 })
+	eventually.True(t, 30*time.Second, "20 writes before the kill", func() bool { return nOK.Load() >= 20 })
 	if o := h.owners()(k1); o != 1 {
 		t.Fatalf("before the kill, %s is served by node %d, not 1: a failover the test did not cause", k1, o)
 	}
@@ -624,7 +624,7 @@ func TestClusterFailover(t *testing.T) {
 	// Writes flow again: wait for a success after the promotion.
 	var recovered time.Duration
 	var probeErr error
-	if !ev.Within(15*time.Second, func() bool {
+	if !eventually.Within(15*time.Second, func() bool {
 		if probeErr = cc.Set(ctx, "probe:{"+k1+"}", "1", 0).Err(); probeErr != nil {
 			return false
 		}
@@ -661,7 +661,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	h.waitUp(h.nodes[1])
 	h.waitReplicated(ctx, 4, 1, map[string]string{"probe:{" + k1 + "}": "1"})
-	ev.True(t, 15*time.Second, "the returned node's failed flag cleared", func() bool {
+	eventually.True(t, 15*time.Second, "the returned node's failed flag cleared", func() bool {
 		_, m = h.storedOwner(ctx, k1)
 		return !m.Node(nodeID(1)).Failed
 	})

@@ -17,7 +17,7 @@ import (
 	"github.com/portico-io/portico/cachenode/reshard"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
-	ev "github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
+	"github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
 )
 
 // TestClusterReshardUnderLoad: two primaries own every slot; a third joins
@@ -130,7 +130,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	// Load on the final map too: every worker's client has to follow the
 	// last moves.
 	final := ops.Load()
-	ev.True(t, 20*time.Second, "400 client operations on the final map", func() bool { return ops.Load() >= final+400 })
+	eventually.True(t, 20*time.Second, "400 client operations on the final map", func() bool { return ops.Load() >= final+400 })
 	close(stop)
 	wg.Wait()
 	if e := errs.Load(); e != 0 {

@@ -19,7 +19,7 @@ import (
 	"github.com/portico-io/portico/cachenode/internal/kvtest"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/cachenode/topology"
-	ev "github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
+	"github.com/portico-io/portico/internal/eventually" // blocking_test.go has a func named eventually
 	"github.com/portico-io/portico/internal/xdstest"
 )
 
@@ -115,7 +115,7 @@ func TestClusterTopologyFromKVNode(t *testing.T) {
 		start := time.Now()
 		slot := slots.Of([]byte(key))
 		wantMoved := fmt.Sprintf("MOVED %d %s", slot, addrs[owner])
-		ev.True(t, 5*time.Second, fmt.Sprintf("the nodes to converge on epoch %d (%s on node %d)", epoch, key, owner), func() bool {
+		eventually.True(t, 5*time.Second, fmt.Sprintf("the nodes to converge on epoch %d (%s on node %d)", epoch, key, owner), func() bool {
 			for i := range nodes {
 				err := direct[i].Get(c, key).Err()
 				info := direct[i].ClusterInfo(c).Val()
@@ -218,7 +218,7 @@ func TestClusterTopologyFromKVNode(t *testing.T) {
 	}
 	var code int
 	var ready string
-	if !ev.Within(10*time.Second, func() bool {
+	if !eventually.Within(10*time.Second, func() bool {
 		var m string
 		_, m = httpGet(t, "http://"+nodes[1].addrs.HTTP+"/metrics")
 		code, ready = httpGet(t, "http://"+nodes[1].addrs.HTTP+"/readyz")
@@ -243,7 +243,7 @@ func TestClusterTopologyFromKVNode(t *testing.T) {
 		g.Restart(i)
 	}
 	g.WaitLeader(30 * time.Second)
-	ev.True(t, 15*time.Second, "the stale report to clear once the store is back", func() bool {
+	eventually.True(t, 15*time.Second, "the stale report to clear once the store is back", func() bool {
 		_, m := httpGet(t, "http://"+nodes[1].addrs.HTTP+"/metrics")
 		code, _ := httpGet(t, "http://"+nodes[1].addrs.HTTP+"/readyz")
 		return code == http.StatusOK && strings.Contains(m, "portico_cachenode_cluster_topology_stale 0")

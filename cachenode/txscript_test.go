@@ -13,19 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-io/portico/cachenode"
+	"github.com/portico-io/portico/internal/eventually"
 )
-
-// pollUntil calls cond (a round trip to the node, which paces the loop)
-// until it holds or the deadline passes.
-func pollUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
 
 // TestTransactionsAreAtomic: transactions that move units between two
 // keys, and optimistic (WATCH) increments, under concurrent writers and
@@ -245,7 +234,7 @@ func TestScriptBusyAndKill(t *testing.T) {
 	go func() { done <- runner.Eval(cx, "local i = 0 while true do i = i + 1 end", nil).Err() }()
 	// Poll with PING, which takes no lock: a command that queued for the
 	// script's locks before the time limit waits for the script.
-	pollUntil(t, 10*time.Second, "BUSY", func() bool {
+	eventually.True(t, 10*time.Second, "BUSY", func() bool {
 		err := admin.Ping(cx).Err()
 		return err != nil && strings.HasPrefix(err.Error(), "BUSY ")
 	})
@@ -276,7 +265,7 @@ func TestScriptBusyAndKill(t *testing.T) {
 	go func() {
 		done <- runner.Eval(cx, "while true do pcall(function() local i = 0 while true do i = i + 1 end end) end", nil).Err()
 	}()
-	pollUntil(t, 10*time.Second, "BUSY", func() bool {
+	eventually.True(t, 10*time.Second, "BUSY", func() bool {
 		err := admin.Do(cx, "SCRIPT", "KILL").Err()
 		return err == nil
 	})
@@ -292,7 +281,7 @@ local stop = tonumber(redis.call('TIME')[1]) + 1
 while tonumber(redis.call('TIME')[1]) <= stop do end
 return 'finished'`, []string{"written"}).Err()
 	}()
-	pollUntil(t, 10*time.Second, "UNKILLABLE", func() bool {
+	eventually.True(t, 10*time.Second, "UNKILLABLE", func() bool {
 		err := admin.Do(cx, "SCRIPT", "KILL").Err()
 		return err != nil && strings.HasPrefix(err.Error(), "UNKILLABLE ")
 	})

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/peerbench"
 	"github.com/portico-io/portico/internal/testdeps"
@@ -313,10 +314,10 @@ func TestPeerSameSequence(t *testing.T) {
 		// had; each says so (a metric here, a log line there).
 		putFile(t, dir, "self.yaml", selfReplacingYAML)
 		putFile(t, peer.dir, "self.yaml", selfReplacingYAML)
-		eventually(t, 10*time.Second, "ratelimitsvc to reject self.yaml", func() bool {
+		eventually.True(t, 10*time.Second, "ratelimitsvc to reject self.yaml", func() bool {
 			return strings.Contains(ours.metrics(t), `portico_ratelimitsvc_rule_updates_total{result="rejected",source="file"} 1`)
 		})
-		eventually(t, 10*time.Second, "envoyproxy/ratelimit to reject self.yaml", func() bool {
+		eventually.True(t, 10*time.Second, "envoyproxy/ratelimit to reject self.yaml", func() bool {
 			return strings.Contains(peer.proc.Output(), "replaces should not contain name of same descriptor")
 		})
 		compare("after self.yaml ", after)

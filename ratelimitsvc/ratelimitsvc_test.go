@@ -23,6 +23,7 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/controlplane/cptest"
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/ratelimitsvc"
 	"github.com/portico-io/portico/ratelimitsvc/source"
@@ -137,18 +138,6 @@ func getJSON(t *testing.T, url string, out any) int {
 	return resp.StatusCode
 }
 
-// eventually polls cond every 20ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-time.After(20 * time.Millisecond)
-	}
-}
-
 func codes(t *testing.T, in *instance, n int, domain string, kv ...string) string {
 	var out []string
 	for range n {
@@ -185,14 +174,14 @@ func TestFileRulesHotReload(t *testing.T) {
 		t.Fatalf("limit 2: %s", got)
 	}
 	write(4)
-	eventually(t, 10*time.Second, "the new file version", func() bool { return in.config(t).Versions["file"] != v1 })
+	eventually.True(t, 10*time.Second, "the new file version", func() bool { return in.config(t).Versions["file"] != v1 })
 	if got := codes(t, in, 3, "files", "user", "a"); got != "OK OK OVER_LIMIT" {
 		t.Fatalf("limit 4 (2 used): %s", got)
 	}
 	v2 := in.config(t).Versions["file"]
 	put("domain: files\ndescriptors: [{key: user, rate_limit: {unit: eon}}]")
 	// The rejection is a signal (a metric), not a sleep.
-	eventually(t, 10*time.Second, "the broken file to be rejected", func() bool {
+	eventually.True(t, 10*time.Second, "the broken file to be rejected", func() bool {
 		return strings.Contains(in.metrics(t), `portico_ratelimitsvc_rule_updates_total{result="rejected",source="file"}`)
 	})
 	if c := in.config(t); c.Versions["file"] != v2 || len(c.Rules) != 1 || c.Rules[0].Limit != 4 {
@@ -279,19 +268,19 @@ func TestControlPlaneRules(t *testing.T) {
 	in := start(t, cfg)
 	// Ready once the first (empty) rule set arrives; the rule comes later,
 	// on the live stream.
-	eventually(t, 30*time.Second, "/readyz with no rules yet", func() bool {
+	eventually.True(t, 30*time.Second, "/readyz with no rules yet", func() bool {
 		return getJSON(t, "http://"+in.addrs.HTTP+"/readyz", nil) == http.StatusOK
 	})
 	postRule(t, cp.Admin, map[string]any{"name": "per-consumer", "domain": "portico",
 		"descriptors": []any{map[string]any{"key": "consumer"}}, "limit": 2, "window": "1h", "burst": 1})
-	eventually(t, 30*time.Second, "the rule over xDS", func() bool { return len(in.config(t).Rules) == 1 })
+	eventually.True(t, 30*time.Second, "the rule over xDS", func() bool { return len(in.config(t).Rules) == 1 })
 	if got := codes(t, in, 4, "portico", "consumer", "acme"); got != "OK OK OK OVER_LIMIT" {
 		t.Fatalf("limit 2 + burst 1: %s", got)
 	}
 	// A replica on the standard RateLimitConfig gets the same rule in
 	// envoyproxy/ratelimit's terms: 2 per hour, fixed window, no burst.
 	std := start(t, ratelimitsvc.Config{XDSAddr: cp.XDS, XDSType: source.ConfigType, NodeID: "rls-test-std", StateDir: t.TempDir()})
-	eventually(t, 30*time.Second, "the RateLimitConfig over xDS", func() bool {
+	eventually.True(t, 30*time.Second, "the RateLimitConfig over xDS", func() bool {
 		c := std.config(t)
 		return len(c.Rules) == 1 && c.Rules[0].ID == "xds-config:portico:consumer"
 	})
@@ -341,7 +330,7 @@ func TestControlPlaneRules(t *testing.T) {
 	staleCfg.XDSStaleAfter = 300 * time.Millisecond
 	stale := start(t, staleCfg)
 	var failed struct{ Failed map[string]string }
-	eventually(t, 10*time.Second, "/readyz to report stale rules", func() bool {
+	eventually.True(t, 10*time.Second, "/readyz to report stale rules", func() bool {
 		return getJSON(t, "http://"+stale.addrs.HTTP+"/readyz", &failed) == http.StatusServiceUnavailable
 	})
 	if why := failed.Failed["xds-rules-fresh"]; !strings.HasPrefix(why, "policy stale since ") || !strings.Contains(why, "Unavailable") {
@@ -365,7 +354,7 @@ func TestHammerFourInstances(t *testing.T) {
 	for i := range 4 {
 		in := start(t, ratelimitsvc.Config{XDSAddr: cp.XDS, NodeID: fmt.Sprintf("hammer-%d", i), StateDir: t.TempDir(),
 			RedisAddr: redis, RedisTimeout: 2 * time.Second, KeyPrefix: prefix})
-		eventually(t, 30*time.Second, "the rule over xDS", func() bool { return len(in.config(t).Rules) == 1 })
+		eventually.True(t, 30*time.Second, "the rule over xDS", func() bool { return len(in.config(t).Rules) == 1 })
 		ins = append(ins, in)
 	}
 	began := time.Now()
@@ -411,7 +400,7 @@ func TestReplicasCountThemselves(t *testing.T) {
 		ins = append(ins, start(t, ratelimitsvc.Config{RedisAddr: redis, KeyPrefix: prefix, NodeID: "rls-count-" + strconv.Itoa(i)}))
 	}
 	const three, two = "portico_ratelimitsvc_replicas 3\n", "portico_ratelimitsvc_replicas 2\n"
-	eventually(t, 20*time.Second, "every replica counting 3", func() bool {
+	eventually.True(t, 20*time.Second, "every replica counting 3", func() bool {
 		for _, in := range ins {
 			if !strings.Contains(in.metrics(t), three) {
 				return false
@@ -420,7 +409,7 @@ func TestReplicasCountThemselves(t *testing.T) {
 		return true
 	})
 	ins[2].stop()
-	eventually(t, 20*time.Second, "the others counting 2", func() bool {
+	eventually.True(t, 20*time.Second, "the others counting 2", func() bool {
 		return strings.Contains(ins[0].metrics(t), two) && strings.Contains(ins[1].metrics(t), two)
 	})
 }

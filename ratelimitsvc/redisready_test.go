@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/portico-io/portico/cachenode"
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -43,7 +44,7 @@ func TestRedisReadyAtStart(t *testing.T) {
 		t.Fatalf("store down at start: /readyz %d %v, want 503 naming redis-answered", code, failed)
 	}
 	store.Start()
-	eventually(t, 10*time.Second, "ready once the store answers", func() bool { code, _ := in.readyz(t); return code == 200 })
+	eventually.True(t, 10*time.Second, "ready once the store answers", func() bool { code, _ := in.readyz(t); return code == 200 })
 	store.Kill()
 	if code, failed := in.readyz(t); code != 200 {
 		t.Fatalf("store down after it answered: /readyz %d %v, want 200", code, failed)
@@ -85,7 +86,7 @@ func TestCachenodeAsPlatformRedis(t *testing.T) {
 	prefix := "portico:cachetls:" + strconv.FormatInt(time.Now().UnixNano(), 10) + ":"
 	in := start(t, ratelimitsvc.Config{ConfigDir: dir, KeyPrefix: prefix, RedisAddr: node, RedisTLSServerRole: identity.CacheNode,
 		RedisReadyAtStart: true, RedisTimeout: time.Second, TLS: ca.Files(t, identity.RateLimit, "ratelimitsvc")})
-	eventually(t, 10*time.Second, "ready once the node answers", func() bool { code, _ := in.readyz(t); return code == 200 })
+	eventually.True(t, 10*time.Second, "ready once the node answers", func() bool { code, _ := in.readyz(t); return code == 200 })
 	dial(in)
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		if got := in.check(t, "cache", "user", "ada"); got != want {

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-io/portico/cachenode"
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 type fakeClock struct{ ms atomic.Int64 }
@@ -369,21 +370,6 @@ func TestStaleFillRace(t *testing.T) {
 	}
 }
 
-// waitFor polls cond (a condition on the node) until it holds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(10 * time.Second)
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatal("condition not reached")
-		case <-tick.C:
-		}
-	}
-}
-
 // TestFillsNeverGoBackwards: readers on four clients (no shared
 // single-flight) fill with whatever origin version they read, slowly, while
 // a writer commits and invalidates; once the writer stops and the readers
@@ -458,7 +444,7 @@ func TestSecondDelete(t *testing.T) {
 	}
 	rdb.Set(ctx, "k", encode(entry{version: 9, soft: c.now().UnixMilli() + 60000, payload: []byte("old")}), time.Minute)
 	rdb.Set(ctx, "keep", encode(entry{version: 11, soft: c.now().UnixMilli() + 60000, payload: []byte("new")}), time.Minute)
-	waitFor(t, func() bool { e, ok := stored(t, rdb, "k"); return !ok || e.tombstone() })
+	eventually.True(t, 10*time.Second, "k gone or a tombstone", func() bool { e, ok := stored(t, rdb, "k"); return !ok || e.tombstone() })
 	if e, ok := stored(t, rdb, "keep"); !ok || e.version != 11 {
 		t.Fatalf("newer value removed: %+v %v", e, ok)
 	}
@@ -530,7 +516,7 @@ func TestHardTTL(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, "k").Val(); ttl <= 0 || ttl > 20*time.Millisecond {
 		t.Fatalf("PTTL = %v, want the hard TTL 20ms", ttl)
 	}
-	waitFor(t, func() bool { return rdb.Exists(ctx, "k").Val() == 0 })
+	eventually.True(t, 10*time.Second, "k gone", func() bool { return rdb.Exists(ctx, "k").Val() == 0 })
 	c.Get(ctx, "k", loader)
 	if loads.Load() != 2 {
 		t.Fatalf("loader calls %d, want 2", loads.Load())
@@ -712,7 +698,7 @@ func TestPrimaryDownReplicaRead(t *testing.T) {
 	if err := replica.ReadOnly(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return replica.Exists(ctx, key).Val() == 1 })
+	eventually.True(t, 10*time.Second, "the key on the replica", func() bool { return replica.Exists(ctx, key).Val() == 1 })
 	// The replica client must know the map with the replicas (New's warm-up
 	// loaded it before the replicas were surely in it).
 	c.replica.(*redis.ClusterClient).ReloadState(ctx)
