@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/eventually"
+	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/cp"
-
-	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // group is a Raft group of real cp.Groups in this process on loopback:
@@ -195,20 +195,6 @@ func (gr *group) groupOf(i int) *cp.Group {
 	return gr.nodes[i].g
 }
 
-// poll re-checks cond every 10ms until it holds or timeout passes.
-func poll(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // waitLeader waits until a running node leads and every running node
 // knows the leader's HTTP address (so followers can forward); it returns
 // the leader's index.
@@ -219,7 +205,7 @@ func (gr *group) waitLeader() int { return gr.waitLeaderExcept(-1) }
 func (gr *group) waitLeaderExcept(skip int) int {
 	gr.t.Helper()
 	leader := -1
-	poll(gr.t, "a leader known to every running node", 20*time.Second, func() bool {
+	eventually.True(gr.t, 20*time.Second, "a leader known to every running node", func() bool {
 		leader = -1
 		for i := range gr.nodes {
 			if g := gr.groupOf(i); g != nil && i != skip && g.IsLeader() {
@@ -344,7 +330,7 @@ func TestCompareAndSetAndForwarding(t *testing.T) {
 		t.Fatalf("follower read %q rev %d forwarded %q", r.body, r.rev(), r.header.Get(api.HeaderForwarded))
 	}
 	// A stale read is served locally and converges.
-	poll(t, "stale read on the follower to see v2", 5*time.Second, func() bool {
+	eventually.True(t, 5*time.Second, "stale read on the follower to see v2", func() bool {
 		r := gr.must("GET", f, "/v1/cp/locks/a?stale=true", nil, nil, r.status)
 		return string(r.body) == "v2" && r.header.Get(api.HeaderForwarded) == ""
 	})
@@ -393,7 +379,7 @@ func TestCompareAndSetAndForwarding(t *testing.T) {
 			gr.kill(i)
 		}
 	}
-	poll(t, "the lone node to answer 503", 10*time.Second, func() bool {
+	eventually.True(t, 10*time.Second, "the lone node to answer 503", func() bool {
 		r, err := do(context.Background(), gr.client, "PUT", gr.nodes[f].httpAddr, "/v1/cp/locks/b", []byte("x"), nil)
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 // acked writes k0..k(n-1) through rotating nodes and returns what was
@@ -69,7 +71,7 @@ func TestLeaderKillRestartAndRecovery(t *testing.T) {
 	gr.start(old)
 	gr.waitRestored(old)
 	last := gr.must("GET", leader, "/v1/cp/ks/k59", nil, nil, http.StatusOK).rev()
-	poll(t, "the restarted node to catch up", 10*time.Second, func() bool {
+	eventually.True(t, 10*time.Second, "the restarted node to catch up", func() bool {
 		return gr.groupOf(old).Revision() >= last
 	})
 	gr.checkKeys(old, acked, "?stale=true")

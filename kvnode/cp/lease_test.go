@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 func TestLeaseKeepAliveAndExpiry(t *testing.T) {
@@ -41,7 +43,7 @@ func TestLeaseKeepAliveAndExpiry(t *testing.T) {
 	tick.Stop()
 
 	// No more keepalives: the lease expires and takes its keys, not others.
-	poll(t, "the lease's keys to vanish", 10*time.Second, func() bool {
+	eventually.True(t, 10*time.Second, "the lease's keys to vanish", func() bool {
 		a, _ := do(t.Context(), gr.client, "GET", gr.nodes[leader].httpAddr, "/v1/cp/locks/a", nil, nil)
 		b, _ := do(t.Context(), gr.client, "GET", gr.nodes[leader].httpAddr, "/v1/cp/locks/b", nil, nil)
 		return a.status == http.StatusNotFound && b.status == http.StatusNotFound

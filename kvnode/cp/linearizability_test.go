@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 // The register-with-CAS model, one register per key (absent = "").
@@ -275,7 +277,7 @@ func (gr *group) runClients(t *testing.T, staleReads bool) (h *history, waitOps 
 	}
 	waitOps = func(n int64) {
 		target := h.done.Load() + n
-		poll(t, fmt.Sprintf("%d more completed operations", n), 30*time.Second, func() bool { return h.done.Load() >= target })
+		eventually.True(t, 30*time.Second, fmt.Sprintf("%d more completed operations", n), func() bool { return h.done.Load() >= target })
 	}
 	return h, waitOps, stopClients
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/kvnode/cp"
 )
 
@@ -61,7 +62,7 @@ func TestAddAndRemoveVoterThroughAdminAPI(t *testing.T) {
 	if got := voterIDs(gr.members(leader)); got != "c0,c1,c2,c3" {
 		t.Fatalf("voters %s", got)
 	}
-	poll(t, "the new voter to catch up", 10*time.Second, func() bool {
+	eventually.True(t, 10*time.Second, "the new voter to catch up", func() bool {
 		r, err := do(t.Context(), gr.client, "GET", gr.nodes[nn].httpAddr, "/v1/cp/ks/k19?stale=true", nil, nil)
 		return err == nil && string(r.body) == "v19"
 	})
@@ -71,7 +72,7 @@ func TestAddAndRemoveVoterThroughAdminAPI(t *testing.T) {
 	// for the quorum (2 of the 3 voters left), so writes going through
 	// prove it votes.
 	gr.must("DELETE", nn, "/admin/v1/cp/members/"+gr.nodes[f].id, nil, nil, http.StatusOK)
-	poll(t, "the removal to reach every voter", 10*time.Second, func() bool {
+	eventually.True(t, 10*time.Second, "the removal to reach every voter", func() bool {
 		for _, i := range []int{leader, nn} {
 			if len(strings.Split(voterIDs(gr.members(i)), ",")) != 3 {
 				return false

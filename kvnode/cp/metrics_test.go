@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 // gauges gathers one group's collector into name → value.
@@ -51,7 +53,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		poll(t, "revision on every node", 10*time.Second, func() bool {
+		eventually.True(t, 10*time.Second, "revision on every node", func() bool {
 			m := gauges(t, gr.groupOf(i).Collector())
 			return m["portico_kvnode_cp_revision"] == float64(e.Revision) && m["portico_kvnode_cp_applied_index"] >= float64(e.Revision)
 		})
