@@ -62,7 +62,11 @@ type Config struct {
 
 // Store is the Postgres-backed scheduler store.
 type Store struct {
-	pool        *pgxpool.Pool
+	pool *pgxpool.Pool
+	// planned is the claim's and the reaper's pool: its connections carry
+	// plannedParams, so each of those statements is sent alone (no
+	// transaction around it to set them) and planned once per connection.
+	planned     *pgxpool.Pool
 	tokens      *pgtokens.Table
 	log         *slog.Logger
 	tenantCap   int
@@ -94,27 +98,59 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if _, set := pc.ConnConfig.RuntimeParams["jit"]; !set {
 		pc.ConnConfig.RuntimeParams["jit"] = "off"
 	}
+	// plannedConns of MaxConns go to the claim's and reaper's pool.
+	pc.MaxConns = max(cfg.MaxConns-plannedConns, 2)
+	planned, err := plannedPool(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
+		planned.Close()
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	if err := migrate(ctx, pool, cfg.Logger); err != nil {
 		pool.Close()
+		planned.Close()
 		return nil, err
 	}
 	if cfg.TenantMaxRunning < 0 || cfg.TenantRate < 0 || cfg.TenantBurst < 0 {
 		pool.Close()
+		planned.Close()
 		return nil, errors.New("store: TenantMaxRunning, TenantRate and TenantBurst must not be negative")
 	}
 	if cfg.TenantBurst == 0 {
 		cfg.TenantBurst = max(1, int(cfg.TenantRate))
 	}
-	return &Store{pool: pool, tokens: pgtokens.New(pool, "scheduler.api_tokens"), log: cfg.Logger, tenantCap: cfg.TenantMaxRunning, tenantRate: cfg.TenantRate,
+	return &Store{pool: pool, planned: planned, tokens: pgtokens.New(pool, "scheduler.api_tokens"), log: cfg.Logger, tenantCap: cfg.TenantMaxRunning, tenantRate: cfg.TenantRate,
 		tenantBurst: cfg.TenantBurst}, nil
 }
 
 // Close releases the pool.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() { s.pool.Close(); s.planned.Close() }
+
+// plannedConns is the size of the claim's and reaper's pool.
+const plannedConns = 4
+
+// plannedPool opens the claim's and reaper's pool: claimPlanning's
+// settings as connection parameters (see claimPlanning).
+func plannedPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	pc.MaxConns = plannedConns
+	for k, v := range plannedParams {
+		if _, set := pc.ConnConfig.RuntimeParams[k]; !set || k != "jit" {
+			pc.ConnConfig.RuntimeParams[k] = v
+		}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return pool, nil
+}
 
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
