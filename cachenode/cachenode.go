@@ -142,6 +142,10 @@ type Config struct {
 	Shards int
 	// MaxClients caps connections (default server.DefaultMaxClients).
 	MaxClients int
+	// EventLoops is the number of event loops serving plaintext RESP
+	// connections (server.Config.Loops): 0 = one per two Ps
+	// (server.DefaultLoops), negative = a goroutine per connection.
+	EventLoops int
 	// ScriptTimeLimit is how long a Lua script runs before the other
 	// connections of its namespace get -BUSY and SCRIPT KILL may stop it
 	// (default command.DefaultScriptTimeLimit, Redis's 5 s).

@@ -267,7 +267,7 @@ func (n *node) buildServer() error {
 	if err := registerScriptMetrics(cfg.Registry, n.eng); err != nil {
 		return fmt.Errorf("cachenode: metrics: %w", err)
 	}
-	srv, err := server.New(server.Config{Engine: n.eng, MaxClients: cfg.MaxClients, Logger: cfg.Logger})
+	srv, err := server.New(server.Config{Engine: n.eng, MaxClients: cfg.MaxClients, Loops: cfg.EventLoops, Logger: cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("cachenode: %w", err)
 	}

@@ -47,6 +47,7 @@ func main() {
 	clusterSecret := envflag.String(fs, "cluster-secret", "PORTICO_CACHE_CLUSTER_SECRET", "", "cluster mode: shared secret required on the bus port and presented to peers")
 	migrateRate := envflag.Uint(fs, "migrate-keys-per-second", "PORTICO_CACHE_MIGRATE_KEYS_PER_SECOND", 20000, "cluster mode: rate at which this node copies out slots it migrates")
 	maxmem := envflag.String(fs, "maxmemory", "PORTICO_CACHE_MAXMEMORY", "0", "node memory limit: bytes or 256mb-style; 0 = unlimited")
+	loops := envflag.String(fs, "event-loops", "PORTICO_CACHE_EVENT_LOOPS", "auto", "event loops serving plaintext RESP connections: auto (one per two of GOMAXPROCS, at least one), a number, or off (a goroutine per connection); TLS connections always have a goroutine each")
 	requireAuth := envflag.Bool(fs, "require-auth", "PORTICO_CACHE_REQUIRE_AUTH", false, "refuse commands before AUTH <namespace> <secret>")
 	logFormat := envflag.String(fs, "log-format", "PORTICO_LOG_FORMAT", "json", "log format: json or text")
 	logLevel := envflag.String(fs, "log-level", "PORTICO_LOG_LEVEL", "info", "log level")
@@ -80,11 +81,16 @@ func main() {
 	// affinity mask, capped by its cgroup CPU quota (and followed when the
 	// quota changes). The RESP server's event loops are sized from it
 	// (server.DefaultLoops); see the README's "Sizing".
-	log.Info("runtime sizing", "gomaxprocs", runtime.GOMAXPROCS(0), "numCPU", runtime.NumCPU(), "eventLoops", server.DefaultLoops())
+	eventLoops, err := parseLoops(*loops)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	log.Info("runtime sizing", "gomaxprocs", runtime.GOMAXPROCS(0), "numCPU", runtime.NumCPU(), "eventLoops", shownLoops(eventLoops))
 	cfg := cachenode.Config{NodeID: *nodeID, RESPAddr: *respAddr, HTTPAddr: *httpAddr, NamespacesFile: *nsFile, ClusterConfig: *clusterConfig,
 		ClusterKVAddrs: splitList(*kvAddrs), ClusterName: *clusterName, ClusterKVKeyspace: *kvKeyspace,
 		ClusterTopologyCheck: *topoCheck, Failover: *fo, HandoverOnShutdown: *handover, FailoverInterval: *foInterval, FailAfter: *foAfter, FailoverLease: *foLease, BusAddr: *busAddr, ClusterSecret: *clusterSecret, TLS: tlsFlags.Config(), InsecurePlaintext: *plaintext, MigrateKeysPerSecond: float64(*migrateRate),
-		MaxMemory: mm, RequireAuth: *requireAuth, Logger: log}
+		MaxMemory: mm, RequireAuth: *requireAuth, EventLoops: eventLoops, Logger: log}
 	if (len(cfg.ClusterKVAddrs) > 0) != (cfg.ClusterName != "") {
 		fmt.Fprintln(os.Stderr, "--cluster-kv-addrs and --cluster-name go together")
 		os.Exit(2)
@@ -134,6 +140,33 @@ func cgroupMemoryMax() int64 {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil { // "max"
+		return 0
+	}
+	return n
+}
+
+// parseLoops reads --event-loops as cachenode.Config.EventLoops: auto is
+// 0 (server.DefaultLoops), off is -1 (a goroutine per connection).
+func parseLoops(v string) (int, error) {
+	switch v {
+	case "auto", "":
+		return 0, nil
+	case "off":
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1024 {
+		return 0, fmt.Errorf("--event-loops %q: want auto, off or a number from 1 to 1024", v)
+	}
+	return n, nil
+}
+
+// shownLoops is the number of event loops the server will run for n.
+func shownLoops(n int) int {
+	switch {
+	case n == 0:
+		return server.DefaultLoops()
+	case n < 0:
 		return 0
 	}
 	return n

@@ -16,3 +16,19 @@ func TestMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestParseLoops(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		bad  bool
+	}{
+		{"auto", 0, false}, {"", 0, false}, {"off", -1, false}, {"1", 1, false}, {"4", 4, false},
+		{"0", 0, true}, {"-1", 0, true}, {"1025", 0, true}, {"two", 0, true},
+	} {
+		got, err := parseLoops(tc.in)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("parseLoops(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.bad)
+		}
+	}
+}
