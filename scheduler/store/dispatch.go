@@ -757,10 +757,11 @@ const reapSQL = `WITH expired AS (
 // RetryLater and Dead do.
 func (s *Store) Reap(ctx context.Context, batch int) (ReapResult, error) {
 	// Most passes find nothing: a look through the RUNNING runs' index
-	// first spares them the reap's statement and its plan (a generic plan,
-	// made on every connection the pool hands the reaper).
+	// first spares them the reap's statement and its plan. On the planned
+	// pool, so that it is that index: planned as usual this EXISTS read
+	// ~550 buffers (31 ms) a pass during a 20,000-run burst.
 	var expired bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scheduler.scheduled_execution
+	if err := s.planned.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM scheduler.scheduled_execution
 		WHERE status = 'RUNNING' AND lease_expires_at < now())`).Scan(&expired); err != nil {
 		return ReapResult{}, fmt.Errorf("store: reap: %w", err)
 	}
