@@ -187,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("controlplane: rollouts: %w", err)
 	}
-	defer ctl.Close()
+	defer ctl.Close() //nolint:contextcheck // Close runs once ctx is done and must still release the leader lock
 	fv, err := fleet.New(ctx, fleet.Config{DatabaseURL: cfg.DatabaseURL, Tracker: tracker, ReplicaID: cfg.ReplicaID, Logger: log})
 	if err != nil {
 		return fmt.Errorf("controlplane: fleet: %w", err)
@@ -217,7 +217,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Name: "portico_controlplane_postgres_up",
 		Help: "1 when the config store answers a ping (checked at scrape time), else 0.",
 	}, func() float64 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		if st.Ping(ctx) != nil {
 			return 0
@@ -228,11 +228,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("controlplane: metrics: %w", err)
 	}
 
-	adminLis, err := net.Listen("tcp", cfg.AdminAddr)
+	var lc net.ListenConfig
+	adminLis, err := lc.Listen(ctx, "tcp", cfg.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("controlplane: admin listener: %w", err)
 	}
-	xdsLis, err := net.Listen("tcp", cfg.XDSAddr)
+	xdsLis, err := lc.Listen(ctx, "tcp", cfg.XDSAddr)
 	if err != nil {
 		adminLis.Close()
 		return fmt.Errorf("controlplane: xds listener: %w", err)

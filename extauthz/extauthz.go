@@ -217,11 +217,12 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		checks.Add("policy-xds", fresh.Check)
 	}
-	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	var lc net.ListenConfig
+	grpcLis, err := lc.Listen(ctx, "tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("extauthz: grpc listener: %w", err)
 	}
-	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	httpLis, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
 		grpcLis.Close()
 		return fmt.Errorf("extauthz: http listener: %w", err)

@@ -325,11 +325,12 @@ func Run(ctx context.Context, cfg Config) error {
 		checks.Add("xds-rules-fresh", ads.Health.Check)
 	}
 
-	glis, err := net.Listen("tcp", cfg.GRPCAddr)
+	var lc net.ListenConfig
+	glis, err := lc.Listen(ctx, "tcp", cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("ratelimitsvc: %w", err)
 	}
-	hlis, err := net.Listen("tcp", cfg.HTTPAddr)
+	hlis, err := lc.Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
 		glis.Close()
 		return fmt.Errorf("ratelimitsvc: %w", err)

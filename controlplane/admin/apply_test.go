@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -17,7 +18,9 @@ const applyBatch = `{"items":[
 	{"kind":"ratelimit-rules","resource":{"name":"per-consumer","domain":"portico","descriptors":[{"key":"consumer"}],"limit":5,"window":"1s","burst":5}}
 ]}`
 
-func (e *env) apply(body string, dry bool, h http.Header) (*ApplyResponse, *http.Response) {
+// apply POSTs a batch and returns its decoded answer (nil for an error)
+// and the recorded response.
+func (e *env) apply(body string, dry bool, h http.Header) (*ApplyResponse, *httptest.ResponseRecorder) {
 	e.t.Helper()
 	path := Prefix + ApplyPath
 	if dry {
@@ -27,13 +30,13 @@ func (e *env) apply(body string, dry bool, h http.Header) (*ApplyResponse, *http
 	}
 	w := e.do("POST", path, body, h)
 	if w.Code >= 300 {
-		return nil, w.Result()
+		return nil, w
 	}
 	var out ApplyResponse
 	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
 		e.t.Fatalf("apply: %v: %s", err, w.Body)
 	}
-	return &out, w.Result()
+	return &out, w
 }
 
 // A dry run answers the diff and changes nothing; the apply then makes
@@ -43,8 +46,8 @@ func (e *env) apply(body string, dry bool, h http.Header) (*ApplyResponse, *http
 func TestApplyDryRunThenOneVersionThenUnchanged(t *testing.T) {
 	e := newEnv(t)
 	plan, resp := e.apply(applyBatch, true, nil)
-	if plan == nil || resp.StatusCode != http.StatusOK || plan.Result != ApplyPlanned || len(plan.Changes) != 4 || plan.Version != 0 {
-		t.Fatalf("dry run: %d %+v", resp.StatusCode, plan)
+	if plan == nil || resp.Code != http.StatusOK || plan.Result != ApplyPlanned || len(plan.Changes) != 4 || plan.Version != 0 {
+		t.Fatalf("dry run: %d %+v", resp.Code, plan)
 	}
 	if e.head() != 0 {
 		t.Fatalf("dry run made version %d", e.head())
@@ -56,24 +59,24 @@ func TestApplyDryRunThenOneVersionThenUnchanged(t *testing.T) {
 	}
 
 	got, resp := e.apply(applyBatch, false, nil)
-	if got == nil || resp.StatusCode != http.StatusCreated || got.Result != ApplyApplied || got.Version != 1 || len(got.Changes) != 4 {
-		t.Fatalf("apply: %d %+v", resp.StatusCode, got)
+	if got == nil || resp.Code != http.StatusCreated || got.Result != ApplyApplied || got.Version != 1 || len(got.Changes) != 4 {
+		t.Fatalf("apply: %d %+v", resp.Code, got)
 	}
-	if resp.Header.Get(HeaderConfigVersion) != "1" {
-		t.Fatalf("version header %q", resp.Header.Get(HeaderConfigVersion))
+	if resp.Header().Get(HeaderConfigVersion) != "1" {
+		t.Fatalf("version header %q", resp.Header().Get(HeaderConfigVersion))
 	}
 
 	again, resp := e.apply(applyBatch, false, nil)
-	if again == nil || resp.StatusCode != http.StatusOK || again.Result != ApplyUnchanged || again.Unchanged != 4 || e.head() != 1 {
-		t.Fatalf("second apply: %d %+v head %d", resp.StatusCode, again, e.head())
+	if again == nil || resp.Code != http.StatusOK || again.Result != ApplyUnchanged || again.Unchanged != 4 || e.head() != 1 {
+		t.Fatalf("second apply: %d %+v head %d", resp.Code, again, e.head())
 	}
 
 	changed := `{"prune":["routes","clusters"],"items":[
 		{"kind":"clusters","resource":{"name":"echo","endpoints":[{"address":"127.0.0.1","port":18901}]}}]}`
 	// The route still needs the cluster? No: it is pruned in the same batch.
 	got, resp = e.apply(changed, false, nil)
-	if got == nil || resp.StatusCode != http.StatusCreated || got.Version != 2 || len(got.Changes) != 2 {
-		t.Fatalf("apply with prune: %d %+v", resp.StatusCode, got)
+	if got == nil || resp.Code != http.StatusCreated || got.Version != 2 || len(got.Changes) != 2 {
+		t.Fatalf("apply with prune: %d %+v", resp.Code, got)
 	}
 	actions := map[string]string{}
 	for _, c := range got.Changes {
@@ -150,7 +153,7 @@ func TestApplyTakesALargeBatch(t *testing.T) {
 	e.expectError(e.do("POST", Prefix+"/clusters", big, newKeyHeader()), http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "")
 	plan, resp := e.apply(b.String(), true, nil)
 	if plan == nil || len(plan.Changes) != n {
-		t.Fatalf("large dry run: %d", resp.StatusCode)
+		t.Fatalf("large dry run: %d", resp.Code)
 	}
 	if got, _ := e.apply(b.String(), false, nil); got == nil || got.Version != 1 {
 		t.Fatalf("large apply: %+v", got)

@@ -118,7 +118,7 @@ type request struct {
 }
 
 // do sends rq and decodes a 2xx JSON answer into out (when non-nil).
-func (c *Client) do(ctx context.Context, rq request, out any) (*http.Response, error) {
+func (c *Client) do(ctx context.Context, rq request, out any) (http.Header, error) {
 	var body io.Reader
 	if rq.body != nil {
 		b, err := json.Marshal(rq.body)
@@ -167,24 +167,24 @@ func (c *Client) do(ctx context.Context, rq request, out any) (*http.Response, e
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return resp, fmt.Errorf("adminclient: %s %s: %w", rq.method, rq.path, err)
+		return resp.Header, fmt.Errorf("adminclient: %s %s: %w", rq.method, rq.path, err)
 	}
 	if resp.StatusCode >= 300 {
 		var env struct {
 			Error *Error `json:"error"`
 		}
 		if json.Unmarshal(b, &env) != nil || env.Error == nil {
-			return resp, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(b))}
+			return resp.Header, &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: strings.TrimSpace(string(b))}
 		}
 		env.Error.Status = resp.StatusCode
-		return resp, env.Error
+		return resp.Header, env.Error
 	}
 	if out != nil && len(b) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {
-			return resp, fmt.Errorf("adminclient: %s %s: decode: %w", rq.method, rq.path, err)
+			return resp.Header, fmt.Errorf("adminclient: %s %s: decode: %w", rq.method, rq.path, err)
 		}
 	}
-	return resp, nil
+	return resp.Header, nil
 }
 
 func newKey() string {
@@ -221,11 +221,11 @@ func (c *Client) List(ctx context.Context, kind spec.Kind) ([]json.RawMessage, e
 // Get returns a resource and its ETag.
 func (c *Client) Get(ctx context.Context, kind spec.Kind, name string) (json.RawMessage, string, error) {
 	var out json.RawMessage
-	resp, err := c.do(ctx, request{method: http.MethodGet, path: "/" + string(kind) + "/" + url.PathEscape(name)}, &out)
+	hdr, err := c.do(ctx, request{method: http.MethodGet, path: "/" + string(kind) + "/" + url.PathEscape(name)}, &out)
 	if err != nil {
 		return nil, "", err
 	}
-	return out, resp.Header.Get("ETag"), nil
+	return out, hdr.Get("ETag"), nil
 }
 
 // Delete deletes a resource at its current revision and returns the
@@ -235,12 +235,12 @@ func (c *Client) Delete(ctx context.Context, kind spec.Kind, name string) (int64
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.do(ctx, request{method: http.MethodDelete, path: "/" + string(kind) + "/" + url.PathEscape(name),
+	hdr, err := c.do(ctx, request{method: http.MethodDelete, path: "/" + string(kind) + "/" + url.PathEscape(name),
 		header: http.Header{"If-Match": {tag}}}, nil)
 	if err != nil {
 		return 0, err
 	}
-	v, _ := strconv.ParseInt(resp.Header.Get(admin.HeaderConfigVersion), 10, 64)
+	v, _ := strconv.ParseInt(hdr.Get(admin.HeaderConfigVersion), 10, 64)
 	return v, nil
 }
 

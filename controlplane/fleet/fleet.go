@@ -110,7 +110,8 @@ func (v *View) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			// ctx is done: the rows go with a context of their own.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			_, _ = v.pool.Exec(dctx, `DELETE FROM controlplane.xds_nodes WHERE replica_id = $1`, v.cfg.ReplicaID)
 			cancel()
 			return nil

@@ -208,7 +208,7 @@ func (c *Controller) Leader() bool { return c.leader.Load() }
 // controller stays installed as xDS policy with its last view.
 func (c *Controller) Close() {
 	c.mu.Lock()
-	c.resignLocked()
+	c.resignLocked(context.Background())
 	c.mu.Unlock()
 	c.pool.Close()
 }
@@ -218,7 +218,7 @@ func (c *Controller) Close() {
 func (c *Controller) Run(ctx context.Context) error {
 	defer func() {
 		c.mu.Lock()
-		c.resignLocked()
+		c.resignLocked(ctx)
 		c.mu.Unlock()
 	}()
 	t := time.NewTicker(c.cfg.Tick)
@@ -275,7 +275,7 @@ func (c *Controller) elect(ctx context.Context) {
 			return
 		}
 		c.log.Warn("rollout: lost the leader session")
-		c.resignLocked()
+		c.resignLocked(ctx)
 	}
 	if c.lockConn == nil {
 		conn, err := pgx.Connect(ctx, c.cfg.DatabaseURL)
@@ -288,7 +288,7 @@ func (c *Controller) elect(ctx context.Context) {
 	var ok bool
 	if err := c.lockConn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", leaderLockKey).Scan(&ok); err != nil {
 		c.log.Warn("rollout: leader election", "err", err)
-		c.resignLocked()
+		c.resignLocked(ctx)
 		return
 	}
 	if ok {
@@ -297,9 +297,10 @@ func (c *Controller) elect(ctx context.Context) {
 	}
 }
 
-func (c *Controller) resignLocked() {
+func (c *Controller) resignLocked(ctx context.Context) {
 	if c.lockConn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Also when ctx is done: the session must end to release the lock.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = c.lockConn.Close(ctx) // closing the session releases the lock
 		cancel()
 		c.lockConn = nil

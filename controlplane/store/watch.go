@@ -26,7 +26,7 @@ const (
 func (s *Store) Watch(ctx context.Context) <-chan int64 {
 	ch := make(chan int64, 1)
 	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.ctx, cancel)
+	stop := context.AfterFunc(s.ctx, cancel) //nolint:contextcheck // the watch also ends when the store closes
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

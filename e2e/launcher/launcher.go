@@ -522,7 +522,9 @@ func start(p Process, logDir string, restart int) (*exec.Cmd, error) {
 	if restart > 0 {
 		fmt.Fprintf(f, "\n--- portico launcher: restart %d of %s at %s ---\n", restart, p.Name, time.Now().Format(time.RFC3339))
 	}
-	c := exec.Command(p.Args[0], p.Args[1:]...)
+	// No context: the supervisor stops children in order (SIGTERM to the
+	// group, then a grace period), which killing on a cancelled ctx would skip.
+	c := exec.Command(p.Args[0], p.Args[1:]...) //nolint:noctx // see above
 	c.Stdout, c.Stderr = f, f
 	c.Dir = p.Dir
 	c.Env = append(os.Environ(), p.Env...)

@@ -99,7 +99,8 @@ func (c *Counter) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			cctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+			// ctx is done: the deregistration gets a context of its own.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
 			_ = c.cfg.Client.ZRem(cctx, c.cfg.Key, c.cfg.ID).Err()
 			cancel()
 			return

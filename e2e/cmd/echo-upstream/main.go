@@ -23,7 +23,8 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	lis, err := net.Listen("tcp", *addr)
+	var lc net.ListenConfig
+	lis, err := lc.Listen(ctx, "tcp", *addr)
 	if err != nil {
 		slog.Error("echo-upstream: listen", "err", err)
 		os.Exit(1)

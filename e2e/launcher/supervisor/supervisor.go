@@ -263,7 +263,7 @@ func (s *Supervisor) Start(ctx context.Context, c Child) error {
 	s.setStateLocked(ch, Running)
 	s.mu.Unlock()
 	s.changed()
-	go s.monitor(ch, exited)
+	go s.monitor(ch, exited) //nolint:contextcheck // the monitor outlives Start's ctx: it follows the child until Stop
 	return nil
 }
 
