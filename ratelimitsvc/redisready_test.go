@@ -14,11 +14,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/portico-io/portico/cachenode"
+	"github.com/portico-io/portico/cachenode/cachetest"
 	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
-	"github.com/portico-io/portico/internal/tlsfiles"
 	"github.com/portico-io/portico/internal/tlstest"
 	"github.com/portico-io/portico/ratelimitsvc"
 )
@@ -57,7 +56,7 @@ func TestRedisReadyAtStart(t *testing.T) {
 // readiness says so.
 func TestCachenodeAsPlatformRedis(t *testing.T) {
 	ca := tlstest.New(t)
-	node := startTLSCachenode(t, ca.Files(t, identity.CacheNode, "cache-0"))
+	node := cachetest.TLSNode(t, ca.Files(t, identity.CacheNode, "cache-0"))
 	dir := t.TempDir()
 	doc := "domain: cache\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 2}\n"
 	if err := os.WriteFile(filepath.Join(dir, "cache.yaml"), []byte(doc), 0o644); err != nil {
@@ -103,33 +102,4 @@ func TestCachenodeAsPlatformRedis(t *testing.T) {
 	if len(keys) == 0 {
 		t.Fatal("no bucket in the cachenode: the decisions came from the local fallback")
 	}
-}
-
-// startTLSCachenode runs a standalone cachenode in the test's process on
-// TLS with files, until the test ends, and returns its RESP address.
-func startTLSCachenode(t *testing.T, files tlsfiles.Config) string {
-	t.Helper()
-	ready := make(chan cachenode.Addrs, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- cachenode.Run(ctx, cachenode.Config{RESPAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", NodeID: "cache-0", TLS: files, Ready: ready})
-	}()
-	var addrs cachenode.Addrs
-	select {
-	case addrs = <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("cachenode: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("cachenode did not start in 10s")
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("cachenode: %v", err)
-		}
-	})
-	return addrs.RESP
 }

@@ -2,8 +2,8 @@
 // suites of other components (ratelimitsvc's bucket store) can run against
 // cachenode as they run against redis-server: one node, or a cluster of
 // nodes sharing a static slot map that go-redis's ClusterClient discovers
-// with CLUSTER SLOTS. Nodes listen on loopback, in plaintext, and stop
-// when the test ends.
+// with CLUSTER SLOTS. Nodes listen on loopback, in plaintext unless given
+// certificate files (TLSNode), and stop when the test ends.
 package cachetest
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/portico-io/portico/cachenode"
 	"github.com/portico-io/portico/cachenode/slots"
 	"github.com/portico-io/portico/internal/testdeps"
+	"github.com/portico-io/portico/internal/tlsfiles"
 )
 
 // startTimeout bounds a node's start.
@@ -28,6 +29,13 @@ const startTimeout = 10 * time.Second
 func Node(t testing.TB) string {
 	t.Helper()
 	return run(t, cachenode.Config{RESPAddr: "127.0.0.1:0", NodeID: "cachetest"})
+}
+
+// TLSNode starts one standalone node serving RESP on TLS only, with the
+// workload certificate files of files, and returns its RESP address.
+func TLSNode(t testing.TB, files tlsfiles.Config) string {
+	t.Helper()
+	return run(t, cachenode.Config{RESPAddr: "127.0.0.1:0", NodeID: "cachetest", TLS: files})
 }
 
 // Cluster starts n primaries splitting the 16384 slots evenly, each the
@@ -64,7 +72,7 @@ func Cluster(t testing.TB, n int) []string {
 func run(t testing.TB, cfg cachenode.Config) string {
 	t.Helper()
 	ready := make(chan cachenode.Addrs, 1)
-	cfg.HTTPAddr, cfg.InsecurePlaintext, cfg.Ready = "127.0.0.1:0", true, ready
+	cfg.HTTPAddr, cfg.InsecurePlaintext, cfg.Ready = "127.0.0.1:0", !cfg.TLS.IsSet(), ready
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cachenode.Run(ctx, cfg) }()
