@@ -332,7 +332,7 @@ func (n *node) build(ctx context.Context) error {
 		}
 		n.add(task{n.syncer})
 	}
-	if n.resp, err = listenRESP(cfg, n.certs, n.state); err != nil {
+	if n.resp, err = listenRESP(ctx, cfg, n.certs, n.state); err != nil {
 		return err
 	}
 	n.add(n.resp)
@@ -360,7 +360,7 @@ func (n *node) build(ctx context.Context) error {
 func (n *node) buildCluster(ctx context.Context) error {
 	cfg := &n.cfg
 	var err error
-	if n.bus, err = listenBus(cfg, n.state, n.certs); err != nil {
+	if n.bus, err = listenBus(ctx, cfg, n.state, n.certs); err != nil {
 		return err
 	}
 	n.add(n.bus)

@@ -80,12 +80,12 @@ type busPart struct {
 
 // listenBus listens on cfg.BusAddr, by default this node's bus port in the
 // map; with certificates only cachenode identities are admitted.
-func listenBus(cfg *Config, st *cluster.State, c *certs) (*busPart, error) {
+func listenBus(ctx context.Context, cfg *Config, st *cluster.State, c *certs) (*busPart, error) {
 	addr := cfg.BusAddr
 	if addr == "" {
 		addr = ":" + strconv.Itoa(st.Load().Myself().BusPort)
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cachenode: listen %s (bus): %w", addr, err)
 	}

@@ -1,6 +1,7 @@
 package cachenode_test
 
 import (
+	"errors"
 	"fmt"
 	"os/exec"
 	"sort"
@@ -137,7 +138,7 @@ func conformance(t *testing.T, script [][]any, unorderedCmds map[string]bool, pr
 		}
 		reply := func(c *redis.Client, args []any) string {
 			v, err := c.Do(ctx(t), args...).Result()
-			if err == redis.Nil {
+			if errors.Is(err, redis.Nil) {
 				return "(nil)"
 			}
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -197,7 +198,7 @@ func run(t *testing.T, c *redis.Client, steps []step) {
 			}
 			continue
 		}
-		if err == redis.Nil {
+		if errors.Is(err, redis.Nil) {
 			got, err = nil, nil
 		}
 		if err != nil {

@@ -172,7 +172,7 @@ type httpPart struct {
 }
 
 func startHTTP(ctx context.Context, cfg *Config, checks *health.Checks) (*httpPart, error) {
-	lis, err := net.Listen("tcp", cfg.HTTPAddr)
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("cachenode: listen %s: %w", cfg.HTTPAddr, err)
 	}
@@ -211,8 +211,8 @@ type respPart struct {
 
 // listenRESP listens on cfg.RESPAddr (TLS with certificates); with a slot
 // map it warns when the map advertises another port for this node.
-func listenRESP(cfg *Config, c *certs, st *cluster.State) (*respPart, error) {
-	lis, err := net.Listen("tcp", cfg.RESPAddr)
+func listenRESP(ctx context.Context, cfg *Config, c *certs, st *cluster.State) (*respPart, error) {
+	lis, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.RESPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("cachenode: listen %s: %w", cfg.RESPAddr, err)
 	}

@@ -1,6 +1,7 @@
 package cachenode_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -31,7 +32,7 @@ func TestExpiryLazy(t *testing.T) {
 		t.Fatalf("GET before deadline = %q, %v", v, err)
 	}
 	n.clock.Advance(time.Millisecond)
-	if err := c.Get(ctx(t), "k").Err(); err != redis.Nil {
+	if err := c.Get(ctx(t), "k").Err(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("GET at deadline: err = %v, want nil reply", err)
 	}
 	for _, cmd := range []string{"EXISTS", "TTL", "TYPE", "STRLEN"} {

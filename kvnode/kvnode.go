@@ -113,10 +113,11 @@ func New(cfg Config) (*Node, error) {
 // both servers are listening.
 func (n *Node) Start(ctx context.Context) error {
 	var err error
-	if n.grpcLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
+	var lc net.ListenConfig
+	if n.grpcLis, err = lc.Listen(ctx, "tcp", n.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("kvnode: listen internode: %w", err)
 	}
-	if n.httpLis, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
+	if n.httpLis, err = lc.Listen(ctx, "tcp", n.cfg.HTTPAddr); err != nil {
 		_ = n.grpcLis.Close()
 		return fmt.Errorf("kvnode: listen http: %w", err)
 	}
@@ -182,7 +183,7 @@ func (n *Node) Start(ctx context.Context) error {
 		if n.tls != nil && c.TLS == nil {
 			c.TLS = n.tls
 		}
-		if n.cp, err = cp.Open(c); err != nil {
+		if n.cp, err = cp.Open(ctx, c); err != nil {
 			n.cancel()
 			_ = n.grpcLis.Close()
 			_ = n.httpLis.Close()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -226,7 +227,7 @@ func readReply(br *bufio.Reader, depth int) (Reply, error) {
 // valid until the next read.
 func readLine(br *bufio.Reader) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
-	if err == bufio.ErrBufferFull || (err == nil && len(line) > maxLine) {
+	if errors.Is(err, bufio.ErrBufferFull) || (err == nil && len(line) > maxLine) {
 		return nil, fmt.Errorf("%w: line too long", ErrProtocol)
 	}
 	if err != nil {

@@ -139,13 +139,15 @@ func New(opts Options) (*Client, error) {
 func (c *Client) warm() {
 	for _, r := range c.owned {
 		c.bg.Add(1)
-		go func() {
-			defer c.bg.Done()
-			ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
-			defer cancel()
-			r.Get(ctx, "cachenode/client:warm") // the reply does not matter
-		}()
+		go c.warmOne(c.ctx, r)
 	}
+}
+
+func (c *Client) warmOne(ctx context.Context, r redis.UniversalClient) {
+	defer c.bg.Done()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r.Get(ctx, "cachenode/client:warm") // the reply does not matter
 }
 
 // contextTimeouts reports whether rdb turns a context deadline into the
@@ -338,6 +340,7 @@ func (c *Client) fill(key string, loader Loader, degraded bool) (loaded, error) 
 }
 
 func (c *Client) callLoader(ctx context.Context, loader Loader) (loaded, error) {
+	//nolint:contextcheck // exec.Context() is ctx (WithContext), or a child of it carrying the loader timeout; the linter cannot see through failsafe.
 	l, err := c.loadExec.WithContext(ctx).GetWithExecution(func(exec failsafe.Execution[loaded]) (loaded, error) {
 		c.m.loads.Inc()
 		v, ver, err := loader(exec.Context())

@@ -52,7 +52,7 @@ func TestReplicatedWritesServeBlockedClients(t *testing.T) {
 	synced := make(chan bool, 4)
 	fol := repl.NewFollower(repl.FollowerConfig{Registry: rreg, Metrics: rm, Stored: reng.KeyStored,
 		MinBackoff: 5 * time.Millisecond, OnSynced: func(full bool) { synced <- full }})
-	fol.Follow(lis.Addr().String())
+	fol.Follow(t.Context(), lis.Addr().String())
 	t.Cleanup(fol.Stop)
 	select {
 	case <-synced:

@@ -116,12 +116,12 @@ func NewFollower(cfg FollowerConfig) *Follower {
 
 // Follow replicates from the primary whose bus port is at addr, replacing
 // any primary followed before. It returns at once; the link runs until
-// Stop or the next Follow.
-func (f *Follower) Follow(addr string) {
+// Stop, the next Follow or until ctx is done.
+func (f *Follower) Follow(ctx context.Context, addr string) {
 	f.run.Lock()
 	defer f.run.Unlock()
 	f.stop()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	f.mu.Lock()
 	f.st.Primary, f.cancel, f.done = addr, cancel, done

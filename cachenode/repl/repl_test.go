@@ -69,7 +69,7 @@ func TestFullSyncThenStream(t *testing.T) {
 	fill(t, p, "b", "x:")
 	r.write(t, "a", "stale", func(tx *keyspace.Txn, k []byte) { tx.SetString(k, k, 0) }) // gone after the full sync
 
-	r.fol.Follow(p.bus)
+	r.fol.Follow(t.Context(), p.bus)
 	r.waitSynced(t, true)
 	r.waitCaughtUp(t, p)
 	sameState(t, p, r)
@@ -206,7 +206,7 @@ func TestPartialResyncAfterDrop(t *testing.T) {
 	r := newNode(t, clk, nodeOpts{}, "a")
 	fill(t, p, "a", "")
 	px := newProxy(t, p.bus)
-	r.fol.Follow(px.addr)
+	r.fol.Follow(t.Context(), px.addr)
 	r.waitSynced(t, true)
 
 	px.cut()
@@ -223,7 +223,7 @@ func TestPartialResyncAfterDrop(t *testing.T) {
 	// Stop and Follow again also continue.
 	r.fol.Stop()
 	p.write(t, "a", "while-stopped", func(tx *keyspace.Txn, k []byte) { tx.SetString(k, k, 0) })
-	r.fol.Follow(p.bus)
+	r.fol.Follow(t.Context(), p.bus)
 	r.waitSynced(t, false)
 	r.waitCaughtUp(t, p)
 	sameState(t, p, r)
@@ -237,7 +237,7 @@ func TestFullResyncWhenBacklogOverflowed(t *testing.T) {
 	p := newNode(t, clk, nodeOpts{backlog: 8 << 10}, "a")
 	r := newNode(t, clk, nodeOpts{}, "a")
 	px := newProxy(t, p.bus)
-	r.fol.Follow(px.addr)
+	r.fol.Follow(t.Context(), px.addr)
 	r.waitSynced(t, true)
 
 	px.cut()
@@ -268,7 +268,7 @@ func TestSlowReplicaDropped(t *testing.T) {
 	p := newNode(t, clk, nodeOpts{backlog: 64 << 10}, "a")
 	r := newNode(t, clk, nodeOpts{}, "a")
 	px := newProxy(t, p.bus)
-	r.fol.Follow(px.addr)
+	r.fol.Follow(t.Context(), px.addr)
 	r.waitSynced(t, true)
 
 	px.pause()
@@ -365,7 +365,7 @@ func TestSnapshotUnderConcurrentWrites(t *testing.T) {
 	for range 3 {
 		r := newNode(t, clk, nodeOpts{}, "a", "b")
 		replicas = append(replicas, r)
-		r.fol.Follow(p.bus)
+		r.fol.Follow(t.Context(), p.bus)
 	}
 	for _, r := range replicas {
 		r.waitSynced(t, true)

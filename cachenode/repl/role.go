@@ -36,7 +36,7 @@ func (r *Roles) Run(ctx context.Context) error {
 		r.Loading.Store(f.Status().Syncing)
 		if m := r.Map.Load(); m.Epoch != epoch {
 			epoch = m.Epoch
-			r.apply(m)
+			r.apply(ctx, m)
 		}
 		select {
 		case <-ctx.Done():
@@ -47,7 +47,7 @@ func (r *Roles) Run(ctx context.Context) error {
 }
 
 // apply starts, moves or stops following for the map m.
-func (r *Roles) apply(m *cluster.Map) {
+func (r *Roles) apply(ctx context.Context, m *cluster.Map) {
 	f := r.Follower
 	me := m.Myself()
 	following := f.Status().Primary
@@ -60,7 +60,7 @@ func (r *Roles) apply(m *cluster.Map) {
 				r.Primary.Disconnect()
 			}
 			r.Logger.Info("replicating", "primary", pr.ID, "bus", pr.BusAddr(), "epoch", m.Epoch)
-			f.Follow(pr.BusAddr())
+			f.Follow(ctx, pr.BusAddr())
 		}
 	case following != "":
 		f.Stop()

@@ -1,6 +1,7 @@
 package script
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -187,7 +188,8 @@ func (v *vm) pcall(L *lua.LState) int {
 	if err := L.PCall(L.GetTop()-1, lua.MultRet, nil); err != nil {
 		L.Push(lua.LFalse)
 		obj := lua.LValue(lua.LString(err.Error()))
-		if ae, ok := err.(*lua.ApiError); ok {
+		var ae *lua.ApiError
+		if errors.As(err, &ae) {
 			obj = ae.Object
 		}
 		if t, ok := obj.(*lua.LTable); ok {

@@ -273,7 +273,7 @@ func (l *loop) serveEvent(ev *syscall.EpollEvent, epfd uintptr) bool {
 	lc := l.conns[fd]
 	c, rw := lc.c, lc.rw
 	err := c.rd.Fill()
-	if err == errWouldBlock {
+	if errors.Is(err, errWouldBlock) {
 		return false
 	}
 	if err != nil {

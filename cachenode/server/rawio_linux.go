@@ -100,7 +100,7 @@ func (s *Server) rawLoop(nc net.Conn, rw *rawIO, c *conn, resume bool) {
 		}
 		for {
 			err := c.rd.Fill()
-			if err == errWouldBlock {
+			if errors.Is(err, errWouldBlock) {
 				return false // wait for the next arrival
 			}
 			if err != nil {
@@ -174,7 +174,7 @@ func (s *Server) waitBlockedRaw(nc net.Conn, rw *rawIO, c *conn) bool {
 		rw.fd = fd
 		for {
 			err := c.rd.Fill()
-			if err == errWouldBlock {
+			if errors.Is(err, errWouldBlock) {
 				return false
 			}
 			if err != nil {

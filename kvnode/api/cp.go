@@ -280,12 +280,18 @@ func ParseCPTxn(body []byte) (CPTxnRequest, error) {
 		return t, &BadRequest{http.StatusBadRequest, "invalid_ops", "ops", fmt.Sprintf("1 to %d ops", cp.MaxTxnOps)}
 	}
 	check := func(field, keyspace, key string) error {
+		var br *BadRequest
 		if _, err := ParseKeyspace(keyspace); err != nil {
-			br := err.(*BadRequest)
+			if !errors.As(err, &br) {
+				return err // ParseKeyspace's errors are all *BadRequest
+			}
 			return &BadRequest{br.Status, br.Code, field + ".keyspace", br.Message}
 		}
 		if _, err := ParseKey(key); err != nil {
-			return &BadRequest{http.StatusBadRequest, "invalid_key", field + ".key", err.(*BadRequest).Message}
+			if !errors.As(err, &br) {
+				return err // ParseKey's errors are all *BadRequest
+			}
+			return &BadRequest{http.StatusBadRequest, "invalid_key", field + ".key", br.Message}
 		}
 		return nil
 	}

@@ -123,7 +123,10 @@ func ParseTokenRequest(body []byte, caller authn.Principal, now time.Time) (Toke
 	var ks []string
 	for i, k := range req.Keyspaces {
 		if _, err := ParseKeyspace(k); err != nil {
-			br := err.(*BadRequest)
+			var br *BadRequest
+			if !errors.As(err, &br) {
+				return req, err // ParseKeyspace's errors are all *BadRequest
+			}
 			return req, &BadRequest{http.StatusBadRequest, "invalid_keyspace", fmt.Sprintf("keyspaces[%d]", i), br.Message}
 		}
 		if !slices.Contains(ks, k) {
@@ -268,8 +271,9 @@ func (h *tokenHandler) fail(w http.ResponseWriter, r *http.Request, body []byte,
 	case errors.Is(err, apitoken.ErrExists):
 		writeError(w, http.StatusConflict, "token_exists", err.Error()+" (retry: a new id is drawn)", "id")
 	case errors.As(err, &nl) && nl.LeaderHTTPAddr != "" && r.Header.Get(HeaderForwarded) == "":
+		ctx := r.Context()
 		h.fwd.forwardThen(w, r, r.URL.RequestURI(), body, nl, func(resp *http.Response) error {
-			return h.settle(r.Context(), resp, mustApply)
+			return h.settle(ctx, resp, mustApply)
 		})
 	default:
 		writeCPErr(w, r.Method, err)

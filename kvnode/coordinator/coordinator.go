@@ -315,7 +315,10 @@ func (c *Coordinator) replicate(ctx context.Context, entry *kvv1.Entry, p placem
 			c.hint(t, entry)
 			continue
 		}
-		go func() {
+		// Not ctx: the fan-out outlives the client request (a late replica
+		// still gets the write, or a hint) but not the node, so it runs
+		// under c.bg, which WithoutCancel(ctx) could not express.
+		go func() { //nolint:contextcheck // deliberately c.bg (the node's lifetime), not the request's ctx; see above
 			cctx, cancel := context.WithTimeout(c.bg, c.cfg.WriteTimeout)
 			err := c.tr.Apply(cctx, t, []*kvv1.Entry{entry})
 			cancel()

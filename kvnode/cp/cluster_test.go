@@ -105,7 +105,7 @@ func (gr *group) start(i int) {
 	if gr.tune != nil {
 		gr.tune(&cfg)
 	}
-	g, err := cp.Open(cfg)
+	g, err := cp.Open(gr.t.Context(), cfg)
 	if err != nil {
 		gr.t.Fatalf("open %s: %v", n.id, err)
 	}

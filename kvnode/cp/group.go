@@ -183,7 +183,8 @@ type Group struct {
 
 // Open opens the group's storage, starts Raft and, when configured and the
 // node has no state, bootstraps the group. It does not wait for a leader.
-func Open(cfg Config) (*Group, error) {
+// ctx bounds the opening only: the group runs until Close.
+func Open(ctx context.Context, cfg Config) (*Group, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func Open(cfg Config) (*Group, error) {
 		_ = store.Close()
 		return nil, err
 	}
-	st, err := newStream(cfg.BindAddr, adv, cfg.TLS)
+	st, err := newStream(ctx, cfg.BindAddr, adv, cfg.TLS)
 	if err != nil {
 		_ = store.Close()
 		return nil, fmt.Errorf("cp: raft transport on %s: %w", cfg.BindAddr, err)
@@ -262,9 +263,12 @@ func Open(cfg Config) (*Group, error) {
 		_ = store.Close()
 		return nil, fmt.Errorf("cp: start raft: %w", err)
 	}
+	// The group outlives ctx (it runs until Close): its loops keep ctx's
+	// values but not its cancellation.
+	bg := context.WithoutCancel(ctx)
 	g.wg.Add(2)
-	go g.watchLeadership()
-	go g.expireLeases()
+	go g.watchLeadership(bg)
+	go g.expireLeases(bg)
 	return g, nil
 }
 
@@ -294,7 +298,7 @@ func advertise(configured, bind string) (net.Addr, error) {
 
 // watchLeadership publishes this node's HTTP address each time it becomes
 // leader. Raft blocks on NotifyCh, so this loop only hands work off.
-func (g *Group) watchLeadership() {
+func (g *Group) watchLeadership(ctx context.Context) {
 	defer g.wg.Done()
 	for {
 		select {
@@ -305,7 +309,7 @@ func (g *Group) watchLeadership() {
 				g.wg.Add(1)
 				go func() {
 					defer g.wg.Done()
-					ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ApplyTimeout)
+					ctx, cancel := context.WithTimeout(ctx, g.cfg.ApplyTimeout)
 					defer cancel()
 					if _, err := g.apply(ctx, command{Op: OpNode, NodeID: g.cfg.NodeID, HTTPAddr: g.cfg.HTTPAddr}); err != nil {
 						g.cfg.Logger.Warn("cp: publishing leader address", "err", err)

@@ -70,7 +70,7 @@ func (g *Group) RevokeLease(ctx context.Context, id uint64) error {
 
 // expireLeases runs until Close: on the leader, it revokes leases past
 // their deadline.
-func (g *Group) expireLeases() {
+func (g *Group) expireLeases(ctx context.Context) {
 	defer g.wg.Done()
 	t := time.NewTicker(g.cfg.LeaseCheckInterval)
 	defer t.Stop()
@@ -111,7 +111,7 @@ func (g *Group) expireLeases() {
 		}
 		g.leaseMu.Unlock()
 		for _, id := range expired {
-			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.ApplyTimeout)
+			ctx, cancel := context.WithTimeout(ctx, g.cfg.ApplyTimeout)
 			err := g.RevokeLease(ctx, id)
 			cancel()
 			if err != nil && !errors.Is(err, ErrLeaseNotFound) {

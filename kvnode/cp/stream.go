@@ -1,6 +1,7 @@
 package cp
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
@@ -64,8 +65,8 @@ var _ raft.StreamLayer = (*stream)(nil)
 // raftPeers admits kvnode identities only.
 var raftPeers = identity.Policy{Roles: []identity.Role{identity.KVNode}}
 
-func newStream(bind string, advertise net.Addr, files *tlsfiles.Files) (*stream, error) {
-	l, err := net.Listen("tcp", bind)
+func newStream(ctx context.Context, bind string, advertise net.Addr, files *tlsfiles.Files) (*stream, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", bind)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,9 @@ func (s *stream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Co
 	var c net.Conn
 	var err error
 	if s.dialTLS != nil {
-		c, err = tls.DialWithDialer(d, "tcp", string(address), s.dialTLS)
+		// raft.StreamLayer's Dial carries no context: the dial and the
+		// handshake are bounded by d.Timeout, as with tls.DialWithDialer.
+		c, err = (&tls.Dialer{NetDialer: d, Config: s.dialTLS}).DialContext(context.Background(), "tcp", string(address))
 	} else {
 		c, err = d.Dial("tcp", string(address))
 	}

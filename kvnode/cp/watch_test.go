@@ -31,6 +31,12 @@ func (gr *group) openWatch(node int, query string) (*watchStream, int) {
 		cancel()
 		gr.t.Fatal(err)
 	}
+	// Closed at the latest when the test ends, also when it fails before
+	// the caller's close (closing twice is harmless).
+	gr.t.Cleanup(func() {
+		cancel()
+		_ = resp.Body.Close()
+	})
 	return &watchStream{cancel: cancel, resp: resp, sc: bufio.NewScanner(resp.Body)}, resp.StatusCode
 }
 

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -73,7 +74,7 @@ func TestApplyIsIdempotentAndUseAfterCloseErrors(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Get([]byte("k")); err != ErrClosed {
+	if _, err := st.Get([]byte("k")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("get after close: %v", err)
 	}
 }
