@@ -128,6 +128,8 @@ type scripting struct {
 	// busy counts running scripts past the time limit, so Exec pays one
 	// atomic load per command while there are none.
 	busy atomic.Int32
+	// active counts running scripts (ScriptsRunning).
+	active atomic.Int32
 }
 
 // running is one executing script.
@@ -230,6 +232,13 @@ func (sc *scripting) flush(ns *namespace.Namespace) {
 // ScriptsCached is the number of scripts in the cache, every namespace's.
 func (e *Engine) ScriptsCached() int64 { return e.scripts.cached() }
 
+// ScriptsRunning reports whether a script is executing: it holds its
+// namespace's (or slot's) shards until it ends, which a script past its
+// time limit may not do until SCRIPT KILL. An event loop then leaves
+// every command to its connection's own goroutine (cachenode/server), so
+// that no command it runs waits for those shards.
+func (e *Engine) ScriptsRunning() bool { return e.scripts.active.Load() > 0 }
+
 // ScriptsEvicted counts the EVAL-cached scripts evicted from the cache.
 func (e *Engine) ScriptsEvicted() int64 { return e.scripts.evicted.Load() }
 
@@ -237,6 +246,7 @@ func (sc *scripting) start(r *running) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.running = append(sc.running, r)
+	sc.active.Add(1)
 }
 
 func (sc *scripting) markBusy(r *running) {
@@ -252,6 +262,7 @@ func (sc *scripting) stop(r *running) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	r.done = true
+	sc.active.Add(-1)
 	if r.busy {
 		sc.busy.Add(-1)
 	}

@@ -31,8 +31,9 @@ import (
 // more CPU per request than at GOMAXPROCS=1. A loop is readied once per
 // batch of ready sockets instead of once per request.
 //
-// Server.Serve runs Config.Loops of them (GOMAXPROCS by default, so each
-// P can run one) and deals accepted connections out in turn. Whatever
+// Server.Serve runs Config.Loops of them (one per two Ps by default,
+// DefaultLoops) and deals accepted connections out in turn, past a loop
+// that is stuck in one command or has ended (pickLoop). Whatever
 // would make a loop wait moves that connection to a goroutine of its own
 // (rawLoop, the path TLS connections take): a blocking command (BLPOP),
 // replies the socket has no room for (a client that does not read), a
@@ -46,13 +47,20 @@ type loop struct {
 	events [128]syscall.EpollEvent
 
 	stopping atomic.Bool
-	mu       sync.Mutex
-	stopped  bool        // no more adds: the epoll instance is closing
-	added    []*loopConn // added by Serve, not yet in conns
+	// busySince is when the loop began running a connection's commands
+	// (UnixNano; 0 between them), and dead is set when it ended on an
+	// error: Serve deals new connections past a loop that is stuck in one
+	// command or gone (stuck).
+	busySince atomic.Int64
+	dead      atomic.Bool
+	mu        sync.Mutex
+	stopped   bool        // no more adds: the epoll instance is closing
+	added     []*loopConn // added by Serve, not yet in conns
 
 	// The loop goroutine's own.
-	conns     []*loopConn // by descriptor
-	n         int         // conns not nil
+	waitErr   syscall.Errno // epoll_pwait failed: the loop ends
+	conns     []*loopConn   // by descriptor
+	n         int           // conns not nil
 	nextSweep time.Time
 	nextIdle  time.Time
 }
@@ -118,6 +126,39 @@ func newLoop(s *Server, tr *tracker) (*loop, error) {
 	return &loop{s: s, tr: tr, f: f, epfd: epfd, rc: rc, nextSweep: now.Add(s.cfg.IdleCheck), nextIdle: now.Add(s.cfg.IdleCheck)}, nil
 }
 
+// stuckAfter is how long a loop may run one connection's commands before
+// Serve stops dealing it new connections: far above a command's normal
+// time, well below a client's patience.
+const stuckAfter = 50 * time.Millisecond
+
+// stuck reports whether new connections should not be dealt to l: it is
+// gone, or waiting in one command (a key a script past its time limit
+// holds) that the connections of a new client must not queue behind.
+func (l *loop) stuck(now time.Time) bool {
+	if l.dead.Load() {
+		return true
+	}
+	t := l.busySince.Load()
+	return t != 0 && now.UnixNano()-t > int64(stuckAfter)
+}
+
+// pickLoop returns the next loop (round robin from *next) that is not
+// stuck, or nil when every one is (the connection gets a goroutine).
+func pickLoop(loops []*loop, next *int) *loop {
+	if len(loops) == 0 {
+		return nil
+	}
+	now := time.Now()
+	for range loops {
+		l := loops[*next]
+		*next = (*next + 1) % len(loops)
+		if !l.stuck(now) {
+			return l
+		}
+	}
+	return nil
+}
+
 // stop makes the loop close its connections and end.
 func (l *loop) stop() {
 	l.stopping.Store(true)
@@ -154,7 +195,6 @@ func (s *Server) serveInLoop(l *loop, nc net.Conn, tr *tracker) bool {
 	eng := s.cfg.Engine
 	c := &conn{s: s, eng: eng, sess: eng.NewSession(nc.RemoteAddr().String())}
 	c.sess.LAddr = nc.LocalAddr().String()
-	_ = nc.Close()
 	lc := &loopConn{c: c, fd: int32(fd)}
 	rw := &rawIO{fd: uintptr(fd)}
 	rw.writeFn = rw.write
@@ -166,16 +206,22 @@ func (s *Server) serveInLoop(l *loop, nc net.Conn, tr *tracker) bool {
 	c.sess.CanBlock = true
 	c.sess.Wake = lc.wake
 	eng.Attach(c.sess, func() { _ = lc.Close() })
-	if !tr.add(lc) {
+	if !tr.add(lc) { // the server is closing
 		lc.closeFD()
+		_ = nc.Close()
 		s.endConn(c)
 		return true
 	}
 	if !l.add(lc) {
+		// The loop stopped, or epoll_ctl failed (ENOSPC past
+		// fs.epoll.max_user_watches, ENOMEM): nc is still whole and gets a
+		// goroutine of its own (the caller counts it as a client still).
 		tr.remove(lc)
 		lc.closeFD()
-		s.endConn(c)
+		eng.Close(c.sess)
+		return false
 	}
+	_ = nc.Close()
 	return true
 }
 
@@ -214,6 +260,12 @@ func (l *loop) takeAdded() {
 // run serves the loop's connections until stop, then closes them.
 func (l *loop) run() {
 	defer l.closeAll()
+	defer func() {
+		if !l.stopping.Load() {
+			l.dead.Store(true)
+			l.s.cfg.Logger.Error("server: an event loop ended; its connections are closed, new ones get a goroutine each", "err", l.waitErr)
+		}
+	}()
 	// Runs with the epoll descriptor held open: until the instance has no
 	// event, or a sweep is due, or the loop stops (then true).
 	serve := func(epfd uintptr) bool {
@@ -222,7 +274,11 @@ func (l *loop) run() {
 			if e == syscall.EINTR {
 				continue
 			}
-			if e != 0 || l.stopping.Load() {
+			if e != 0 {
+				l.waitErr = e // cannot wait any more: end the loop
+				return true
+			}
+			if l.stopping.Load() {
 				return true
 			}
 			if n == 0 {
@@ -253,7 +309,7 @@ func (l *loop) run() {
 		if err := l.rc.Read(serve); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return
 		}
-		if l.stopping.Load() || l.rc.Control(l.sweep) != nil {
+		if l.stopping.Load() || l.waitErr != 0 || l.rc.Control(l.sweep) != nil {
 			return
 		}
 	}
@@ -281,8 +337,12 @@ func (l *loop) serveEvent(ev *syscall.EpollEvent, epfd uintptr) bool {
 		l.close(lc, epfd)
 		return false
 	}
-	c.nowMs, c.sinceClock = time.Now().UnixMilli(), 0
-	if !c.run() {
+	now := time.Now()
+	c.nowMs, c.sinceClock = now.UnixMilli(), 0
+	l.busySince.Store(now.UnixNano())
+	ok := c.run()
+	l.busySince.Store(0)
+	if !ok {
 		l.close(lc, epfd)
 		return false
 	}

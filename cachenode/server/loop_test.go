@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/portico-io/portico/cachenode/command"
+	"github.com/portico-io/portico/internal/eventually"
 )
 
 // loopModes: a goroutine per connection, one event loop, several.
@@ -109,5 +110,75 @@ func waitClients(t *testing.T, srv *Server, n int) {
 			t.Fatalf("Clients() = %d, want %d", srv.Clients(), n)
 		}
 		time.Sleep(5 * time.Millisecond) // polling a counter, not timing the server
+	}
+}
+
+// A script that runs past its time limit holds its namespace's shards
+// until SCRIPT KILL. With every plaintext connection on one loop, a
+// command that waits for those shards must not freeze the loop: it runs
+// on its connection's own goroutine, and PING, BUSY and SCRIPT KILL still
+// get through on the others.
+func TestLoopKeepsServingWhileAScriptHoldsTheKeys(t *testing.T) {
+	for _, loops := range []int{-1, 1} {
+		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
+			addr, srv, _ := startServer(t, command.Config{ScriptTimeLimit: 50 * time.Millisecond}, func(c *Config) { c.Loops = loops })
+			runner, rr := dial(t, addr)
+			if _, err := runner.Write([]byte("EVAL \"local i = 0 while true do i = i + 1 end\" 0\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			eventually.True(t, 10*time.Second, "the script running", srv.cfg.Engine.ScriptsRunning)
+			// Waits for the shards the script holds.
+			getter, gr := dial(t, addr)
+			if _, err := getter.Write([]byte("GET k\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			other, or := dial(t, addr)
+			eventually.True(t, 10*time.Second, "BUSY for other clients", func() bool {
+				if _, err := other.Write([]byte("PING\r\n")); err != nil {
+					t.Fatal(err)
+				}
+				line, err := or.ReadString('\n')
+				if err != nil {
+					t.Fatalf("PING while a script runs: %v", err)
+				}
+				return strings.HasPrefix(line, "-BUSY ")
+			})
+			killer, kr := dial(t, addr)
+			if _, err := killer.Write([]byte("SCRIPT KILL\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, kr, "+OK\r\n")
+			if line, err := rr.ReadString('\n'); err != nil || !strings.HasPrefix(line, "-ERR Script killed") {
+				t.Fatalf("the killed script answered %q, %v", line, err)
+			}
+			expect(t, gr, "$-1\r\n")
+		})
+	}
+}
+
+// Serve deals a new connection past a loop stuck in one command (or one
+// that has ended), so that a client can always reach the node.
+func TestPickLoopSkipsStuckLoops(t *testing.T) {
+	a, b := &loop{}, &loop{}
+	loops, next := []*loop{a, b}, 0
+	if l := pickLoop(loops, &next); l != a {
+		t.Fatalf("first pick %p, want a", l)
+	}
+	if l := pickLoop(loops, &next); l != b {
+		t.Fatalf("second pick %p, want b (round robin)", l)
+	}
+	a.busySince.Store(time.Now().Add(-2 * stuckAfter).UnixNano())
+	for range 3 {
+		if l := pickLoop(loops, &next); l != b {
+			t.Fatalf("pick %p while a is stuck, want b", l)
+		}
+	}
+	b.dead.Store(true)
+	if l := pickLoop(loops, &next); l != nil {
+		t.Fatalf("pick %p with every loop stuck or dead, want none (a goroutine)", l)
+	}
+	a.busySince.Store(time.Now().UnixNano()) // busy, not yet stuck
+	if l := pickLoop(loops, &next); l != a {
+		t.Fatalf("pick %p, want a again once it is not stuck", l)
 	}
 }

@@ -17,3 +17,5 @@ func (l *loop) stop() {}
 func (s *Server) startLoops(tr *tracker) []*loop { return nil }
 
 func (s *Server) serveInLoop(l *loop, nc net.Conn, tr *tracker) bool { return false }
+
+func pickLoop(loops []*loop, next *int) *loop { return nil }

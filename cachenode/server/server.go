@@ -155,8 +155,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 			}()
 			continue
 		}
-		if len(loops) > 0 && s.serveInLoop(loops[next], nc, tr) {
-			next = (next + 1) % len(loops)
+		if l := pickLoop(loops, &next); l != nil && s.serveInLoop(l, nc, tr) {
 			continue
 		}
 		if !tr.add(nc) {
@@ -427,10 +426,14 @@ func (c *conn) run() bool {
 			}
 			return c.flush()
 		}
-		if c.stalled != nil && runsLong(args[0]) {
+		if c.stalled != nil && (runsLong(args[0]) || c.eng.ScriptsRunning()) {
 			// Hold it for the connection's own goroutine: a script may run
 			// past its time limit, and the loop must keep serving the
-			// other connections (BUSY, SCRIPT KILL).
+			// other connections (BUSY, SCRIPT KILL); while one runs, any
+			// command may wait for the shards it holds. A script that
+			// starts after this check can still catch the loop in a
+			// command: Serve then deals new connections past the loop
+			// (loop.stuck), so SCRIPT KILL gets through.
 			c.held = args
 			return c.flush()
 		}
