@@ -99,7 +99,7 @@ func TestPostgresVerifyFull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := spec.Normalize(nil); err != nil {
+		if err := spec.Normalize(context.Background(), nil); err != nil {
 			t.Fatal(err)
 		}
 		job, _, err := st.CreateJob(ctx, spec, "k", "h")

@@ -405,7 +405,7 @@ func benchPortico(b *testing.B, bin string, n int) benchResult {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := spec.Normalize(nil); err != nil {
+	if err := spec.Normalize(context.Background(), nil); err != nil {
 		b.Fatal(err)
 	}
 	raw, _ := json.Marshal(spec)

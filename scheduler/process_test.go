@@ -166,7 +166,7 @@ func TestThreeProcessesKillAndStop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := spec.Normalize(e.guard); err != nil {
+		if err := spec.Normalize(context.Background(), e.guard); err != nil {
 			t.Fatal(err)
 		}
 		j, _, err := e.st.CreateJob(ctx, spec, fmt.Sprint("k", i), "h")

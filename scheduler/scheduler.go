@@ -173,7 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	lis := cfg.Listener
 	if lis == nil {
-		if lis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		if lis, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr); err != nil {
 			return fmt.Errorf("scheduler: listen: %w", err)
 		}
 	}
@@ -257,7 +257,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if glis := cfg.WorkerGRPCListener; glis != nil || cfg.WorkerGRPCAddr != "" {
 		if glis == nil {
-			if glis, err = net.Listen("tcp", cfg.WorkerGRPCAddr); err != nil {
+			if glis, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.WorkerGRPCAddr); err != nil {
 				return fmt.Errorf("scheduler: listen worker API: %w", err)
 			}
 		}

@@ -225,7 +225,7 @@ func (a *API) create(w http.ResponseWriter, r *http.Request) error {
 	if spec.Tenant, err = actingTenant(r, spec.Tenant); err != nil && !errors.Is(err, errTenantRequired) {
 		return err
 	}
-	if err := a.validate(spec); err != nil {
+	if err := a.validate(r.Context(), spec); err != nil {
 		return err
 	}
 	canonical, err := json.Marshal(spec)
@@ -388,7 +388,7 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) error {
 	if spec.Tenant != cur.Tenant {
 		return &jobspec.FieldError{Field: "tenant", Message: "cannot be changed"}
 	}
-	if err := a.validate(spec); err != nil {
+	if err := a.validate(r.Context(), spec); err != nil {
 		return err
 	}
 	j, err := a.cfg.Store.ReplaceSpec(r.Context(), id, version, spec)
@@ -400,8 +400,8 @@ func (a *API) patch(w http.ResponseWriter, r *http.Request) error {
 
 // validate normalizes spec and checks that a secretRef names an existing
 // secret when this scheduler has a secrets directory.
-func (a *API) validate(spec *jobspec.Spec) error {
-	if err := spec.NormalizeKinds(a.cfg.Guard, a.cfg.TargetKinds); err != nil {
+func (a *API) validate(ctx context.Context, spec *jobspec.Spec) error {
+	if err := spec.NormalizeKinds(ctx, a.cfg.Guard, a.cfg.TargetKinds); err != nil {
 		return err
 	}
 	if h := spec.Target.HTTP; h != nil && h.SecretRef != nil && a.cfg.Secrets.Configured() {

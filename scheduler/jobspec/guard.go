@@ -71,8 +71,9 @@ func NewGuard(allowlist string, resolver Resolver) (*Guard, error) {
 
 func (g *Guard) empty() bool { return len(g.hosts) == 0 && len(g.prefixes) == 0 && len(g.ipPorts) == 0 }
 
-// CheckURL resolves the URL's host and checks every address.
-func (g *Guard) CheckURL(raw string) error {
+// CheckURL resolves the URL's host (within ctx and the lookup timeout)
+// and checks every address.
+func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return err
@@ -81,7 +82,7 @@ func (g *Guard) CheckURL(raw string) error {
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.lookupTTL)
+	ctx, cancel := context.WithTimeout(ctx, g.lookupTTL)
 	defer cancel()
 	_, err = g.Addrs(ctx, u.Hostname(), port)
 	return err

@@ -73,7 +73,7 @@ func TestGuard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = g.CheckURL(c.url)
+		err = g.CheckURL(context.Background(), c.url)
 		if (err == nil) != c.ok {
 			t.Errorf("allow %q, %s: err=%v, want ok=%v", c.allow, c.url, err, c.ok)
 		}
@@ -147,7 +147,7 @@ func TestPriorityJitterAndReplaceValidation(t *testing.T) {
 		`{"concurrencyPolicy":"QUEUE"}`: "execution.concurrencyPolicy",
 		`{"priority":"HIGH","jitterSeconds":3600,"concurrencyPolicy":"REPLACE"}`: "",
 	} {
-		err := base(exec).Normalize(nil)
+		err := base(exec).Normalize(context.Background(), nil)
 		var fe *FieldError
 		switch {
 		case field == "" && err != nil:
@@ -157,7 +157,7 @@ func TestPriorityJitterAndReplaceValidation(t *testing.T) {
 		}
 	}
 	s := base(`{}`)
-	if err := s.Normalize(nil); err != nil || s.Execution.Priority != PriorityNormal || PriorityRank(s.Execution.Priority) != 1 {
+	if err := s.Normalize(context.Background(), nil); err != nil || s.Execution.Priority != PriorityNormal || PriorityRank(s.Execution.Priority) != 1 {
 		t.Fatalf("defaults: %v %+v", err, s.Execution)
 	}
 	if s.StartJitter(1, time.Unix(0, 0)) != 0 {
@@ -196,7 +196,7 @@ func TestSecretRefAndMaxDeferValidation(t *testing.T) {
 		`{"url":"http://x.test/","secretRef":{"name":"k","prefix":"Bearer \u0000"}}`:                  "target.http.secretRef.prefix",
 		`{"url":"http://x.test/","secretRef":{"name":"token.v2_A-1","header":"X-Key","prefix":"K "}}`: "",
 	} {
-		err := spec(in, `{}`).Normalize(nil)
+		err := spec(in, `{}`).Normalize(context.Background(), nil)
 		var fe *FieldError
 		switch {
 		case field == "" && err != nil:
@@ -206,7 +206,7 @@ func TestSecretRefAndMaxDeferValidation(t *testing.T) {
 		}
 	}
 	s := spec(`{"url":"http://x.test/","secretRef":{"name":"k"}}`, `{}`)
-	if err := s.Normalize(nil); err != nil || s.Target.HTTP.SecretRef.Header != "Authorization" ||
+	if err := s.Normalize(context.Background(), nil); err != nil || s.Target.HTTP.SecretRef.Header != "Authorization" ||
 		s.Execution.MaxDeferSeconds != DefaultMaxDeferSeconds || s.Execution.MaxDefer() != time.Hour {
 		t.Fatalf("defaults: %v %+v %+v", err, s.Target.HTTP.SecretRef, s.Execution)
 	}
@@ -215,7 +215,7 @@ func TestSecretRefAndMaxDeferValidation(t *testing.T) {
 	}
 	for _, bad := range []string{`{"maxDeferSeconds":-1}`, `{"maxDeferSeconds":604801}`} {
 		var fe *FieldError
-		if err := spec(`{"url":"http://x.test/"}`, bad).Normalize(nil); !errors.As(err, &fe) || fe.Field != "execution.maxDeferSeconds" {
+		if err := spec(`{"url":"http://x.test/"}`, bad).Normalize(context.Background(), nil); !errors.As(err, &fe) || fe.Field != "execution.maxDeferSeconds" {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
@@ -228,12 +228,12 @@ func TestURLHostsAreASCII(t *testing.T) {
 	for _, raw := range []string{"https://api.str\u0130pe.com/v1", "https://b\u00fccher.example/"} {
 		s := &Spec{Tenant: "t", Schedule: Schedule{Type: TypeOneOff, At: &at}, Target: Target{Type: TargetHTTP, HTTP: &HTTPTarget{URL: raw}}}
 		var fe *FieldError
-		if err := s.Normalize(nil); !errors.As(err, &fe) || fe.Field != "target.http.url" {
+		if err := s.Normalize(context.Background(), nil); !errors.As(err, &fe) || fe.Field != "target.http.url" {
 			t.Errorf("%s: %v, want a field error on target.http.url", raw, err)
 		}
 		s = &Spec{Tenant: "t", Schedule: Schedule{Type: TypeOneOff, At: &at}, Target: Target{Type: TargetHTTP, HTTP: &HTTPTarget{URL: "https://xn--bcher-kva.example/"}},
 			Notifications: &Notifications{OnFailure: []string{raw}}}
-		if err := s.Normalize(nil); !errors.As(err, &fe) || fe.Field != "notifications.onFailure[0]" {
+		if err := s.Normalize(context.Background(), nil); !errors.As(err, &fe) || fe.Field != "notifications.onFailure[0]" {
 			t.Errorf("notification %s: %v", raw, err)
 		}
 	}

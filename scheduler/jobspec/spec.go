@@ -7,6 +7,7 @@ package jobspec
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -245,13 +246,14 @@ var methods = map[string]bool{http.MethodGet: true, http.MethodPost: true, http.
 var headerName = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`)
 
 // Normalize fills defaults and validates s in place. guard checks HTTP
-// targets; nil skips the network check (tests of pure shape only). Only
-// HTTP targets are accepted; see NormalizeKinds.
-func (s *Spec) Normalize(g *Guard) error { return s.NormalizeKinds(g, nil) }
+// targets (resolving their hosts within ctx); nil skips the network check
+// (tests of pure shape only). Only HTTP targets are accepted; see
+// NormalizeKinds.
+func (s *Spec) Normalize(ctx context.Context, g *Guard) error { return s.NormalizeKinds(ctx, g, nil) }
 
 // NormalizeKinds is Normalize accepting, besides HTTP, the target kinds
 // in kinds (type → validator), for schedulers with those executors.
-func (s *Spec) NormalizeKinds(g *Guard, kinds map[string]KindValidator) error {
+func (s *Spec) NormalizeKinds(ctx context.Context, g *Guard, kinds map[string]KindValidator) error {
 	if s.Tenant == "" {
 		return fieldErr("tenant", "required")
 	}
@@ -270,16 +272,16 @@ func (s *Spec) NormalizeKinds(g *Guard, kinds map[string]KindValidator) error {
 			*t = t.UTC()
 		}
 	}
-	if err := s.Target.normalize(g, kinds); err != nil {
+	if err := s.Target.normalize(ctx, g, kinds); err != nil {
 		return err
 	}
-	if err := s.Notifications.normalize(g); err != nil {
+	if err := s.Notifications.normalize(ctx, g); err != nil {
 		return err
 	}
 	return s.Execution.normalize()
 }
 
-func (n *Notifications) normalize(g *Guard) error {
+func (n *Notifications) normalize(ctx context.Context, g *Guard) error {
 	if n == nil {
 		return nil
 	}
@@ -298,7 +300,7 @@ func (n *Notifications) normalize(g *Guard) error {
 				return fieldErr(field, "must be an absolute http(s) URL without credentials, with an ASCII (xn--) host")
 			}
 			if g != nil {
-				if err := g.CheckURL(raw); err != nil {
+				if err := g.CheckURL(ctx, raw); err != nil {
 					return fieldErr(field, "%v", err)
 				}
 			}
@@ -354,7 +356,7 @@ func (sc *Schedule) normalize() error {
 	return nil
 }
 
-func (t *Target) normalize(g *Guard, kinds map[string]KindValidator) error {
+func (t *Target) normalize(ctx context.Context, g *Guard, kinds map[string]KindValidator) error {
 	if len(t.Payload) > MaxPayloadBytes {
 		return fieldErr("target.payload", "larger than %d bytes; pass a reference instead", MaxPayloadBytes)
 	}
@@ -426,7 +428,7 @@ func (t *Target) normalize(g *Guard, kinds map[string]KindValidator) error {
 		return fieldErr("target.payload", "larger than %d bytes; pass a reference instead", MaxPayloadBytes)
 	}
 	if g != nil {
-		if err := g.CheckURL(h.URL); err != nil {
+		if err := g.CheckURL(ctx, h.URL); err != nil {
 			return fieldErr("target.http.url", "%v", err)
 		}
 	}

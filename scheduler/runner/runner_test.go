@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func everyMinute(t *testing.T, misfire, concurrency string, cap int) *jobspec.Sp
 		Schedule:  jobspec.Schedule{Type: jobspec.TypeFixedRate, Every: "PT1M", Anchor: &anchor},
 		Target:    jobspec.Target{Type: jobspec.TargetHTTP, HTTP: &jobspec.HTTPTarget{URL: "http://127.0.0.1/"}},
 		Execution: jobspec.Execution{MisfirePolicy: misfire, ConcurrencyPolicy: concurrency, MisfireCap: cap}}
-	if err := s.Normalize(nil); err != nil {
+	if err := s.Normalize(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -70,7 +71,7 @@ func TestDecideOneOffAlwaysFires(t *testing.T) {
 	s := &jobspec.Spec{Tenant: "t", Schedule: jobspec.Schedule{Type: jobspec.TypeOneOff, At: &at},
 		Target:    jobspec.Target{Type: jobspec.TargetHTTP, HTTP: &jobspec.HTTPTarget{URL: "http://127.0.0.1/"}},
 		Execution: jobspec.Execution{MisfirePolicy: jobspec.MisfireSkip}}
-	if err := s.Normalize(nil); err != nil {
+	if err := s.Normalize(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	got := Decide(store.DueRun{Live: true, ScheduledAt: at, Spec: s}, at.AddDate(6, 0, 0), time.Minute)

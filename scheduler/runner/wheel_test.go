@@ -34,7 +34,7 @@ func TestWheelWakingEarlyStillFires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := spec.Normalize(nil); err != nil {
+	if err := spec.Normalize(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	job, _, err := st.CreateJob(ctx, spec, "k", "h")
@@ -107,7 +107,7 @@ func TestWheelLoadsNewRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := spec.Normalize(nil); err != nil {
+		if err := spec.Normalize(context.Background(), nil); err != nil {
 			t.Fatal(err)
 		}
 		job, _, err := st.CreateJob(ctx, spec, key, key)

@@ -85,7 +85,7 @@ func TestZombieOwnerFiresNothing(t *testing.T) {
 	at := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 	spec := &jobspec.Spec{Tenant: "t", Schedule: jobspec.Schedule{Type: jobspec.TypeOneOff, At: &at},
 		Target: jobspec.Target{Type: jobspec.TargetHTTP, HTTP: &jobspec.HTTPTarget{URL: "http://127.0.0.1:9/"}}}
-	if err := spec.Normalize(nil); err != nil {
+	if err := spec.Normalize(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	job, _, err := st.CreateJob(ctx, spec, "k", "h")

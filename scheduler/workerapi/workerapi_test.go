@@ -144,7 +144,7 @@ func (f *fixture) queue(t *testing.T, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := spec.Normalize(guard); err != nil {
+		if err := spec.Normalize(context.Background(), guard); err != nil {
 			t.Fatal(err)
 		}
 		if _, _, err := f.st.CreateJob(ctx, spec, fmt.Sprint(t.Name(), i, time.Now().UnixNano()), "h"); err != nil {

@@ -20,7 +20,7 @@ func delivery(t *testing.T, url string) target.Delivery {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := &jobspec.Spec{Tenant: "t", Schedule: jobspec.Schedule{Type: jobspec.TypeOneOff, At: &at},
 		Target: jobspec.Target{Type: jobspec.TargetHTTP, HTTP: &jobspec.HTTPTarget{URL: url}, Payload: []byte(`{"at":"{{scheduledAt}}"}`)}}
-	if err := s.Normalize(nil); err != nil {
+	if err := s.Normalize(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	return target.Delivery{RunID: 1, JobID: 7, ScheduledAt: at, Attempt: 1, Spec: s}

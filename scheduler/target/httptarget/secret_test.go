@@ -65,7 +65,7 @@ func secretDelivery(t *testing.T, url string, ref *jobspec.SecretRef) target.Del
 	t.Helper()
 	d := delivery(t, url)
 	d.Spec.Target.HTTP.SecretRef = ref
-	if err := d.Spec.Normalize(nil); err != nil {
+	if err := d.Spec.Normalize(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	return d
