@@ -104,13 +104,7 @@ func TestLoopClientKillAndTimeout(t *testing.T) {
 // sockets close).
 func waitClients(t *testing.T, srv *Server, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.Clients() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("Clients() = %d, want %d", srv.Clients(), n)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a counter, not timing the server
-	}
+	eventually.True(t, 5*time.Second, fmt.Sprintf("%d clients", n), func() bool { return srv.Clients() == n })
 }
 
 // A script that runs past its time limit holds its namespace's shards
