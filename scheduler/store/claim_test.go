@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // TestClaimReservingAndHeartbeatMany: one claim takes every HIGH run it
@@ -14,13 +12,8 @@ import (
 // the leases it holds and answers the others as Heartbeat would.
 func TestClaimReservingAndHeartbeatMany(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{DatabaseURL: testdeps.Postgres(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	spec := `{"tenant":"t1","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},
-		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}}}`
+	s := openTestStore(t)
+	spec := oneOffSpec
 	// Two HIGH (priority 0) and five NORMAL runs, all ready.
 	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
 			SELECT 't1', $1::jsonb, true FROM generate_series(1, 7) RETURNING id)

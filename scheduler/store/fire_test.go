@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // TestFireRuns: the timing wheel's fire takes exactly the runs it names
@@ -16,13 +14,8 @@ import (
 // reports the database clock even when it fired nothing.
 func TestFireRuns(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{DatabaseURL: testdeps.Postgres(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	spec := `{"tenant":"t1","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},
-		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}}}`
+	s := openTestStore(t)
+	spec := oneOffSpec
 	// Eight jobs: slots alternate past and an hour ahead.
 	rows, _ := s.pool.Query(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
 			SELECT 't1', $1::jsonb, true FROM generate_series(1, 8) RETURNING id)

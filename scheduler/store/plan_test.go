@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // planWork sums what every node of an EXPLAIN (ANALYZE, FORMAT JSON) plan
@@ -87,16 +85,11 @@ func explainWork(t *testing.T, s *Store, settings []string, sql string, args ...
 func TestPlansSurviveStaleStatistics(t *testing.T) {
 	const n = 3000
 	ctx := context.Background()
-	s, err := Open(ctx, Config{DatabaseURL: testdeps.Postgres(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTestStore(t)
 	if _, err := s.pool.Exec(ctx, `ALTER TABLE scheduler.scheduled_execution SET (autovacuum_enabled = false)`); err != nil {
 		t.Fatal(err)
 	}
-	spec := `{"tenant":"t1","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},
-		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}},"execution":{"retry":{"maxAttempts":3}}}`
+	spec := oneOffRetrySpec
 	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
 			SELECT 't1', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
 		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
@@ -224,11 +217,7 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 func TestGenericClaimPlanOnEmptyTable(t *testing.T) {
 	const n = 3000
 	ctx := context.Background()
-	s, err := Open(ctx, Config{DatabaseURL: testdeps.Postgres(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTestStore(t)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -259,8 +248,7 @@ func TestGenericClaimPlanOnEmptyTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spec := `{"tenant":"t1","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},
-		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}},"execution":{"retry":{"maxAttempts":3}}}`
+	spec := oneOffRetrySpec
 	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
 			SELECT 't1', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
 		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status, tenant, lease_expires_at)
@@ -307,13 +295,8 @@ func TestGenericClaimPlanOnEmptyTable(t *testing.T) {
 // read ~550 buffers a pass in the River benchmark's burst).
 func TestReapLooksThroughTheRunningIndex(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{DatabaseURL: testdeps.Postgres(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	spec := `{"tenant":"t1","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},
-		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}}}`
+	s := openTestStore(t)
+	spec := oneOffSpec
 	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
 			SELECT 't1', $1::jsonb, true FROM generate_series(1, 3000) RETURNING id)
 		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status, tenant, lease_expires_at)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/portico-io/portico/internal/testdeps"
 )
 
 // TestRemoteLeaseSecrets: a remote lease is proven by its secret from its
@@ -16,13 +14,8 @@ import (
 // its run was cancelled; an in-process lease cannot be matched remotely.
 func TestRemoteLeaseSecrets(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Config{DatabaseURL: testdeps.Postgres(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	spec := `{"tenant":"t1","schedule":{"type":"ONE_OFF","at":"2026-01-01T00:00:00Z"},
-		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}},"execution":{"retry":{"maxAttempts":3}}}`
+	s := openTestStore(t)
+	spec := oneOffRetrySpec
 	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
 			SELECT 't1', $1::jsonb, true FROM generate_series(1, 4) RETURNING id)
 		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status, tenant)
