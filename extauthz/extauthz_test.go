@@ -31,6 +31,7 @@ import (
 	"github.com/portico-io/portico/controlplane/cptest"
 	"github.com/portico-io/portico/extauthz"
 	"github.com/portico-io/portico/extauthz/policy"
+	ev "github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/testdeps"
 )
 
@@ -180,25 +181,22 @@ func envoyCheck(mode, provider, scopes string, hdrs map[string]string) *authv3.C
 // eventually polls Check until pred holds or 30s pass.
 func eventually(t *testing.T, p *extauthzProc, req *authv3.CheckRequest, what string, pred func(*authv3.CheckResponse) bool) *authv3.CheckResponse {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	var last *authv3.CheckResponse
-	for {
+	var (
+		last *authv3.CheckResponse
+		err  error
+	)
+	if !ev.Within(30*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		resp, err := p.client.Check(ctx, req)
-		cancel()
-		if err == nil {
+		defer cancel()
+		var resp *authv3.CheckResponse
+		if resp, err = p.client.Check(ctx, req); err == nil {
 			last = resp
-			if pred(resp) {
-				return resp
-			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached in 30s; last %v (err %v)", what, last, err)
-		}
-		<-tick.C
+		return err == nil && pred(resp)
+	}) {
+		t.Fatalf("%s: not reached in 30s; last %v (err %v)", what, last, err)
 	}
+	return last
 }
 
 func allowed(r *authv3.CheckResponse) bool {

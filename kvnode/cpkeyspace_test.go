@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/kvnode/api"
 	"github.com/portico-io/portico/kvnode/cp"
@@ -49,9 +50,10 @@ func newCPClusterWith(t *testing.T, tweak func(*Config), cpKS ...string) *cluste
 // its HTTP address (so followers forward), and returns its id.
 func (c *cluster) cpLeader() string {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		leader := ""
+	leader := ""
+	// Raft elections have no signal to wait on: poll.
+	eventually.True(c.t, 20*time.Second, "a Raft leader known to every node", func() bool {
+		leader = ""
 		for _, id := range c.ids() {
 			if c.node(id).CP().IsLeader() {
 				leader = id
@@ -63,14 +65,9 @@ func (c *cluster) cpLeader() string {
 				known = false
 			}
 		}
-		if known {
-			return leader
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatal("no Raft leader known to every node after 20s")
-		}
-		time.Sleep(10 * time.Millisecond) // Raft elections have no signal to wait on
-	}
+		return known
+	})
+	return leader
 }
 
 // cpDo is mustDo for a request the Raft group serves: a 503 (no leader,
@@ -169,20 +166,14 @@ func TestCPKeyspaceThroughKV(t *testing.T) {
 		}
 	}
 	// A stale read is served locally (not forwarded) and converges.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// A follower applying has no signal to wait on: poll.
+	eventually.True(t, 5*time.Second, "the stale read on the follower to see owner-c", func() bool {
 		r = c.cpDo("GET", follower, "/v1/kv/locks:job-7?stale=true", nil, nil, http.StatusOK)
 		if r.header.Get(api.HeaderForwarded) != "" {
 			t.Fatalf("stale read forwarded: %v", r.header)
 		}
-		if string(r.body) == "owner-c" && r.rev() == rev3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stale read on %s still %q at %d", follower, r.body, r.rev())
-		}
-		time.Sleep(10 * time.Millisecond) // a follower applying has no signal to wait on
-	}
+		return string(r.body) == "owner-c" && r.rev() == rev3
+	})
 	// Conditional delete: 412 on a stale revision, then 200 with ETag "0".
 	c.cpDo("DELETE", follower, "/v1/kv/locks:job-7", nil, ifMatch(rev2), http.StatusPreconditionFailed)
 	r = c.cpDo("DELETE", follower, "/v1/kv/locks:job-7", nil, ifMatch(rev3), http.StatusOK)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/scheduler/runner"
 	"github.com/portico-io/portico/scheduler/store"
 )
@@ -178,7 +179,7 @@ func TestTimingWheelFiresWithoutSweep(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = rn.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	eventually(t, 15*time.Second, "3 slots fired by the wheel", func() bool {
+	eventually.True(t, 15*time.Second, "3 slots fired by the wheel", func() bool {
 		var n int
 		_ = e.db.QueryRow(ctx, `SELECT count(*) FROM scheduler.scheduled_execution WHERE schedule_id = $1 AND status = 'QUEUED'`, id).Scan(&n)
 		return n >= 3

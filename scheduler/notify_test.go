@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/scheduler/notify"
 	"github.com/portico-io/portico/scheduler/reaper"
 	"github.com/portico-io/portico/scheduler/runner"
@@ -91,7 +92,7 @@ func TestNotificationsOnFailureAndDeadLetter(t *testing.T) {
 	id := e.createJob(t, withNotifications(oneOff(tg.srv.URL, `{"maxAttempts":2,"initialBackoffMs":1,"maxBackoffMs":1}`),
 		onFailure.srv.URL, onDead.srv.URL))
 	e.start(t, roles{notifier: true})
-	eventually(t, 15*time.Second, "every notification SENT", func() bool {
+	eventually.True(t, 15*time.Second, "every notification SENT", func() bool {
 		ob := e.outbox(t)
 		return ob["FAILURE/SENT"] == 2 && ob["DEAD_LETTER/SENT"] == 1 && len(ob) == 2
 	})
@@ -136,7 +137,7 @@ func TestNotificationOutboxSurvivesCrash(t *testing.T) {
 		t.Fatalf("claim: %v %v", ls, err)
 	}
 	rp, _ := reaper.New(reaper.Config{Store: e.st})
-	eventually(t, 10*time.Second, "the lease to be reaped", func() bool {
+	eventually.True(t, 10*time.Second, "the lease to be reaped", func() bool {
 		res, err := rp.Pass(ctx)
 		return err == nil && res.Dead == 1
 	})
@@ -148,7 +149,7 @@ func TestNotificationOutboxSurvivesCrash(t *testing.T) {
 		t.Fatalf("crashed notifier's claim: %v %v", crashed, err)
 	}
 	e.start(t, roles{notifier: true})
-	eventually(t, 10*time.Second, "delivery after the lease lapses", func() bool {
+	eventually.True(t, 10*time.Second, "delivery after the lease lapses", func() bool {
 		ob := e.outbox(t)
 		return ob["FAILURE/SENT"] == 1 && ob["DEAD_LETTER/SENT"] == 1
 	})

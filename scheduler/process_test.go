@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/logging"
 	"github.com/portico-io/portico/scheduler"
 	"github.com/portico-io/portico/scheduler/jobspec"
@@ -193,17 +194,17 @@ func TestThreeProcessesKillAndStop(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 20*time.Second, "p0 to hold runs", func() bool { return len(holding("p0")) > 0 })
+	eventually.True(t, 20*time.Second, "p0 to hold runs", func() bool { return len(holding("p0")) > 0 })
 	if err := procs[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	var stopped map[int64]int64
-	eventually(t, 20*time.Second, "p1 to hold runs", func() bool { stopped = holding("p1"); return len(stopped) > 0 })
+	eventually.True(t, 20*time.Second, "p1 to hold runs", func() bool { stopped = holding("p1"); return len(stopped) > 0 })
 	if err := procs[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stopped = holding("p1") // what it held when it froze
-	eventually(t, 20*time.Second, "p1's leases to expire and be taken over", func() bool {
+	eventually.True(t, 20*time.Second, "p1's leases to expire and be taken over", func() bool {
 		var n int
 		_ = e.db.QueryRow(ctx, `SELECT count(*) FROM scheduler.scheduled_execution WHERE id = ANY($1) AND worker_id = 'p1' AND status = 'RUNNING'`,
 			keys(stopped)).Scan(&n)
@@ -219,7 +220,7 @@ func TestThreeProcessesKillAndStop(t *testing.T) {
 			t.Fatalf("p1 resumed holding runs %v but never had a write refused", stopped)
 		}
 	}
-	eventually(t, 60*time.Second, "every slot to finish", func() bool {
+	eventually.True(t, 60*time.Second, "every slot to finish", func() bool {
 		var open int
 		var now time.Time
 		_ = e.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status NOT IN ('SUCCEEDED','DEAD','CANCELLED','SKIPPED')), now()
@@ -227,7 +228,7 @@ func TestThreeProcessesKillAndStop(t *testing.T) {
 		return open == 0 && now.After(endAt)
 	})
 
-	eventually(t, 20*time.Second, "the survivors to hold every shard", func() bool {
+	eventually.True(t, 20*time.Second, "the survivors to hold every shard", func() bool {
 		var live, dead int
 		_ = e.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE owner IN ('p1','p2')), count(*) FILTER (WHERE owner = 'p0')
 			FROM scheduler.shard_lease WHERE expires_at > now()`).Scan(&live, &dead)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/scheduler"
 	"github.com/portico-io/portico/scheduler/api"
@@ -164,23 +165,6 @@ func (e *env) start(t *testing.T, r roles) {
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes (the
-// database clock drives these tests, so there is no signal to wait on).
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 func (e *env) runs(t *testing.T, jobID string) []map[string]any {
 	t.Helper()
 	code, out := e.do(t, "GET", "/v1/jobs/"+jobID+"/runs?limit=200", "", nil)
@@ -232,7 +216,7 @@ func TestOneOffInThePastSucceedsWithIdempotencyKey(t *testing.T) {
 	tg := newTarget(t, func(int) int { return 200 })
 	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":1}`))
 	e.start(t, roles{})
-	eventually(t, 15*time.Second, "SUCCEEDED", func() bool {
+	eventually.True(t, 15*time.Second, "SUCCEEDED", func() bool {
 		rs := e.runs(t, id)
 		return len(rs) == 1 && rs[0]["status"] == store.StatusSucceeded
 	})
@@ -248,7 +232,7 @@ func TestFixedRateEverySecond(t *testing.T) {
 		"target":{"type":"HTTP","http":{"url":"`+tg.srv.URL+`","method":"PUT","body":"{{scheduledAt}}"}}}`)
 	e.start(t, roles{})
 	var done []map[string]any
-	eventually(t, 20*time.Second, "3 successful runs", func() bool {
+	eventually.True(t, 20*time.Second, "3 successful runs", func() bool {
 		done = done[:0]
 		for _, r := range e.runs(t, id) {
 			if r["status"] == store.StatusSucceeded {
@@ -284,7 +268,7 @@ func TestRetriesThenSucceeds(t *testing.T) {
 	})
 	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":5,"initialBackoffMs":10,"maxBackoffMs":50}`))
 	e.start(t, roles{})
-	eventually(t, 15*time.Second, "SUCCEEDED after retries", func() bool {
+	eventually.True(t, 15*time.Second, "SUCCEEDED after retries", func() bool {
 		rs := e.runs(t, id)
 		return len(rs) == 1 && rs[0]["status"] == store.StatusSucceeded
 	})
@@ -305,7 +289,7 @@ func TestAlwaysFailingGoesToDLQ(t *testing.T) {
 	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":3,"initialBackoffMs":10,"maxBackoffMs":20}`))
 	id404 := e.createJob(t, oneOff(fatal.srv.URL, `{"maxAttempts":3,"initialBackoffMs":10,"maxBackoffMs":20}`))
 	e.start(t, roles{})
-	eventually(t, 15*time.Second, "both DEAD and in the DLQ", func() bool {
+	eventually.True(t, 15*time.Second, "both DEAD and in the DLQ", func() bool {
 		_, out := e.do(t, "GET", "/v1/dlq?tenant=acme", "", nil)
 		items, _ := out["items"].([]any)
 		return len(items) == 2
@@ -344,7 +328,7 @@ func TestFencingStaleWorkerCannotComplete(t *testing.T) {
 	zombie, _ := worker.New(worker.Config{Store: e.st, Guard: e.guard, ID: "zombie", Lease: 300 * time.Millisecond,
 		BeforeRecord: func(store.Lease) {
 			// Paused past the lease: the reaper takes the run away.
-			eventually(t, 10*time.Second, "lease expiry reaped", func() bool {
+			eventually.True(t, 10*time.Second, "lease expiry reaped", func() bool {
 				res, err := rp.Pass(ctx)
 				return err == nil && res.Retried == 1
 			})
@@ -362,7 +346,7 @@ func TestFencingStaleWorkerCannotComplete(t *testing.T) {
 		t.Fatalf("after zombie completion: %v", rs[0])
 	}
 	var fresh []store.Lease
-	eventually(t, 10*time.Second, "re-claim", func() bool {
+	eventually.True(t, 10*time.Second, "re-claim", func() bool {
 		fresh, err = e.st.Claim(ctx, "w2", 1, 30*time.Second, 2)
 		return err == nil && len(fresh) == 1
 	})
@@ -401,7 +385,7 @@ func TestTwoRunnersNoLostOrDuplicateSlots(t *testing.T) {
 		rn, _ := runner.New(runner.Config{Store: st, Tick: 10 * time.Millisecond, Batch: 7})
 		wg.Go(func() { _ = rn.Run(ctx) })
 	}
-	eventually(t, 20*time.Second, "4 fired slots per job", func() bool {
+	eventually.True(t, 20*time.Second, "4 fired slots per job", func() bool {
 		var n int
 		_ = e.db.QueryRow(ctx, `SELECT coalesce(min(c), 0) FROM (SELECT count(*) c FROM scheduler.scheduled_execution
 			WHERE status = 'QUEUED' GROUP BY schedule_id) x`).Scan(&n)
@@ -446,18 +430,18 @@ func TestHeartbeatKeepsLongRunAlive(t *testing.T) {
 	e.start(t, roles{lease: 300 * time.Millisecond})
 	ctx := context.Background()
 	var first time.Time
-	eventually(t, 10*time.Second, "the run is leased", func() bool {
+	eventually.True(t, 10*time.Second, "the run is leased", func() bool {
 		return e.db.QueryRow(ctx, `SELECT lease_expires_at FROM scheduler.scheduled_execution WHERE status = 'RUNNING'`).Scan(&first) == nil
 	})
 	// Wait (by the database clock) until the lease has been extended past
 	// three original lease lengths.
-	eventually(t, 10*time.Second, "heartbeats extend the lease", func() bool {
+	eventually.True(t, 10*time.Second, "heartbeats extend the lease", func() bool {
 		var cur time.Time
 		_ = e.db.QueryRow(ctx, `SELECT lease_expires_at FROM scheduler.scheduled_execution WHERE status = 'RUNNING'`).Scan(&cur)
 		return cur.Sub(first) > 900*time.Millisecond
 	})
 	unblock()
-	eventually(t, 10*time.Second, "SUCCEEDED", func() bool {
+	eventually.True(t, 10*time.Second, "SUCCEEDED", func() bool {
 		rs := e.runs(t, id)
 		return rs[0]["status"] == store.StatusSucceeded
 	})
@@ -488,7 +472,7 @@ func TestRunServesAllRoles(t *testing.T) {
 		}
 	}()
 	base := "http://" + lis.Addr().String()
-	eventually(t, 10*time.Second, "ready", func() bool {
+	eventually.True(t, 10*time.Second, "ready", func() bool {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			return false
@@ -499,7 +483,7 @@ func TestRunServesAllRoles(t *testing.T) {
 	tg := newTarget(t, func(int) int { return 200 })
 	e := &env{api: &httptest.Server{URL: base}, token: token()}
 	id := e.createJob(t, oneOff(tg.srv.URL, `{"maxAttempts":1}`))
-	eventually(t, 10*time.Second, "SUCCEEDED", func() bool {
+	eventually.True(t, 10*time.Second, "SUCCEEDED", func() bool {
 		rs := e.runs(t, id)
 		return len(rs) == 1 && rs[0]["status"] == store.StatusSucceeded
 	})
@@ -595,7 +579,7 @@ func TestAttemptTimeoutRetries(t *testing.T) {
 	spec := strings.Replace(oneOff(srv.URL, `{"maxAttempts":2,"initialBackoffMs":1,"maxBackoffMs":1}`), `"timeoutSeconds":5`, `"timeoutSeconds":1`, 1)
 	id := e.createJob(t, spec)
 	e.start(t, roles{})
-	eventually(t, 15*time.Second, "SUCCEEDED on attempt 2", func() bool {
+	eventually.True(t, 15*time.Second, "SUCCEEDED on attempt 2", func() bool {
 		rs := e.runs(t, id)
 		return rs[0]["status"] == store.StatusSucceeded
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/scheduler"
 	"github.com/portico-io/portico/scheduler/store"
@@ -88,7 +89,7 @@ func TestSecretRefEndToEnd(t *testing.T) {
 		}
 	}()
 	base := "http://" + lis.Addr().String()
-	eventually(t, 10*time.Second, "ready", func() bool {
+	eventually.True(t, 10*time.Second, "ready", func() bool {
 		resp, err := http.Get(base + "/readyz")
 		if err != nil {
 			return false
@@ -198,7 +199,7 @@ func TestSecretRefEndToEnd(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "short-lived")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "both one-off runs DEAD", func() bool {
+	eventually.True(t, 15*time.Second, "both one-off runs DEAD", func() bool {
 		a, b := e.runs(t, echo), e.runs(t, gone)
 		return len(a) == 1 && len(b) == 1 && a[0]["status"] == store.StatusDead && b[0]["status"] == store.StatusDead
 	})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/scheduler/api"
 	"github.com/portico-io/portico/scheduler/api/apitest"
 	"github.com/portico-io/portico/scheduler/jobspec"
@@ -36,7 +37,7 @@ func TestOpenCircuitDefersWithoutUsingAttempts(t *testing.T) {
 	}
 	// One attempt at a time, so the circuit opens after exactly two calls.
 	e.start(t, roles{targets: target.Registry{jobspec.TargetHTTP: ht}, concurrency: 1})
-	eventually(t, 15*time.Second, "every run deferred by the open circuit", func() bool {
+	eventually.True(t, 15*time.Second, "every run deferred by the open circuit", func() bool {
 		for _, id := range ids {
 			rs := e.runs(t, id)
 			if last, _ := rs[0]["lastError"].(string); !strings.Contains(last, "circuit open") {
@@ -123,7 +124,7 @@ func TestPluggableQueueTarget(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the QUEUE target was never called")
 	}
-	eventually(t, 10*time.Second, "SUCCEEDED", func() bool { return e.runs(t, id)[0]["status"] == store.StatusSucceeded })
+	eventually.True(t, 10*time.Second, "SUCCEEDED", func() bool { return e.runs(t, id)[0]["status"] == store.StatusSucceeded })
 	j, err := e.st.GetJob(context.Background(), mustInt(t, id))
 	var cfg map[string]string
 	if err != nil || json.Unmarshal(j.Spec.Target.Queue, &cfg) != nil || cfg["topic"] != "settlement.commands" {
@@ -150,7 +151,7 @@ func TestOpenCircuitDeadLettersAfterMaxDefer(t *testing.T) {
 	spec = strings.Replace(spec, `"execution":{`, `"execution":{"maxDeferSeconds":1,`, 1)
 	id := e.createJob(t, spec)
 	e.start(t, roles{targets: target.Registry{jobspec.TargetHTTP: ht}, concurrency: 1, notifier: true})
-	eventually(t, 15*time.Second, "the run DEAD and both notifications sent", func() bool {
+	eventually.True(t, 15*time.Second, "the run DEAD and both notifications sent", func() bool {
 		ob := e.outbox(t)
 		return e.runs(t, id)[0]["status"] == store.StatusDead && ob["FAILURE/SENT"] == 2 && ob["DEAD_LETTER/SENT"] == 1
 	})
@@ -194,7 +195,7 @@ func TestDeferralClockResetsOnRealAttempt(t *testing.T) {
 			got []store.Lease
 			err error
 		)
-		eventually(t, 10*time.Second, "a claimable run", func() bool {
+		eventually.True(t, 10*time.Second, "a claimable run", func() bool {
 			if _, err := e.st.Fire(ctx, 10, func(r store.DueRun, _ time.Time) store.FireDecision {
 				return store.FireDecision{Status: store.StatusQueued}
 			}); err != nil {

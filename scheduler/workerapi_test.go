@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/tlstest"
@@ -84,7 +85,7 @@ func TestGRPCRemoteWorker(t *testing.T) {
 			t.Fatalf("plaintext request to the TLS REST API: %d", resp.StatusCode)
 		}
 	}
-	eventually(t, 10*time.Second, "API up", func() bool {
+	eventually.True(t, 10*time.Second, "API up", func() bool {
 		resp, err := e.client.Get(e.api.URL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
@@ -97,7 +98,7 @@ func TestGRPCRemoteWorker(t *testing.T) {
 	lease := func(what string) *schedulerv1.LeasedRun {
 		t.Helper()
 		var got *schedulerv1.LeasedRun
-		eventually(t, 10*time.Second, what, func() bool {
+		eventually.True(t, 10*time.Second, what, func() bool {
 			resp, err := wc.Lease(ctx, &schedulerv1.LeaseRequest{WorkerId: "remote-1", MaxRuns: 10, Lease: durationpb.New(second)})
 			if err != nil {
 				t.Fatalf("Lease: %v", err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/scheduler/jobspec"
 	"github.com/portico-io/portico/scheduler/metrics"
 	"github.com/portico-io/portico/scheduler/store"
@@ -121,12 +122,7 @@ func TestYieldHoldsClaimsBriefly(t *testing.T) {
 		done := make(chan struct{})
 		go func() { _ = w.Run(ctx); close(done) }()
 		defer func() { cancel(); <-done }()
-		for st.first.Load() == 0 {
-			if time.Since(start) > 20*time.Second {
-				t.Fatal("the worker never claimed")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		eventually.True(t, 20*time.Second, "the worker's first claim", func() bool { return st.first.Load() != 0 })
 		return time.Unix(0, st.first.Load()).Sub(start)
 	}
 	if d := run(500*time.Millisecond, func() bool { return true }); d < 500*time.Millisecond {
