@@ -14,6 +14,7 @@ import (
 
 	"github.com/portico-io/portico/controlplane"
 	"github.com/portico-io/portico/extauthz"
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/testdeps"
 	"github.com/portico-io/portico/internal/xdstest"
 )
@@ -66,10 +67,9 @@ func TestUnreceivablePolicyIsLoud(t *testing.T) {
 		return c == http.StatusServiceUnavailable && strings.Contains(body, "policy stale since") && strings.Contains(body, "larger than max")
 	})
 	t.Logf("/readyz: %s", strings.TrimSpace(body))
-	// Each reconnect applies the small types before the oversized one
-	// fails again, and an applied response clears the stream error for a
-	// moment (xdsclient.Health.applied): read the gauge until it says so.
-	xdstest.Eventually(t, 10*time.Second, "portico_extauthz_policy_stale = 1", func() bool {
+	// Each reconnect applies the small types before the oversized one fails
+	// again; that must not clear the failure, even for a moment.
+	eventually.Always(t, time.Second, "portico_extauthz_policy_stale = 1 across reconnects", func() bool {
 		return eaMetrics.metric("portico_extauthz_policy_stale") == 1
 	})
 	if n := eaMetrics.metric(`portico_extauthz_policy_stream_failures_total{code="ResourceExhausted"}`); n < 1 {

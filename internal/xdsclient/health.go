@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,15 +42,18 @@ const (
 // stale for StaleAfter, or at once when the failure is a response that
 // cannot be received at all (larger than the receive limit, or not
 // decodable): retrying cannot fix those, and the last good state silently
-// ages otherwise. Either way the applier keeps serving the last good state.
+// ages otherwise. Such a failure is kept until every subscribed type has
+// applied since, or a stream stays up for SyncGrace. Either way the applier keeps serving the last good state.
 type Health struct {
 	// StaleAfter and SyncGrace: see the defaults. Set them before Run.
 	StaleAfter, SyncGrace time.Duration
 
 	mu          sync.Mutex
 	timeNow     func() time.Time
-	streamErr   error // nil while the current stream is in sync
-	unreachable bool  // streamErr is a response that cannot be received
+	streamErr   error           // nil while the current stream is in sync
+	unreachable bool            // streamErr is a response that cannot be received
+	types       []string        // the subscribed types (Run sets them)
+	pending     map[string]bool // types not applied since the unreceivable response
 	nacks       map[string]string
 	since       time.Time // start of the stale period; zero when in sync
 	syncedAt    time.Time // last moment known in sync
@@ -105,8 +109,24 @@ func (h *Health) streamFailed(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.streamErr, h.unreachable = err, unreceivable(err)
+	if h.unreachable {
+		h.pending = make(map[string]bool, len(h.types))
+		for _, t := range h.types {
+			h.pending[t] = true
+		}
+	}
 	h.failures[status.Code(err)]++
 	h.updateLocked()
+}
+
+// subscribe records the types the client subscribes to.
+func (h *Health) subscribe(types []string) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.types = slices.Clone(types)
 }
 
 // inSync records the current stream as in sync.
@@ -138,7 +158,14 @@ func (h *Health) applied(typeURL string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.nacks, typeURL)
-	h.streamErr, h.unreachable = nil, false
+	// The response that could not be received names no type, and on each
+	// reconnect the small types apply first: clearing an unreceivable
+	// failure on any of them made readiness flap between reconnects. It is
+	// cleared once every subscribed type has applied since (or by inSync).
+	delete(h.pending, typeURL)
+	if !h.unreachable || (len(h.types) > 0 && len(h.pending) == 0) {
+		h.streamErr, h.unreachable = nil, false
+	}
 	h.updateLocked()
 }
 

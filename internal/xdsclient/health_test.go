@@ -17,6 +17,7 @@ func TestHealthStaleness(t *testing.T) {
 	h.timeNow = func() time.Time { return now }
 	h.since = now
 	h.StaleAfter = time.Minute
+	h.subscribe([]string{typeA, typeB})
 	ctx := context.Background()
 
 	// Not yet in sync: ready until StaleAfter has passed.
@@ -55,10 +56,29 @@ func TestHealthStaleness(t *testing.T) {
 	if err := h.Check(ctx); err == nil || !strings.Contains(err.Error(), "larger than max") {
 		t.Fatalf("oversized response: %v", err)
 	}
-	// A new stream opening does not clear it; a response applied does.
+	// Nor does a response of one type applied on the next stream (the
+	// small types apply first on each reconnect, then the big one fails
+	// again); every subscribed type applied since does.
 	h.applied(typeA)
+	if err := h.Check(ctx); err == nil || !strings.Contains(err.Error(), "larger than max") {
+		t.Fatalf("oversized response, then one type applied: %v", err)
+	}
+	h.applied(typeB)
 	if err := h.Check(ctx); err != nil {
-		t.Fatalf("after an applied response: %v", err)
+		t.Fatalf("after every type applied: %v", err)
+	}
+	// So does a stream that stays up for SyncGrace.
+	h.streamFailed(status.Error(codes.ResourceExhausted, "grpc: received message larger than max (5878467 vs. 4194304)"))
+	h.applied(typeA)
+	h.inSync()
+	if err := h.Check(ctx); err != nil {
+		t.Fatalf("after a stream outlived the grace: %v", err)
+	}
+	// An ordinary failure is cleared by the next applied response.
+	h.streamFailed(status.Error(codes.Unavailable, "connection reset"))
+	h.applied(typeA)
+	if since, why := h.Stale(); !since.IsZero() || why != nil {
+		t.Fatalf("Stale() = %v, %v after a reconnect applied", since, why)
 	}
 
 	// A NACK stays until that type applies, whatever else arrives.
@@ -72,7 +92,7 @@ func TestHealthStaleness(t *testing.T) {
 	if err := h.Check(ctx); err != nil {
 		t.Fatalf("NACKed type applied again: %v", err)
 	}
-	if h.failures[codes.ResourceExhausted] != 1 || h.failures[codes.Unavailable] != 2 {
+	if h.failures[codes.ResourceExhausted] != 2 || h.failures[codes.Unavailable] != 3 {
 		t.Fatalf("failures %v", h.failures)
 	}
 }

@@ -139,6 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if c.acked == nil {
 		c.acked = map[string]string{}
 	}
+	cfg.Health.subscribe(cfg.Types)
 	backoff := cfg.MinBackoff
 	for {
 		session := c.session
