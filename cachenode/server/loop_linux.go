@@ -74,7 +74,7 @@ type loopConn struct {
 
 	mu     sync.Mutex
 	closed bool     // fd is closed
-	nc     net.Conn // the connection's own goroutine serves it (moved)
+	nc     *os.File // fd in Go's poller, once the connection's own goroutine serves it (moved)
 }
 
 // startLoops starts Config.Loops loops on tr's wait group; none when it
@@ -373,20 +373,21 @@ func (l *loop) close(lc *loopConn, epfd uintptr) {
 // move hands lc to a goroutine of its own (rawLoop), which writes its
 // pending replies, runs the commands left in its buffer and waits for
 // what made it leave the loop.
+//
+// The socket enters Go's poller as the descriptor it is (os.NewFile
+// registers a nonblocking descriptor): no duplicate, so a process at its
+// descriptor limit (EMFILE) still moves its connections.
 func (l *loop) move(lc *loopConn, epfd uintptr) {
 	l.forget(lc, epfd)
 	lc.mu.Lock()
-	var nc net.Conn
-	err := errors.New("server: connection closed")
+	var nc *os.File
 	if !lc.closed {
-		f := os.NewFile(uintptr(lc.fd), "")
-		nc, err = net.FileConn(f) // a duplicate in Go's poller
-		_ = f.Close()
-		lc.closed = true
+		nc = os.NewFile(uintptr(lc.fd), "")
+		lc.closed = true // nc owns fd from now on
 		lc.nc = nc
 	}
 	lc.mu.Unlock()
-	if err != nil {
+	if nc == nil { // closed by Serve ending meanwhile
 		l.tr.remove(lc)
 		l.s.endConn(lc.c)
 		return
@@ -400,7 +401,7 @@ func (l *loop) move(lc *loopConn, epfd uintptr) {
 }
 
 // serveMoved serves a connection that left an event loop until it ends.
-func (s *Server) serveMoved(nc net.Conn, lc *loopConn) {
+func (s *Server) serveMoved(nc *os.File, lc *loopConn) {
 	defer func() {
 		_ = nc.Close()
 		s.endConn(lc.c)
@@ -408,17 +409,19 @@ func (s *Server) serveMoved(nc net.Conn, lc *loopConn) {
 	if s.closing.Load() {
 		return
 	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return
+	rc, err := nc.SyscallConn()
+	if err == nil {
+		// A descriptor the poller could not take (epoll_ctl: ENOMEM, or
+		// ENOSPC past fs.epoll.max_user_watches) has no deadlines.
+		err = nc.SetReadDeadline(time.Time{})
 	}
-	rc, err := sc.SyscallConn()
 	if err != nil {
+		s.cfg.Logger.Warn("server: closing a client that left its event loop: its socket cannot wait in Go's poller", "addr", lc.c.sess.Addr, "err", err)
 		return
 	}
 	rw := lc.rw
-	rw.rc, rw.fd = rc, ^uintptr(0) // set again inside rc's callbacks
-	lc.c.stalled = nil             // a goroutine's connection from now on
+	rw.rc, rw.fd = rc, noFD // set inside rc's callbacks only
+	lc.c.stalled = nil      // a goroutine's connection from now on
 	if len(rw.pending) > 0 {
 		rw.p, rw.n, rw.err = rw.pending, 0, nil
 		err := rc.Write(rw.writeFn)

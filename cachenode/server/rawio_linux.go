@@ -39,10 +39,14 @@ import (
 // Redis's event loop. A read that filled the buffer is followed by
 // another read, since no event announces data that had already arrived.
 type rawIO struct {
-	rc      syscall.RawConn
-	fd      uintptr // valid inside rc.Read's callback, which holds a reference
-	full    bool    // the last read filled the buffer: the socket may hold more
-	active  bool    // a read returned data since the last idle check
+	rc syscall.RawConn
+	// fd is the socket inside rc's callbacks, which hold a reference to it,
+	// and noFD outside them (when rc is set): a descriptor used outside a
+	// callback may have been closed by CLIENT KILL and reused by another
+	// connection meanwhile. An event loop's connection (rc nil) owns fd.
+	fd      uintptr
+	full    bool // the last read filled the buffer: the socket may hold more
+	active  bool // a read returned data since the last idle check
 	p       []byte
 	n       int
 	err     error
@@ -52,6 +56,15 @@ type rawIO struct {
 	// writes them first.
 	pending []byte
 }
+
+// deadliner is the connection rawLoop serves: a *net.TCPConn, or the
+// *os.File of one that left an event loop.
+type deadliner interface {
+	SetReadDeadline(time.Time) error
+}
+
+// noFD is rawIO.fd outside rc's callbacks.
+const noFD = ^uintptr(0)
 
 // errWouldBlock: the socket has nothing to read now.
 var errWouldBlock = errors.New("server: read would block")
@@ -68,7 +81,7 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 	if err != nil {
 		return false
 	}
-	rw := &rawIO{rc: rc}
+	rw := &rawIO{rc: rc, fd: noFD}
 	rw.writeFn = rw.write
 	c.rd = resp.NewReader(rw, s.cfg.Limits)
 	c.out = rw
@@ -80,7 +93,7 @@ func (s *Server) serveRaw(nc net.Conn, c *conn) bool {
 // rawLoop serves c on rw until the connection ends; resume: c's buffer may
 // hold commands to run before the next read (a connection coming from an
 // event loop).
-func (s *Server) rawLoop(nc net.Conn, rw *rawIO, c *conn, resume bool) {
+func (s *Server) rawLoop(nc deadliner, rw *rawIO, c *conn, resume bool) {
 	rc := rw.rc
 	done := false
 	// Called at once, then each time the poller reports the socket
@@ -148,7 +161,9 @@ func (s *Server) rawLoop(nc net.Conn, rw *rawIO, c *conn, resume bool) {
 		if nc.SetReadDeadline(time.Now().Add(check)) != nil {
 			return
 		}
-		if err := rc.Read(serve); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		err := rc.Read(serve)
+		rw.fd = noFD
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return
 		}
 		if timeout > 0 && !c.sess.Blocked() && time.Since(time.UnixMilli(c.nowMs)) >= timeout {
@@ -168,7 +183,7 @@ func (s *Server) rawLoop(nc net.Conn, rw *rawIO, c *conn, resume bool) {
 // completes (Wake interrupts the wait with a past deadline) or the client
 // closes. The periodic deadline also sees an end that came with the last
 // data, as serveRaw's does.
-func (s *Server) waitBlockedRaw(nc net.Conn, rw *rawIO, c *conn) bool {
+func (s *Server) waitBlockedRaw(nc deadliner, rw *rawIO, c *conn) bool {
 	closed := false
 	read := func(fd uintptr) bool {
 		rw.fd = fd
@@ -188,7 +203,9 @@ func (s *Server) waitBlockedRaw(nc net.Conn, rw *rawIO, c *conn) bool {
 		}
 	}
 	for c.eng.ArmWait(c.sess, func() { _ = nc.SetReadDeadline(time.Now().Add(s.cfg.IdleCheck)) }) {
-		if err := rw.rc.Read(read); closed || (err != nil && !errors.Is(err, os.ErrDeadlineExceeded)) {
+		err := rw.rc.Read(read)
+		rw.fd = noFD
+		if closed || (err != nil && !errors.Is(err, os.ErrDeadlineExceeded)) {
 			return false
 		}
 	}
@@ -280,10 +297,12 @@ func (c *rawIO) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	c.p, c.n, c.err = p, 0, nil
-	if c.write(c.fd) {
+	if c.fd != noFD && c.write(c.fd) {
 		c.p = nil
 		return c.n, c.err
 	}
+	// The send buffer is full, or this is outside a callback (the reply
+	// of a blocking command that completed while its client waited).
 	err := c.rc.Write(c.writeFn)
 	c.p = nil
 	if err != nil {
