@@ -33,11 +33,16 @@ import (
 //
 // Server.Serve runs Config.Loops of them (one per two Ps by default,
 // DefaultLoops) and deals accepted connections out in turn, past a loop
-// that is stuck in one command or has ended (pickLoop). Whatever
-// would make a loop wait moves that connection to a goroutine of its own
-// (rawLoop, the path TLS connections take): a blocking command (BLPOP),
-// replies the socket has no room for (a client that does not read), a
-// script or EXEC (runsLong). It stays there until it closes.
+// that is stuck in one command or has ended (pickLoop). A connection in
+// a blocking command (BLPOP) stays on its loop, parked: the loop reads what
+// it sends meanwhile without running it, and the command's completion
+// (Session.Wake, from the pushing connection or the timeout) queues it on
+// the loop and signals the loop's eventfd; the loop then writes the reply
+// and runs the rest of its pipeline, as Redis serves a blocked client in
+// its event loop. Whatever else would make a loop wait moves that
+// connection to a goroutine of its own (rawLoop, the path TLS connections
+// take): replies the socket has no room for (a client that does not
+// read), a script or EXEC (runsLong). It stays there until it closes.
 type loop struct {
 	s      *Server
 	tr     *tracker
@@ -53,9 +58,13 @@ type loop struct {
 	// command or gone (stuck).
 	busySince atomic.Int64
 	dead      atomic.Bool
+	efd       int // eventfd in the epoll instance: woken has connections
 	mu        sync.Mutex
 	stopped   bool        // no more adds: the epoll instance is closing
 	added     []*loopConn // added by Serve, not yet in conns
+	woken     []*loopConn // parked connections whose blocking command completed
+	spare     []*loopConn // the loop's: woken's last array, for reuse
+	signaled  bool        // efd was written since the loop last took woken
 
 	// The loop goroutine's own.
 	waitErr   syscall.Errno // epoll_pwait failed: the loop ends
@@ -70,7 +79,10 @@ type loop struct {
 type loopConn struct {
 	c  *conn
 	rw *rawIO
+	l  *loop
 	fd int32 // the loop's own descriptor of the socket (a dup of the accepted one)
+	// parked: in a blocking command, waiting on the loop (the loop's own)
+	parked bool
 
 	mu     sync.Mutex
 	closed bool     // fd is closed
@@ -86,7 +98,7 @@ func (s *Server) startLoops(tr *tracker) []*loop {
 		if err != nil {
 			s.cfg.Logger.Warn("server: event loop unavailable, a goroutine per connection", "err", err)
 			for _, l := range loops {
-				l.stop()
+				l.closeAll() // not started: its instance and eventfd
 			}
 			return nil
 		}
@@ -122,8 +134,19 @@ func newLoop(s *Server, tr *tracker) (*loop, error) {
 		_ = f.Close()
 		return nil, err
 	}
+	efd, _, e := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if e != 0 {
+		_ = f.Close()
+		return nil, e
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(efd)}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, int(efd), &ev); err != nil {
+		_ = syscall.Close(int(efd))
+		_ = f.Close()
+		return nil, err
+	}
 	now := time.Now()
-	return &loop{s: s, tr: tr, f: f, epfd: epfd, rc: rc, nextSweep: now.Add(s.cfg.IdleCheck), nextIdle: now.Add(s.cfg.IdleCheck)}, nil
+	return &loop{s: s, tr: tr, f: f, epfd: epfd, efd: int(efd), rc: rc, nextSweep: now.Add(s.cfg.IdleCheck), nextIdle: now.Add(s.cfg.IdleCheck)}, nil
 }
 
 // stuckAfter is how long a loop may run one connection's commands before
@@ -195,7 +218,7 @@ func (s *Server) serveInLoop(l *loop, nc net.Conn, tr *tracker) bool {
 	eng := s.cfg.Engine
 	c := &conn{s: s, eng: eng, sess: eng.NewSession(nc.RemoteAddr().String())}
 	c.sess.LAddr = nc.LocalAddr().String()
-	lc := &loopConn{c: c, fd: int32(fd)}
+	lc := &loopConn{c: c, l: l, fd: int32(fd)}
 	rw := &rawIO{fd: uintptr(fd)}
 	rw.writeFn = rw.write
 	lc.rw = rw
@@ -320,6 +343,10 @@ func (l *loop) run() {
 // peer's end came with the data (the next read sees it).
 func (l *loop) serveEvent(ev *syscall.EpollEvent, epfd uintptr) bool {
 	fd := int(ev.Fd)
+	if fd == l.efd {
+		l.serveWoken(epfd)
+		return false
+	}
 	if fd >= len(l.conns) || l.conns[fd] == nil {
 		l.takeAdded()
 		if fd >= len(l.conns) || l.conns[fd] == nil {
@@ -337,23 +364,92 @@ func (l *loop) serveEvent(ev *syscall.EpollEvent, epfd uintptr) bool {
 		l.close(lc, epfd)
 		return false
 	}
-	now := time.Now()
-	c.nowMs, c.sinceClock = now.UnixMilli(), 0
-	l.busySince.Store(now.UnixNano())
-	ok := c.run()
-	l.busySince.Store(0)
-	if !ok {
-		l.close(lc, epfd)
-		return false
-	}
-	if c.sess.Blocked() || len(rw.pending) > 0 || c.held != nil {
-		l.move(lc, epfd)
-		return false
+	if !lc.parked {
+		c.nowMs, c.sinceClock = time.Now().UnixMilli(), 0
+		if !l.runConn(lc, epfd) {
+			return false
+		}
 	}
 	// The instance is level-triggered: a socket with input left (or its
 	// end) is reported again by the next wait, after the other ready
-	// connections.
+	// connections. A parked connection's input waits in its buffer, as
+	// Redis keeps a blocked client's.
 	return rw.full || ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0
+}
+
+// runConn runs the commands in lc's buffer, then parks lc if it is left in
+// a blocking command, or moves it if it must wait otherwise; false when lc
+// left the loop (closed or moved).
+func (l *loop) runConn(lc *loopConn, epfd uintptr) bool {
+	c := lc.c
+	for {
+		l.busySince.Store(time.Now().UnixNano())
+		ok := c.run()
+		l.busySince.Store(0)
+		if !ok {
+			l.close(lc, epfd)
+			return false
+		}
+		if len(lc.rw.pending) > 0 || c.held != nil {
+			l.move(lc, epfd)
+			return false
+		}
+		if !c.sess.Blocked() {
+			return true
+		}
+		if c.eng.ArmWait(c.sess, func() { lc.parked = true }) {
+			return true // serveWoken resumes it
+		}
+		// Completed already (a push on another loop): its reply, then
+		// the rest of the pipeline.
+		if !c.unblocked() {
+			l.close(lc, epfd)
+			return false
+		}
+	}
+}
+
+// serveWoken resumes the parked connections whose blocking command
+// completed: each gets its reply and runs the rest of its pipeline.
+func (l *loop) serveWoken(epfd uintptr) {
+	var n [8]byte
+	_, _, _ = syscall.RawSyscall(syscall.SYS_READ, uintptr(l.efd), uintptr(unsafe.Pointer(&n[0])), 8)
+	l.mu.Lock()
+	woken := l.woken
+	l.woken, l.signaled = l.spare[:0], false
+	l.mu.Unlock()
+	for i, lc := range woken {
+		woken[i] = nil
+		if !lc.parked || int(lc.fd) >= len(l.conns) || l.conns[lc.fd] != lc {
+			continue // closed since, or a wake before it parked
+		}
+		c := lc.c
+		if c.eng.ArmWait(c.sess, func() {}) {
+			continue // not completed (a wake of an earlier command)
+		}
+		lc.parked = false
+		if !c.unblocked() {
+			l.close(lc, epfd)
+			continue
+		}
+		l.runConn(lc, epfd)
+	}
+	l.spare = woken[:0]
+}
+
+// post queues lc, whose blocking command completed, for its loop.
+func (l *loop) post(lc *loopConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return // closeAll ends lc
+	}
+	l.woken = append(l.woken, lc)
+	if !l.signaled {
+		l.signaled = true
+		one := uint64(1)
+		_, _, _ = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(l.efd), uintptr(unsafe.Pointer(&one)), 8)
+	}
 }
 
 // forget takes lc off the loop; epfd must be open (inside rc's callbacks).
@@ -447,8 +543,8 @@ func (l *loop) sweep(epfd uintptr) {
 	next := l.nextIdle
 	timeout := l.s.cfg.Engine.IdleTimeout()
 	for _, lc := range l.conns {
-		if lc == nil {
-			continue
+		if lc == nil || lc.parked {
+			continue // a blocked client has its command's timeout, not the idle one (Redis)
 		}
 		if timeout > 0 {
 			d := time.UnixMilli(lc.c.nowMs).Add(timeout)
@@ -474,6 +570,8 @@ func (l *loop) sweep(epfd uintptr) {
 func (l *loop) closeAll() {
 	l.mu.Lock()
 	l.stopped = true
+	l.woken = nil
+	_ = syscall.Close(l.efd) // under mu: post writes it under mu
 	l.mu.Unlock()
 	_ = l.f.Close()
 	l.takeAdded()
@@ -511,15 +609,17 @@ func (lc *loopConn) Close() error {
 	return nil
 }
 
-// wake is Session.Wake: a blocking command waits only in a moved
-// connection's goroutine, in a read the past deadline interrupts. Before
-// the move there is nothing to interrupt (ArmWait then sees the command
-// done).
+// wake is Session.Wake: a moved connection's goroutine waits in a read
+// the past deadline interrupts; a parked one, on its loop, which post
+// signals. A wake before the command parked finds it not parked (ArmWait
+// then sees the command done).
 func (lc *loopConn) wake() {
 	lc.mu.Lock()
 	nc := lc.nc
 	lc.mu.Unlock()
 	if nc != nil {
 		_ = nc.SetReadDeadline(aLongTimeAgo)
+		return
 	}
+	lc.l.post(lc)
 }

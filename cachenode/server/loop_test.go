@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bufio"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -43,10 +45,10 @@ func TestLoopModesServeAndEnd(t *testing.T) {
 	}
 }
 
-// TestLoopMovesBlockedClient: a blocking command on a loop's connection
-// waits in a goroutine of its own, does not hold up the loop's other
-// connections, and is served, then runs the commands pipelined after it.
-func TestLoopMovesBlockedClient(t *testing.T) {
+// TestLoopBlockedClient: a blocking command on a loop's connection does
+// not hold up the loop's other connections, and is served, then runs the
+// commands pipelined after it.
+func TestLoopBlockedClient(t *testing.T) {
 	for _, loops := range loopModes {
 		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
 			addr, _, _ := startServer(t, command.Config{}, func(c *Config) { c.Loops = loops })
@@ -63,6 +65,79 @@ func TestLoopMovesBlockedClient(t *testing.T) {
 			expect(t, br, "*2\r\n$1\r\nq\r\n$1\r\nx\r\n$5\r\nafter\r\n")
 			b.Write([]byte("PING\r\n"))
 			expect(t, br, "+PONG\r\n")
+		})
+	}
+}
+
+// TestLoopParksBlockedClients: blocked clients wait on their loop, not in
+// a goroutine each; pushes on any loop serve them in arrival order, each
+// then runs what it pipelined meanwhile; the command's own timeout and
+// CLIENT UNBLOCK wake them; the idle timeout does not close them (Redis);
+// a client that goes away while blocked takes nothing with it.
+func TestLoopParksBlockedClients(t *testing.T) {
+	for _, loops := range []int{1, 3} {
+		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
+			addr, srv, _ := startServer(t, command.Config{}, func(c *Config) { c.Loops = loops; c.IdleCheck = 20 * time.Millisecond })
+			admin, ar := dial(t, addr)
+			admin.Write([]byte("CONFIG SET timeout 1\r\n"))
+			expect(t, ar, "+OK\r\n")
+
+			const n = 40
+			before := runtime.NumGoroutine()
+			type client struct {
+				c net.Conn
+				r *bufio.Reader
+			}
+			var bs []client
+			for i := range n {
+				c, r := dial(t, addr)
+				c.Write([]byte("BLPOP q 0\r\n"))
+				bs = append(bs, client{c, r})
+				// Arrival order: each is queued before the next is sent.
+				eventually.True(t, 5*time.Second, fmt.Sprint(i+1, " blocked"), func() bool {
+					return srv.cfg.Engine.BlockedClients() == int64(i+1)
+				})
+				c.Write([]byte("ECHO after\r\n")) // read while parked, run after the reply
+			}
+			if d := runtime.NumGoroutine() - before; d > n/4 {
+				t.Fatalf("%d blocked clients added %d goroutines: not parked on their loops", n, d)
+			}
+			// Past the idle timeout (1 s), blocked clients are still there.
+			eventually.Always(t, 1500*time.Millisecond, "blocked clients past the idle timeout", func() bool {
+				return srv.cfg.Engine.BlockedClients() == n
+			})
+			admin, ar = dial(t, addr) // the first one was idle
+			p, pr := dial(t, addr)
+			for i := range n {
+				v := fmt.Sprint("v", i)
+				p.Write([]byte("RPUSH q " + v + "\r\n"))
+				expect(t, pr, ":1\r\n")
+				expect(t, bs[i].r, fmt.Sprintf("*2\r\n$1\r\nq\r\n$%d\r\n%s\r\n$5\r\nafter\r\n", len(v), v))
+			}
+
+			// The command's timeout, then CLIENT UNBLOCK, wake a parked client.
+			c, r := dial(t, addr)
+			c.Write([]byte("BLPOP q 0.05\r\nPING\r\n"))
+			expect(t, r, "*-1\r\n+PONG\r\n")
+			c.Write([]byte("CLIENT ID\r\n"))
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Write([]byte("BLPOP q 0\r\n"))
+			eventually.True(t, 5*time.Second, "blocked again", func() bool { return srv.cfg.Engine.BlockedClients() == 1 })
+			admin.Write([]byte("CLIENT UNBLOCK " + strings.TrimSpace(line[1:]) + " ERROR\r\n"))
+			expect(t, ar, ":1\r\n")
+			expect(t, r, "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n")
+
+			// A client that closes while blocked: the next push stays in the list.
+			gone, _ := dial(t, addr)
+			gone.Write([]byte("BLPOP q 0\r\n"))
+			eventually.True(t, 5*time.Second, "blocked", func() bool { return srv.cfg.Engine.BlockedClients() == 1 })
+			gone.Close()
+			eventually.True(t, 5*time.Second, "its wait abandoned", func() bool { return srv.cfg.Engine.BlockedClients() == 0 })
+			p.Write([]byte("RPUSH q kept\r\nLRANGE q 0 -1\r\n"))
+			expect(t, pr, ":1\r\n*1\r\n$4\r\nkept\r\n")
 		})
 	}
 }

@@ -100,7 +100,7 @@ func New(cfg Config) (*Server, error) {
 // 380-480 (GOMAXPROCS=1: 130-180), with as many context switches per
 // request as GOMAXPROCS=1 (two loops: 10 % more). The other Ps run what is
 // not a loop: the garbage collector, TLS connections, connections that
-// wait (blocking commands, slow readers), replication and expiry. More
+// wait (slow readers, scripts), replication and expiry. More
 // than 2 Ps was not measured; Config.Loops overrides.
 func DefaultLoops() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
