@@ -35,6 +35,8 @@ var comparisons = []comparison{
 	{title: "kvnode CP vs etcd", pkg: "kvnode/cp", bench: regexp.MustCompile(`^BenchmarkCPVsEtcd(/|$)`)},
 	{title: "cachenode vs redis-server", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkVsRedisServer(/|$)`),
 		note: "per-cpu: cachenode's ops per CPU-second ÷ redis-server's, > 1 favours cachenode"},
+	{title: "cachenode vs redis-server: sorted sets", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkZsetVsRedisServer(/|$)`),
+		note: "ZADD, ZINCRBY, ZRANGEBYSCORE; per-cpu > 1 favours cachenode"},
 	{title: "cachenode vs redis-server: blocking lists", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkBlockingVsRedisServer(/|$)`),
 		note: "LPUSH+BLPOP at once; per-cpu > 1 favours cachenode; p99 is BLPOP's, wait for a push included"},
 	{title: "cachenode vs redis-server: EVALSHA", pkg: "cachenode", bench: regexp.MustCompile(`^BenchmarkEvalShaVsRedisServer(/|$)`),
