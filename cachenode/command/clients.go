@@ -256,7 +256,15 @@ func clientKill(c *Ctx) {
 		killed++
 		if s == c.S {
 			c.S.Quit = true // after this reply, as Redis's CLIENT_CLOSE_AFTER_REPLY
-		} else if s.kill != nil {
+			continue
+		}
+		// A blocked client leaves the wait queues now, as Redis frees it
+		// at once: a push that follows must not hand its element to a
+		// connection that is only closing.
+		if w := s.waiting.Load(); w != nil {
+			c.e.blk.claim(w)
+		}
+		if s.kill != nil {
 			s.kill()
 		}
 	}

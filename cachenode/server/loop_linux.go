@@ -81,8 +81,9 @@ type loopConn struct {
 	rw *rawIO
 	l  *loop
 	fd int32 // the loop's own descriptor of the socket (a dup of the accepted one)
-	// parked: in a blocking command, waiting on the loop (the loop's own)
-	parked bool
+	// parked: in a blocking command, waiting on the loop; ending: moved
+	// only to write its last replies (the loop's own, then its goroutine's)
+	parked, ending bool
 
 	mu     sync.Mutex
 	closed bool     // fd is closed
@@ -387,7 +388,7 @@ func (l *loop) runConn(lc *loopConn, epfd uintptr) bool {
 		ok := c.run()
 		l.busySince.Store(0)
 		if !ok {
-			l.close(lc, epfd)
+			l.end(lc, epfd)
 			return false
 		}
 		if len(lc.rw.pending) > 0 || c.held != nil {
@@ -403,7 +404,7 @@ func (l *loop) runConn(lc *loopConn, epfd uintptr) bool {
 		// Completed already (a push on another loop): its reply, then
 		// the rest of the pipeline.
 		if !c.unblocked() {
-			l.close(lc, epfd)
+			l.end(lc, epfd)
 			return false
 		}
 	}
@@ -429,7 +430,7 @@ func (l *loop) serveWoken(epfd uintptr) {
 		}
 		lc.parked = false
 		if !c.unblocked() {
-			l.close(lc, epfd)
+			l.end(lc, epfd)
 			continue
 		}
 		l.runConn(lc, epfd)
@@ -457,6 +458,18 @@ func (l *loop) forget(lc *loopConn, epfd uintptr) {
 	_ = syscall.EpollCtl(int(epfd), syscall.EPOLL_CTL_DEL, int(lc.fd), nil)
 	l.conns[lc.fd] = nil
 	l.n--
+}
+
+// end closes lc after its last replies (QUIT's, a protocol error's,
+// -UNBLOCKED's): what its socket had no room for is written by a goroutine
+// of its own first, as a moved connection's pending replies are.
+func (l *loop) end(lc *loopConn, epfd uintptr) {
+	if len(lc.rw.pending) == 0 {
+		l.close(lc, epfd)
+		return
+	}
+	lc.ending = true
+	l.move(lc, epfd)
 }
 
 func (l *loop) close(lc *loopConn, epfd uintptr) {
@@ -522,7 +535,7 @@ func (s *Server) serveMoved(nc *os.File, lc *loopConn) {
 		rw.p, rw.n, rw.err = rw.pending, 0, nil
 		err := rc.Write(rw.writeFn)
 		rw.p, rw.pending = nil, nil
-		if err != nil || rw.err != nil {
+		if err != nil || rw.err != nil || lc.ending {
 			return
 		}
 	}
@@ -595,13 +608,16 @@ func (lc *loopConn) closeFD() {
 }
 
 // Close ends the connection from any goroutine (CLIENT KILL, Serve
-// ending): a shutdown makes the loop read the end and close it; a moved
-// connection's goroutine sees its socket closed.
+// ending) with a shutdown: the loop, or a moved connection's goroutine,
+// reads the end and closes it. Never a close here: closing a moved
+// connection's file waits for its goroutine to leave the poller's
+// callback, and two connections killing each other from inside theirs
+// waited for each other forever.
 func (lc *loopConn) Close() error {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	if lc.nc != nil {
-		return lc.nc.Close()
+		return shutdown(lc.nc)
 	}
 	if !lc.closed {
 		return syscall.Shutdown(int(lc.fd), syscall.SHUT_RDWR)

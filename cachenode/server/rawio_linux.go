@@ -63,6 +63,32 @@ type deadliner interface {
 	SetReadDeadline(time.Time) error
 }
 
+// shutdown ends the connection of c (a *net.TCPConn, a *tls.Conn over
+// one, or an *os.File) from another goroutine: reads see its end, writes
+// fail, and the goroutine serving it closes it. Unlike Close it does not
+// wait for that goroutine to leave a RawConn callback.
+func shutdown(c any) error {
+	if t, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = t.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		if cl, ok := c.(interface{ Close() error }); ok {
+			return cl.Close()
+		}
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.Shutdown(int(fd), syscall.SHUT_RDWR) }); err != nil {
+		return err
+	}
+	return serr
+}
+
 // noFD is rawIO.fd outside rc's callbacks.
 const noFD = ^uintptr(0)
 

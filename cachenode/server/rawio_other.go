@@ -19,3 +19,6 @@ func (s *Server) startLoops(tr *tracker) []*loop { return nil }
 func (s *Server) serveInLoop(l *loop, nc net.Conn, tr *tracker) bool { return false }
 
 func pickLoop(loops []*loop, next *int) *loop { return nil }
+
+// shutdown ends nc's connection from another goroutine (CLIENT KILL).
+func shutdown(nc net.Conn) error { return nc.Close() }

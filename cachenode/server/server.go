@@ -228,10 +228,10 @@ func (s *Server) serveConn(nc net.Conn) {
 	c.sess.CanBlock = true
 	c.sess.Wake = func() { _ = nc.SetReadDeadline(aLongTimeAgo) }
 	c.sess.LAddr = nc.LocalAddr().String()
-	// CLIENT KILL from another connection closes the socket: this
+	// CLIENT KILL from another connection shuts the socket down: this
 	// goroutine's read or write fails and the connection ends as if the
-	// client had left.
-	eng.Attach(c.sess, func() { _ = nc.Close() })
+	// client had left (shutdown says why not Close).
+	eng.Attach(c.sess, func() { _ = shutdown(nc) })
 	defer func() {
 		_ = nc.Close()
 		s.endConn(c)
