@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -19,8 +20,9 @@ const (
 	busShift = 10000
 )
 
-// FreePort returns a loopback TCP port that was free a moment ago, for a
-// process or server the test starts with a fixed address.
+// FreePort returns a loopback TCP port that was free a moment ago, and
+// that no earlier call in this process returned, for a process or server
+// the test starts with a fixed address.
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	p, err := PickPort()
@@ -30,11 +32,27 @@ func FreePort(tb testing.TB) int {
 	return p
 }
 
+// handedOut holds the ports PickPort returned in this process: a port is
+// free again once picked (nothing holds it until the process under test
+// binds it), so a second pick could return it to another process of the
+// same test (a benchmark's three cluster nodes and their HTTP ports, seen
+// failing as "did not answer PING").
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
 // PickPort is FreePort for callers without a testing.TB.
 func PickPort() (int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[int]bool{}
+	}
 	for range 200 {
 		p := portLow + rand.IntN(portHigh-portLow)
-		if free(p) && free(p+busShift) {
+		if !handedOut.ports[p] && free(p) && free(p+busShift) {
+			handedOut.ports[p] = true
 			return p, nil
 		}
 	}
