@@ -98,3 +98,22 @@ func BenchmarkTxnGetMany(b *testing.B) {
 		tx.End()
 	}
 }
+
+// BenchmarkZsetSet is ZADD's work on the sorted set alone, as in
+// BenchmarkZsetVsRedisServer's ZADD case: 100k members, member and score
+// drawn from 100k, so mostly a score change (a move through the list).
+func BenchmarkZsetSet(b *testing.B) {
+	z := NewZset().Zset
+	members := make([][]byte, 100000)
+	for i := range members {
+		members[i] = fmt.Appendf(nil, "m:%d", i)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 2 * len(members) {
+		z.Set(members[r.IntN(len(members))], float64(r.IntN(len(members))))
+	}
+	b.ResetTimer()
+	for range b.N {
+		z.Set(members[r.IntN(len(members))], float64(r.IntN(len(members))))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"strings"
+	"unsafe"
 )
 
 // Zset is the value of a sorted-set key: members ordered by (score,
@@ -18,7 +19,7 @@ import (
 // never NaN (the command layer refuses them).
 type Zset struct {
 	dict   map[string]*ZNode
-	header ZNode // level grows with the tallest node; member and score unused
+	header *ZNode // height grows with the tallest node; member and score unused
 	tail   *ZNode
 	length int
 	level  int   // levels in use
@@ -32,11 +33,29 @@ type Zset struct {
 
 // ZNode is one member of a Zset. Nodes are valid until the next change of
 // their set; read them under the entry's lock.
+//
+// A node's links are inline, after its fields, as Redis's zskiplistNode
+// keeps its level array: lv[0] is the last field, and a node of height h is
+// allocated as a nodeBlock whose extra links follow it in the same object
+// (newNode). A search that moves onto a node then reads one cache line (a
+// one-link node is exactly 64 bytes) instead of the node and, through a
+// slice header, a separate array: the dependent second miss was a fifth of
+// ZADD's CPU on a 100k-member set.
 type ZNode struct {
 	member   string
 	score    float64
 	backward *ZNode
-	level    []zlevel
+	height   int
+	lv0      [1]zlevel // first of height links; the rest follow in the block
+}
+
+// lv is n's link on level i, which must be below its height.
+func (n *ZNode) lv(i int) *zlevel {
+	if uint(i) >= uint(n.height) {
+		panic("keyspace: zset link above a node's height")
+	}
+	// In bounds of n's allocation: newNode allocated height links from lv0.
+	return (*zlevel)(unsafe.Add(unsafe.Pointer(&n.lv0[0]), uintptr(i)*unsafe.Sizeof(zlevel{})))
 }
 
 // zlevel is one link. It keeps a copy of the score of the node it points
@@ -67,18 +86,18 @@ const (
 
 // Memory accounting of a sorted set (see the costs in object.go),
 // calibrated with runtime.MemStats (TestZsetMemoryAccounting): a member
-// costs its node (mostly one level: the 80-byte size class), a map slot at
+// costs its node (mostly one link: the 64-byte size class), a map slot at
 // typical load, and its own string allocation as the allocator rounds it
 // (allocSize). An empty set costs the Zset with its header and the map's
 // first group.
 const (
-	zsetElemCost = 136
-	zsetOverhead = 330
+	zsetElemCost = 120
+	zsetOverhead = 290
 )
 
 // NewZset returns an empty sorted set.
 func NewZset() *Object {
-	return &Object{Kind: KindZset, Zset: &Zset{dict: map[string]*ZNode{}, level: 1, header: ZNode{level: make([]zlevel, 1, 4)}}}
+	return &Object{Kind: KindZset, Zset: &Zset{dict: map[string]*ZNode{}, level: 1, header: newNode(2, 0, "")}}
 }
 
 // NewZsetOf returns an empty sorted set about to receive members members,
@@ -98,7 +117,7 @@ func (n *ZNode) Member() string { return n.member }
 func (n *ZNode) Score() float64 { return n.score }
 
 // Next is the node after n in (score, member) order, nil after the last.
-func (n *ZNode) Next() *ZNode { return n.level[0].forward }
+func (n *ZNode) Next() *ZNode { return n.lv(0).forward }
 
 // Prev is the node before n, nil before the first.
 func (n *ZNode) Prev() *ZNode { return n.backward }
@@ -118,7 +137,7 @@ func (z *Zset) Encoding() string {
 }
 
 // First and Last are the lowest and highest members, nil when empty.
-func (z *Zset) First() *ZNode { return z.header.level[0].forward }
+func (z *Zset) First() *ZNode { return z.header.lv(0).forward }
 func (z *Zset) Last() *ZNode  { return z.tail }
 
 // Score returns member's score.
@@ -243,11 +262,11 @@ func (z *Zset) ByRank(i int) *ZNode {
 		return nil
 	}
 	rank := i + 1
-	x, traversed := &z.header, 0
+	x, traversed := z.header, 0
 	for l := z.level - 1; l >= 0; l-- {
-		for x.level[l].forward != nil && traversed+x.level[l].span <= rank {
-			traversed += x.level[l].span
-			x = x.level[l].forward
+		for x.lv(l).forward != nil && traversed+x.lv(l).span <= rank {
+			traversed += x.lv(l).span
+			x = x.lv(l).forward
 		}
 		if traversed == rank {
 			return x
@@ -262,30 +281,47 @@ func randomLevel() int {
 	return 1 + bits.TrailingZeros64(rand.Uint64()|1<<62)/2
 }
 
-// nodeBlock puts a node and its first levels in one allocation, as Redis
-// allocates a node with its level array.
+// nodeBlock is a node with the links after its first in the same object:
+// rest starts where n ends, right after n.lv0 (TestNodeBlockLayout).
 type nodeBlock[A any] struct {
-	n ZNode
-	l A
+	n    ZNode
+	rest A
 }
 
-func newNode(level int, score float64, member string) *ZNode {
+// newNode allocates a node of the given height (1 to zsetMaxLevel). Heights
+// above 4 (one node in 256) round their block up to a few sizes.
+func newNode(height int, score float64, member string) *ZNode {
 	var n *ZNode
-	switch level {
-	case 1:
-		b := new(nodeBlock[[1]zlevel])
-		b.n.level, n = b.l[:], &b.n
-	case 2:
-		b := new(nodeBlock[[2]zlevel])
-		b.n.level, n = b.l[:], &b.n
-	case 3:
-		b := new(nodeBlock[[3]zlevel])
-		b.n.level, n = b.l[:], &b.n
+	switch {
+	case height == 1:
+		n = new(ZNode)
+	case height == 2:
+		n = &new(nodeBlock[[1]zlevel]).n
+	case height == 3:
+		n = &new(nodeBlock[[2]zlevel]).n
+	case height == 4:
+		n = &new(nodeBlock[[3]zlevel]).n
+	case height <= 8:
+		n = &new(nodeBlock[[7]zlevel]).n
+	case height <= 16:
+		n = &new(nodeBlock[[15]zlevel]).n
+	case height <= zsetMaxLevel:
+		n = &new(nodeBlock[[zsetMaxLevel - 1]zlevel]).n
 	default:
-		n = &ZNode{level: make([]zlevel, level)}
+		panic("keyspace: zset node height out of range")
 	}
-	n.score, n.member = score, member
+	n.height, n.score, n.member = height, score, member
 	return n
+}
+
+// growHeader gives the header at least height links. Nothing links to the
+// header (backward links stop at nil), so a bigger copy replaces it.
+func (z *Zset) growHeader(height int) {
+	h := newNode(min(max(height, 2*z.header.height), zsetMaxLevel), 0, "")
+	for i := 0; i < z.header.height; i++ {
+		*h.lv(i) = *z.header.lv(i)
+	}
+	z.header = h
 }
 
 // insert adds (score, member), which must not be in the list.
@@ -296,31 +332,31 @@ func (z *Zset) insert(score float64, member string) *ZNode {
 // link puts a node for (score, member) in the list: reuse, an unlinked
 // node with its levels, or a new one when reuse is nil.
 func (z *Zset) link(reuse *ZNode, score float64, member string) *ZNode {
+	level := randomLevel()
+	if reuse != nil {
+		level = reuse.height
+	}
+	if z.header.height < level {
+		z.growHeader(level) // before the search: update must hold the header in use
+	}
 	var update [zsetMaxLevel]*ZNode
 	var rank [zsetMaxLevel]int
-	x := &z.header
+	x := z.header
 	for i := z.level - 1; i >= 0; i-- {
 		if i < z.level-1 {
 			rank[i] = rank[i+1]
 		}
-		for x.level[i].before(score, member) {
-			rank[i] += x.level[i].span
-			x = x.level[i].forward
+		for x.lv(i).before(score, member) {
+			rank[i] += x.lv(i).span
+			x = x.lv(i).forward
 		}
 		update[i] = x
 	}
-	level := randomLevel()
-	if reuse != nil {
-		level = len(reuse.level)
-	}
 	if level > z.level {
-		for len(z.header.level) < level {
-			z.header.level = append(z.header.level, zlevel{})
-		}
 		for i := z.level; i < level; i++ {
 			rank[i] = 0
-			update[i] = &z.header
-			z.header.level[i] = zlevel{span: z.length}
+			update[i] = z.header
+			*z.header.lv(i) = zlevel{span: z.length}
 		}
 		z.level = level
 	}
@@ -330,18 +366,18 @@ func (z *Zset) link(reuse *ZNode, score float64, member string) *ZNode {
 		x = newNode(level, score, member)
 	}
 	for i := 0; i < level; i++ {
-		x.level[i].forward, x.level[i].score = update[i].level[i].forward, update[i].level[i].score
-		update[i].level[i].forward, update[i].level[i].score = x, score
-		x.level[i].span = update[i].level[i].span - (rank[0] - rank[i])
-		update[i].level[i].span = rank[0] - rank[i] + 1
+		x.lv(i).forward, x.lv(i).score = update[i].lv(i).forward, update[i].lv(i).score
+		update[i].lv(i).forward, update[i].lv(i).score = x, score
+		x.lv(i).span = update[i].lv(i).span - (rank[0] - rank[i])
+		update[i].lv(i).span = rank[0] - rank[i] + 1
 	}
 	for i := level; i < z.level; i++ {
-		update[i].level[i].span++
+		update[i].lv(i).span++
 	}
-	if update[0] != &z.header {
+	if update[0] != z.header {
 		x.backward = update[0]
 	}
-	if f := x.level[0].forward; f != nil {
+	if f := x.lv(0).forward; f != nil {
 		f.backward = x
 	} else {
 		z.tail = x
@@ -353,32 +389,32 @@ func (z *Zset) link(reuse *ZNode, score float64, member string) *ZNode {
 // seek fills update with the last node before (score, member) on every
 // level and returns the node after them on level 0.
 func (z *Zset) seek(score float64, member string, update *[zsetMaxLevel]*ZNode) *ZNode {
-	x := &z.header
+	x := z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for x.level[i].before(score, member) {
-			x = x.level[i].forward
+		for x.lv(i).before(score, member) {
+			x = x.lv(i).forward
 		}
 		update[i] = x
 	}
-	return x.level[0].forward
+	return x.lv(0).forward
 }
 
 // unlink removes x, whose predecessors are update, from the list.
 func (z *Zset) unlink(x *ZNode, update *[zsetMaxLevel]*ZNode) {
 	for i := 0; i < z.level; i++ {
-		if update[i].level[i].forward == x {
-			update[i].level[i].span += x.level[i].span - 1
-			update[i].level[i].forward, update[i].level[i].score = x.level[i].forward, x.level[i].score
+		if update[i].lv(i).forward == x {
+			update[i].lv(i).span += x.lv(i).span - 1
+			update[i].lv(i).forward, update[i].lv(i).score = x.lv(i).forward, x.lv(i).score
 		} else {
-			update[i].level[i].span--
+			update[i].lv(i).span--
 		}
 	}
-	if f := x.level[0].forward; f != nil {
+	if f := x.lv(0).forward; f != nil {
 		f.backward = x.backward
 	} else {
 		z.tail = x.backward
 	}
-	for z.level > 1 && z.header.level[z.level-1].forward == nil {
+	for z.level > 1 && z.header.lv(z.level-1).forward == nil {
 		z.level--
 	}
 	z.length--
@@ -390,20 +426,20 @@ func (z *Zset) unlink(x *ZNode, update *[zsetMaxLevel]*ZNode) {
 // It returns n.
 func (z *Zset) updateScore(n *ZNode, score float64) *ZNode {
 	var update [zsetMaxLevel]*ZNode
-	inPlace := (n.backward == nil || n.backward.score < score) && (n.level[0].forward == nil || n.level[0].score > score)
-	if inPlace && len(n.level) == 1 { // its one link in is its predecessor's
+	inPlace := (n.backward == nil || n.backward.score < score) && (n.lv(0).forward == nil || n.lv(0).score > score)
+	if inPlace && n.height == 1 { // its one link in is its predecessor's
 		prev := n.backward
 		if prev == nil {
-			prev = &z.header
+			prev = z.header
 		}
-		n.score, prev.level[0].score = score, score
+		n.score, prev.lv(0).score = score, score
 		return n
 	}
 	z.seek(n.score, n.member, &update)
 	if inPlace {
 		n.score = score
-		for i := range n.level {
-			update[i].level[i].score = score
+		for i := range n.height {
+			update[i].lv(i).score = score
 		}
 		return n
 	}
@@ -413,9 +449,9 @@ func (z *Zset) updateScore(n *ZNode, score float64) *ZNode {
 
 // rankOf is the 1-based rank of n.
 func (z *Zset) rankOf(n *ZNode) int {
-	x, rank := &z.header, 0
+	x, rank := z.header, 0
 	for i := z.level - 1; i >= 0; i-- {
-		for l := &x.level[i]; l.forward != nil && (l.score < n.score || (l.score == n.score && l.forward.member <= n.member)); l = &x.level[i] {
+		for l := x.lv(i); l.forward != nil && (l.score < n.score || (l.score == n.score && l.forward.member <= n.member)); l = x.lv(i) {
 			rank += l.span
 			x = l.forward
 		}
@@ -525,13 +561,13 @@ func (z *Zset) FirstInScore(r *ScoreRange) *ZNode {
 	if r.Empty() || z.tail == nil || !r.gteMin(z.tail.score) || !r.lteMax(z.First().score) {
 		return nil
 	}
-	x := &z.header
+	x := z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for x.level[i].forward != nil && !r.gteMin(x.level[i].score) {
-			x = x.level[i].forward
+		for x.lv(i).forward != nil && !r.gteMin(x.lv(i).score) {
+			x = x.lv(i).forward
 		}
 	}
-	x = x.level[0].forward
+	x = x.lv(0).forward
 	if x == nil || !r.lteMax(x.score) {
 		return nil
 	}
@@ -543,13 +579,13 @@ func (z *Zset) LastInScore(r *ScoreRange) *ZNode {
 	if r.Empty() || z.tail == nil || !r.gteMin(z.tail.score) || !r.lteMax(z.First().score) {
 		return nil
 	}
-	x := &z.header
+	x := z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for x.level[i].forward != nil && r.lteMax(x.level[i].score) {
-			x = x.level[i].forward
+		for x.lv(i).forward != nil && r.lteMax(x.lv(i).score) {
+			x = x.lv(i).forward
 		}
 	}
-	if x == &z.header || !r.gteMin(x.score) {
+	if x == z.header || !r.gteMin(x.score) {
 		return nil
 	}
 	return x
@@ -560,13 +596,13 @@ func (z *Zset) FirstInLex(r *LexRange) *ZNode {
 	if r.Empty() || z.tail == nil || !r.gteMin(z.tail.member) || !r.lteMax(z.First().member) {
 		return nil
 	}
-	x := &z.header
+	x := z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for f := x.level[i].forward; f != nil && !r.gteMin(f.member); f = x.level[i].forward {
+		for f := x.lv(i).forward; f != nil && !r.gteMin(f.member); f = x.lv(i).forward {
 			x = f
 		}
 	}
-	x = x.level[0].forward
+	x = x.lv(0).forward
 	if x == nil || !r.lteMax(x.member) {
 		return nil
 	}
@@ -578,13 +614,13 @@ func (z *Zset) LastInLex(r *LexRange) *ZNode {
 	if r.Empty() || z.tail == nil || !r.gteMin(z.tail.member) || !r.lteMax(z.First().member) {
 		return nil
 	}
-	x := &z.header
+	x := z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for f := x.level[i].forward; f != nil && r.lteMax(f.member); f = x.level[i].forward {
+		for f := x.lv(i).forward; f != nil && r.lteMax(f.member); f = x.lv(i).forward {
 			x = f
 		}
 	}
-	if x == &z.header || !r.gteMin(x.member) {
+	if x == z.header || !r.gteMin(x.member) {
 		return nil
 	}
 	return x
@@ -693,7 +729,7 @@ func (x *ZNode) step(reverse bool) *ZNode {
 	if reverse {
 		return x.backward
 	}
-	return x.level[0].forward
+	return x.lv(0).forward
 }
 
 // removeFrom deletes nodes from x on while in(x), update being the
@@ -701,7 +737,7 @@ func (x *ZNode) step(reverse bool) *ZNode {
 func (z *Zset) removeFrom(x *ZNode, update *[zsetMaxLevel]*ZNode, in func(*ZNode) bool) int {
 	removed := 0
 	for x != nil && in(x) {
-		next := x.level[0].forward
+		next := x.lv(0).forward
 		z.unlink(x, update)
 		delete(z.dict, x.member)
 		z.bytes -= memberCost(len(x.member))
@@ -716,14 +752,14 @@ func (z *Zset) removeFrom(x *ZNode, update *[zsetMaxLevel]*ZNode, in func(*ZNode
 // the set) and return how many they deleted.
 func (z *Zset) RemoveScore(r *ScoreRange) int {
 	var update [zsetMaxLevel]*ZNode
-	x := &z.header
+	x := z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for x.level[i].forward != nil && !r.gteMin(x.level[i].score) {
-			x = x.level[i].forward
+		for x.lv(i).forward != nil && !r.gteMin(x.lv(i).score) {
+			x = x.lv(i).forward
 		}
 		update[i] = x
 	}
-	return z.removeFrom(x.level[0].forward, &update, func(n *ZNode) bool { return r.lteMax(n.score) })
+	return z.removeFrom(x.lv(0).forward, &update, func(n *ZNode) bool { return r.lteMax(n.score) })
 }
 
 func (z *Zset) RemoveLex(r *LexRange) int {
@@ -731,14 +767,14 @@ func (z *Zset) RemoveLex(r *LexRange) int {
 		return 0
 	}
 	var update [zsetMaxLevel]*ZNode
-	x := &z.header
+	x := z.header
 	for i := z.level - 1; i >= 0; i-- {
-		for f := x.level[i].forward; f != nil && !r.gteMin(f.member); f = x.level[i].forward {
+		for f := x.lv(i).forward; f != nil && !r.gteMin(f.member); f = x.lv(i).forward {
 			x = f
 		}
 		update[i] = x
 	}
-	return z.removeFrom(x.level[0].forward, &update, func(n *ZNode) bool { return r.lteMax(n.member) })
+	return z.removeFrom(x.lv(0).forward, &update, func(n *ZNode) bool { return r.lteMax(n.member) })
 }
 
 func (z *Zset) RemoveRank(start, stop int) int {
@@ -746,16 +782,16 @@ func (z *Zset) RemoveRank(start, stop int) int {
 		return 0
 	}
 	var update [zsetMaxLevel]*ZNode
-	x, traversed := &z.header, 0
+	x, traversed := z.header, 0
 	for i := z.level - 1; i >= 0; i-- {
-		for x.level[i].forward != nil && traversed+x.level[i].span < start+1 {
-			traversed += x.level[i].span
-			x = x.level[i].forward
+		for x.lv(i).forward != nil && traversed+x.lv(i).span < start+1 {
+			traversed += x.lv(i).span
+			x = x.lv(i).forward
 		}
 		update[i] = x
 	}
 	rank := start
-	return z.removeFrom(x.level[0].forward, &update, func(*ZNode) bool {
+	return z.removeFrom(x.lv(0).forward, &update, func(*ZNode) bool {
 		rank++
 		return rank <= stop+1
 	})

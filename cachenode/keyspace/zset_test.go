@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"unsafe"
 )
 
 // checkZset verifies every invariant of z's skip list and map: order,
@@ -45,22 +46,22 @@ func checkZset(t *testing.T, z *Zset) {
 		ranks[x] = i
 	}
 	for l := range z.level {
-		x, rank := &z.header, 0
-		for x.level[l].forward != nil {
-			rank += x.level[l].span
-			x = x.level[l].forward
+		x, rank := z.header, 0
+		for x.lv(l).forward != nil {
+			rank += x.lv(l).span
+			x = x.lv(l).forward
 			if ranks[x] != rank {
 				t.Fatalf("level %d: %q reached at rank %d, is %d", l, x.member, rank, ranks[x])
 			}
-			if from := z.header.level[l]; x == from.forward && math.Float64bits(from.score) != math.Float64bits(x.score) {
+			if from := z.header.lv(l); x == from.forward && math.Float64bits(from.score) != math.Float64bits(x.score) {
 				t.Fatalf("level %d: the header's link to %q keeps score %v, not %v", l, x.member, from.score, x.score)
 			}
-			if f := x.level[l].forward; f != nil && math.Float64bits(x.level[l].score) != math.Float64bits(f.score) {
-				t.Fatalf("level %d: the link %q→%q keeps score %v, not %v", l, x.member, f.member, x.level[l].score, f.score)
+			if f := x.lv(l).forward; f != nil && math.Float64bits(x.lv(l).score) != math.Float64bits(f.score) {
+				t.Fatalf("level %d: the link %q→%q keeps score %v, not %v", l, x.member, f.member, x.lv(l).score, f.score)
 			}
 		}
 	}
-	if z.level < len(z.header.level) && z.header.level[z.level].forward != nil {
+	if z.level < z.header.height && z.header.lv(z.level).forward != nil {
 		t.Fatal("a level above z.level is linked")
 	}
 }
@@ -352,5 +353,65 @@ func TestZsetMemoryAccounting(t *testing.T) {
 			}
 			runtime.KeepAlive(sets)
 		})
+	}
+}
+
+// TestNodeBlockLayout pins what ZNode.lv relies on: a block's extra links
+// start right after the node's first, and a one-link node fills one 64-byte
+// size class.
+func TestNodeBlockLayout(t *testing.T) {
+	var b nodeBlock[[7]zlevel]
+	if got, want := unsafe.Offsetof(b.rest), unsafe.Offsetof(b.n.lv0)+unsafe.Sizeof(zlevel{}); got != want {
+		t.Fatalf("extra links at offset %d, want %d (right after lv0)", got, want)
+	}
+	if s := unsafe.Sizeof(ZNode{}); s != 64 {
+		t.Fatalf("a one-link node is %d bytes, want 64", s)
+	}
+	for h := 1; h <= zsetMaxLevel; h++ {
+		n := newNode(h, float64(h), "m")
+		for i := range h {
+			n.lv(i).span = i + 1 // writes every link; -race's checkptr checks each stays in the object
+		}
+		for i := range h {
+			if n.lv(i).span != i+1 {
+				t.Fatalf("height %d: link %d reads %d", h, i, n.lv(i).span)
+			}
+		}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatalf("height %d: link %d did not panic", h, h)
+				}
+			}()
+			n.lv(h)
+		}()
+	}
+}
+
+// TestZsetTallNodes links nodes of every height, the header growing to
+// the largest, and checks the list after each change.
+func TestZsetTallNodes(t *testing.T) {
+	z := NewZset().Zset
+	for h := zsetMaxLevel; h >= 1; h-- {
+		m := fmt.Sprintf("m%02d", h)
+		z.dict[m] = z.link(newNode(h, float64(h), m), float64(h), m)
+		z.bytes += memberCost(len(m))
+		checkZset(t, z)
+	}
+	if z.header.height != zsetMaxLevel || z.level != zsetMaxLevel {
+		t.Fatalf("header height %d, levels in use %d, want %d", z.header.height, z.level, zsetMaxLevel)
+	}
+	for h := 1; h <= zsetMaxLevel; h += 3 {
+		z.Set(fmt.Appendf(nil, "m%02d", h), float64(100-h)) // moves across the list
+		checkZset(t, z)
+	}
+	for h := 1; h <= zsetMaxLevel; h++ {
+		if !z.Remove(fmt.Appendf(nil, "m%02d", h)) {
+			t.Fatalf("m%02d missing", h)
+		}
+		checkZset(t, z)
+	}
+	if z.level != 1 || z.Len() != 0 {
+		t.Fatalf("empty set keeps %d levels, %d members", z.level, z.Len())
 	}
 }
