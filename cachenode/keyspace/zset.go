@@ -35,9 +35,10 @@ type Zset struct {
 // their set; read them under the entry's lock.
 //
 // A node's links are inline, after its fields, as Redis's zskiplistNode
-// keeps its level array: lv[0] is the last field, and a node of height h is
+// keeps its level array: lv0 is the last field, and a node of height h is
 // allocated as a nodeBlock whose extra links follow it in the same object
-// (newNode). A search that moves onto a node then reads one cache line (a
+// (newNode), so a node must never be copied (a copy keeps the height, not
+// the links past the first). A search that moves onto a node then reads one cache line (a
 // one-link node is exactly 64 bytes) instead of the node and, through a
 // slice header, a separate array: the dependent second miss was a fifth of
 // ZADD's CPU on a 100k-member set.
@@ -88,8 +89,9 @@ const (
 // calibrated with runtime.MemStats (TestZsetMemoryAccounting): a member
 // costs its node (mostly one link: the 64-byte size class), a map slot at
 // typical load, and its own string allocation as the allocator rounds it
-// (allocSize). An empty set costs the Zset with its header and the map's
-// first group.
+// (allocSize). An empty set costs the Zset with its two-link header and the
+// map's first group; a header grown for a tall node (up to 896 bytes more,
+// one node in 4^h is h links tall) is not counted.
 const (
 	zsetElemCost = 120
 	zsetOverhead = 290
