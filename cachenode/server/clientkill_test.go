@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -29,9 +28,9 @@ func clientID(t *testing.T, c net.Conn, r interface{ ReadString(byte) (string, e
 // queues at once, as Redis frees it: a push right after the kill stays in
 // the list instead of going to a connection that is only closing.
 func TestClientKillFreesABlockedClient(t *testing.T) {
-	for _, loops := range loopModes {
-		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
-			addr, srv, _ := startServer(t, command.Config{}, func(c *Config) { c.Loops = loops })
+	for _, mode := range loopModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			addr, srv, _ := startServer(t, command.Config{}, mode.apply)
 			admin, ar := dial(t, addr)
 			b, br := dial(t, addr)
 			id := clientID(t, b, br)
@@ -49,9 +48,9 @@ func TestClientKillFreesABlockedClient(t *testing.T) {
 // used to close the victim's socket, which waits for the victim's
 // goroutine to leave its read callback, where it was closing the first.
 func TestMutualClientKill(t *testing.T) {
-	for _, loops := range []int{-1, 1} {
-		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
-			addr, _, _ := startServer(t, command.Config{}, func(c *Config) { c.Loops = loops })
+	for _, mode := range loopModes[:3] {
+		t.Run(mode.String(), func(t *testing.T) {
+			addr, _, _ := startServer(t, command.Config{}, mode.apply)
 			for round := range 30 {
 				var cs [2]net.Conn
 				var ids [2]string

@@ -13,16 +13,55 @@ import (
 	"github.com/portico-io/portico/internal/eventually"
 )
 
-// loopModes: a goroutine per connection, one event loop, several.
-var loopModes = []int{-1, 1, 3}
+// loopMode is how a test server serves plaintext connections.
+type loopMode struct {
+	loops int // Config.Loops: -1 a goroutine per connection
+	wait  int // Config.loopWait
+}
+
+func (m loopMode) String() string {
+	switch {
+	case m.loops < 0:
+		return "goroutines"
+	case m.wait == loopWaitPoller:
+		return fmt.Sprintf("loops=%d,poller", m.loops)
+	default:
+		return fmt.Sprintf("loops=%d,syscall", m.loops)
+	}
+}
+
+func (m loopMode) apply(c *Config) { c.Loops, c.loopWait = m.loops, m.wait }
+
+// loopModes: a goroutine per connection; one event loop waiting in
+// epoll_pwait, one in Go's poller; several.
+var (
+	loopModes     = []loopMode{{loops: -1}, {1, loopWaitSyscall}, {1, loopWaitPoller}, {3, loopWaitSyscall}}
+	onlyLoopModes = loopModes[1:]
+)
+
+// TestLoopWaitFollowsThePs: loops wait in epoll_pwait while a P is left
+// for the other goroutines, in the poller when every P has a loop.
+func TestLoopWaitFollowsThePs(t *testing.T) {
+	for _, c := range []struct {
+		loops, procs, forced int
+		want                 bool
+	}{
+		{1, 2, 0, false}, {1, 1, 0, true}, {2, 2, 0, true}, {3, 8, 0, false}, {8, 8, 0, true},
+		{1, 1, loopWaitSyscall, false}, {1, 8, loopWaitPoller, true},
+	} {
+		if got := waitInPoller(c.loops, c.procs, c.forced); got != c.want {
+			t.Errorf("%d loops, %d Ps, forced %d: in poller %v, want %v", c.loops, c.procs, c.forced, got, c.want)
+		}
+	}
+}
 
 // TestLoopModesServeAndEnd: in every mode, concurrent pipelining clients
 // get their replies in order, a half-close after commands gets them and
 // then the end, and every session ends.
 func TestLoopModesServeAndEnd(t *testing.T) {
-	for _, loops := range loopModes {
-		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
-			addr, srv, _ := startServer(t, command.Config{}, func(c *Config) { c.Loops = loops })
+	for _, mode := range loopModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			addr, srv, _ := startServer(t, command.Config{}, mode.apply)
 			done := make(chan struct{})
 			for i := range 20 {
 				go func() {
@@ -49,9 +88,9 @@ func TestLoopModesServeAndEnd(t *testing.T) {
 // not hold up the loop's other connections, and is served, then runs the
 // commands pipelined after it.
 func TestLoopBlockedClient(t *testing.T) {
-	for _, loops := range loopModes {
-		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
-			addr, _, _ := startServer(t, command.Config{}, func(c *Config) { c.Loops = loops })
+	for _, mode := range loopModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			addr, _, _ := startServer(t, command.Config{}, mode.apply)
 			b, br := dial(t, addr)
 			b.Write([]byte("PING\r\nBLPOP q 0\r\nECHO after\r\n"))
 			expect(t, br, "+PONG\r\n")
@@ -75,9 +114,9 @@ func TestLoopBlockedClient(t *testing.T) {
 // CLIENT UNBLOCK wake them; the idle timeout does not close them (Redis);
 // a client that goes away while blocked takes nothing with it.
 func TestLoopParksBlockedClients(t *testing.T) {
-	for _, loops := range []int{1, 3} {
-		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
-			addr, srv, _ := startServer(t, command.Config{}, func(c *Config) { c.Loops = loops; c.IdleCheck = 20 * time.Millisecond })
+	for _, mode := range onlyLoopModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			addr, srv, _ := startServer(t, command.Config{}, func(c *Config) { mode.apply(c); c.IdleCheck = 20 * time.Millisecond })
 			admin, ar := dial(t, addr)
 			admin.Write([]byte("CONFIG SET timeout 1\r\n"))
 			expect(t, ar, "+OK\r\n")
@@ -145,9 +184,9 @@ func TestLoopParksBlockedClients(t *testing.T) {
 // TestLoopClientKillAndTimeout: CLIENT KILL and CONFIG SET timeout close
 // a loop's connection.
 func TestLoopClientKillAndTimeout(t *testing.T) {
-	for _, loops := range loopModes {
-		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
-			addr, srv, _ := startServer(t, command.Config{}, func(c *Config) { c.Loops = loops; c.IdleCheck = 50 * time.Millisecond })
+	for _, mode := range loopModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			addr, srv, _ := startServer(t, command.Config{}, func(c *Config) { mode.apply(c); c.IdleCheck = 50 * time.Millisecond })
 			victim, vr := dial(t, addr)
 			victim.Write([]byte("CLIENT ID\r\n"))
 			line, err := vr.ReadString('\n')
@@ -188,9 +227,9 @@ func waitClients(t *testing.T, srv *Server, n int) {
 // on its connection's own goroutine, and PING, BUSY and SCRIPT KILL still
 // get through on the others.
 func TestLoopKeepsServingWhileAScriptHoldsTheKeys(t *testing.T) {
-	for _, loops := range []int{-1, 1} {
-		t.Run(fmt.Sprint("loops=", loops), func(t *testing.T) {
-			addr, srv, _ := startServer(t, command.Config{ScriptTimeLimit: 50 * time.Millisecond}, func(c *Config) { c.Loops = loops })
+	for _, mode := range loopModes[:3] {
+		t.Run(mode.String(), func(t *testing.T) {
+			addr, srv, _ := startServer(t, command.Config{ScriptTimeLimit: 50 * time.Millisecond}, mode.apply)
 			runner, rr := dial(t, addr)
 			if _, err := runner.Write([]byte("EVAL \"local i = 0 while true do i = i + 1 end\" 0\r\n")); err != nil {
 				t.Fatal(err)

@@ -62,6 +62,9 @@ type Config struct {
 	// connections (Linux; see loop_linux.go): 0 = DefaultLoops();
 	// negative = none, a goroutine per connection.
 	Loops int
+	// loopWait forces how idle loops wait (tests): 0 decides by the Ps
+	// (loop_linux.go), loopWaitPoller or loopWaitSyscall.
+	loopWait int
 }
 
 // Server serves RESP. Create with New, run with Serve.
@@ -90,6 +93,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	return &Server{cfg: cfg}, nil
 }
+
+// Config.loopWait's forced modes.
+const (
+	loopWaitPoller = 1 + iota
+	loopWaitSyscall
+)
 
 // DefaultLoops is Config.Loops's default: one event loop per two Ps
 // (GOMAXPROCS, which Go sizes from the CPUs the process may use: its
