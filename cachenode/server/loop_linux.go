@@ -4,6 +4,7 @@ package server
 
 import (
 	"errors"
+	"math"
 	"net"
 	"os"
 	"runtime"
@@ -110,6 +111,8 @@ type loopConn struct {
 // is negative or an epoll instance cannot be made.
 func (s *Server) startLoops(tr *tracker) []*loop {
 	var loops []*loop
+	// Chosen once: a GOMAXPROCS changed later (a new cgroup limit) leaves
+	// the loops waiting as chosen, which costs latency, not correctness.
 	inPoller := waitInPoller(s.cfg.Loops, runtime.GOMAXPROCS(0), s.cfg.loopWait)
 	for range s.cfg.Loops {
 		l, err := newLoop(s, tr, inPoller)
@@ -398,7 +401,9 @@ func (l *loop) waitInPoller() {
 					again = true
 				}
 			}
-			if !time.Now().Before(l.nextSweep) {
+			// stop's eventfd write may have been read by serveWoken
+			// above, so its wakeup is gone: look before parking.
+			if l.stopping.Load() || !time.Now().Before(l.nextSweep) {
 				return true
 			}
 			if !again {
@@ -429,7 +434,7 @@ func (l *loop) waitMs() int {
 	if d <= 0 {
 		return 0
 	}
-	return int((d + time.Millisecond - 1) / time.Millisecond)
+	return int(min((d+time.Millisecond-1)/time.Millisecond, math.MaxInt32)) // epoll's timeout is a C int
 }
 
 // serveEvent serves the connection of ev; true when its socket may hold

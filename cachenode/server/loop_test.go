@@ -1,3 +1,5 @@
+//go:build linux
+
 package server
 
 import (
@@ -32,10 +34,10 @@ func (m loopMode) String() string {
 
 func (m loopMode) apply(c *Config) { c.Loops, c.loopWait = m.loops, m.wait }
 
-// loopModes: a goroutine per connection; one event loop waiting in
-// epoll_pwait, one in Go's poller; several.
+// loopModes: a goroutine per connection; one event loop and several,
+// waiting in epoll_pwait or in Go's poller.
 var (
-	loopModes     = []loopMode{{loops: -1}, {1, loopWaitSyscall}, {1, loopWaitPoller}, {3, loopWaitSyscall}}
+	loopModes     = []loopMode{{loops: -1}, {1, loopWaitSyscall}, {1, loopWaitPoller}, {3, loopWaitSyscall}, {3, loopWaitPoller}}
 	onlyLoopModes = loopModes[1:]
 )
 
