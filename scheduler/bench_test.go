@@ -11,8 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -294,19 +292,7 @@ func (db *benchDB) cpuTime(b *testing.B, pids []int) (procs, backends time.Durat
 	for _, pid := range pids {
 		procs += peerbench.CPUTime(pid)
 	}
-	dbName := db.name
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || slices.Contains(own, int32(pid)) {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.HasPrefix(string(cmd), "postgres: ") && strings.Contains(string(cmd), " "+dbName+" ") {
-			backends += peerbench.CPUTime(pid)
-		}
-	}
-	return procs, backends
+	return procs, peerbench.BackendsCPU(db.name, own)
 }
 
 // benchDB is the benchmark's own connection to one run's database.

@@ -253,6 +253,26 @@ func CPUTime(pid int) time.Duration {
 	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
+// BackendsCPU returns the CPU time of the Postgres backends on this
+// machine serving database db, less those in skip (a benchmark's own
+// connections). Backends gone since are not counted, so callers read it
+// before and after the work while the connections are open.
+func BackendsCPU(db string, skip []int32) time.Duration {
+	var sum time.Duration
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || slices.Contains(skip, int32(pid)) {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(cmd), "postgres: ") && strings.Contains(string(cmd), " "+db+" ") {
+			sum += CPUTime(pid)
+		}
+	}
+	return sum
+}
+
 // Machine describes where the benchmark runs, for its log: CPUs and the
 // load average (1, 5, 15 min) right now.
 func Machine() string {
