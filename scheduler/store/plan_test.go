@@ -207,6 +207,45 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 	}
 }
 
+// TestFireLooksUpOnlyItsJobs: a fire pass reads the jobs of the runs it
+// fires and no others, each by primary key (about ten plan nodes see
+// each run once). Written as a join, the read hashed a sequential scan of
+// every job on each pass whenever the planner expected many due runs:
+// the whole job table of an installation on every pass.
+func TestFireLooksUpOnlyItsJobs(t *testing.T) {
+	const n, batch = 3000, 500
+	ctx := context.Background()
+	s := openTestStore(t)
+	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
+			SELECT 't1', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
+		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
+		SELECT id, now() - interval '1 second', 'SCHEDULED' FROM d`, oneOffSpec, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `ANALYZE scheduler.schedule_details; ANALYZE scheduler.scheduled_execution`); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := s.pool.Query(ctx, `SELECT id FROM scheduler.scheduled_execution ORDER BY id LIMIT $1`, batch/10)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, q := range map[string]struct {
+		sql  string
+		args []any
+		runs int
+	}{
+		"due runs":   {fireDueSQL, []any{batch, nil}, batch},
+		"runs by id": {fireRunsSQL, []any{batch, nil, ids}, len(ids)},
+	} {
+		work, nodes := explainWork(t, s, nil, q.sql, q.args...)
+		t.Logf("fire read (%s): %d rows read: %s", name, work, nodes)
+		if work > 10*q.runs || strings.Contains(nodes, "Seq Scan") {
+			t.Errorf("fire read (%s) read %d rows for %d runs of %d jobs: %s", name, work, q.runs, n, nodes)
+		}
+	}
+}
+
 // TestGenericClaimPlanOnEmptyTable: the claim and the reap are planned
 // once per connection (claimPlanning forces a generic plan), and that
 // plan may be made while the tables are empty — a fresh database, a
