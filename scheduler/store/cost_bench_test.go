@@ -47,12 +47,7 @@ func BenchmarkRunCostInPostgres(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
-				SELECT 'bench', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
-			INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
-			SELECT id, now() - interval '1 second', 'SCHEDULED' FROM d`, benchSpec, n); err != nil {
-			b.Fatal(err)
-		}
+		insertDue(b, s, "bench", benchSpec, n)
 		if _, err := s.pool.Exec(ctx, `VACUUM ANALYZE scheduler.scheduled_execution`); err != nil {
 			b.Fatal(err)
 		}

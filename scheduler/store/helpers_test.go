@@ -16,6 +16,18 @@ const (
 		"target":{"type":"HTTP","http":{"url":"http://127.0.0.1:9/"}},"execution":{"retry":{"maxAttempts":3}}}`
 )
 
+// insertDue inserts n jobs of tenant with spec, each with one run
+// SCHEDULED a second ago, as a burst is written: straight into the tables.
+func insertDue(tb testing.TB, s *Store, tenant, spec string, n int) {
+	tb.Helper()
+	if _, err := s.pool.Exec(context.Background(), `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
+			SELECT $3, $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
+		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
+		SELECT id, now() - interval '1 second', 'SCHEDULED' FROM d`, spec, n, tenant); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // openTestStore opens a Store on the test database, closed when t ends.
 func openTestStore(t *testing.T) *Store {
 	t.Helper()

@@ -90,12 +90,7 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := oneOffRetrySpec
-	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
-			SELECT 't1', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
-		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
-		SELECT id, now() - interval '1 second', 'SCHEDULED' FROM d`, spec, n); err != nil {
-		t.Fatal(err)
-	}
+	insertDue(t, s, "t1", spec, n)
 	if _, err := s.pool.Exec(ctx, `VACUUM ANALYZE scheduler.scheduled_execution`); err != nil {
 		t.Fatal(err)
 	}
@@ -216,12 +211,7 @@ func TestFireLooksUpOnlyItsJobs(t *testing.T) {
 	const n, batch = 3000, 500
 	ctx := context.Background()
 	s := openTestStore(t)
-	if _, err := s.pool.Exec(ctx, `WITH d AS (INSERT INTO scheduler.schedule_details (tenant, spec, enabled)
-			SELECT 't1', $1::jsonb, true FROM generate_series(1, $2) RETURNING id)
-		INSERT INTO scheduler.scheduled_execution (schedule_id, scheduled_at, status)
-		SELECT id, now() - interval '1 second', 'SCHEDULED' FROM d`, oneOffSpec, n); err != nil {
-		t.Fatal(err)
-	}
+	insertDue(t, s, "t1", oneOffSpec, n)
 	if _, err := s.pool.Exec(ctx, `ANALYZE scheduler.schedule_details; ANALYZE scheduler.scheduled_execution`); err != nil {
 		t.Fatal(err)
 	}
