@@ -2,7 +2,9 @@ package command
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/portico-io/portico/cachenode/keyspace"
 )
@@ -612,7 +614,7 @@ func cmdHGet(c *Ctx) {
 		c.W.Null()
 		return
 	}
-	v, in := e.Obj.Hash[string(c.Args[2])]
+	v, in := e.Obj.HashGet(c.Args[2])
 	if !in {
 		c.W.Null()
 		return
@@ -631,7 +633,7 @@ func cmdHMGet(c *Ctx) {
 			c.W.Null()
 			continue
 		}
-		if v, in := e.Obj.Hash[string(f)]; in {
+		if v, in := e.Obj.HashGet(f); in {
 			c.W.Bulk(v)
 		} else {
 			c.W.Null()
@@ -657,12 +659,25 @@ func cmdHDel(c *Ctx) {
 	c.W.Int(n)
 }
 
-func sortedFields(h map[string][]byte) []string {
-	out := make([]string, 0, len(h))
-	for f := range h {
-		out = append(out, f)
+// hashField is a field of a hash and its value, as the hash holds them.
+type hashField struct {
+	f string
+	v []byte
+}
+
+// hashFields returns o's fields and values in Redis's order where Redis
+// has one — a packed hash (a listpack in Redis) in the order its fields
+// were added — and ordered by field otherwise (Redis's hash-table order
+// is its own), which keeps replies stable between calls. They are the
+// hash's own and valid until it changes.
+func hashFields(o *keyspace.Object) []hashField {
+	out := make([]hashField, 0, o.Len())
+	for f, v := range o.HashAll() {
+		out = append(out, hashField{f, v})
 	}
-	sort.Strings(out)
+	if !o.HashPacked() {
+		slices.SortFunc(out, func(a, b hashField) int { return strings.Compare(a.f, b.f) })
+	}
 	return out
 }
 
@@ -675,11 +690,11 @@ func cmdHGetAll(c *Ctx) {
 		c.W.Map(0)
 		return
 	}
-	fields := sortedFields(e.Obj.Hash)
+	fields := hashFields(e.Obj)
 	c.W.Map(len(fields))
 	for _, f := range fields {
-		c.W.BulkString(f)
-		c.W.Bulk(e.Obj.Hash[f])
+		c.W.BulkString(f.f)
+		c.W.Bulk(f.v)
 	}
 }
 
@@ -701,7 +716,7 @@ func cmdHExists(c *Ctx) {
 		return
 	}
 	if e != nil {
-		if _, in := e.Obj.Hash[string(c.Args[2])]; in {
+		if _, in := e.Obj.HashGet(c.Args[2]); in {
 			c.W.Int(1)
 			return
 		}
@@ -722,7 +737,7 @@ func cmdHIncrBy(c *Ctx) {
 	}
 	var cur int64
 	if e != nil {
-		if v, in := e.Obj.Hash[string(field)]; in {
+		if v, in := e.Obj.HashGet(field); in {
 			if cur, ok = atoi(v); !ok {
 				c.W.Error(errHashNotInt)
 				return
@@ -751,13 +766,13 @@ func hashList(c *Ctx, values bool) {
 		c.W.Array(0)
 		return
 	}
-	fields := sortedFields(e.Obj.Hash)
+	fields := hashFields(e.Obj)
 	c.W.Array(len(fields))
 	for _, f := range fields {
 		if values {
-			c.W.Bulk(e.Obj.Hash[f])
+			c.W.Bulk(f.v)
 		} else {
-			c.W.BulkString(f)
+			c.W.BulkString(f.f)
 		}
 	}
 }

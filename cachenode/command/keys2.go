@@ -247,8 +247,7 @@ func lookupPattern(c *Ctx, pat, elem []byte) ([]byte, bool) {
 		if e.Kind() != keyspace.KindHash {
 			return nil, false
 		}
-		v, ok := e.Obj.Hash[string(field)]
-		return v, ok
+		return e.Obj.HashGet(field)
 	}
 	if e.Kind() != keyspace.KindString {
 		return nil, false

@@ -94,13 +94,12 @@ func cmdObject(c *Ctx) {
 	}
 }
 
-// Redis 7.0's encoding limits (its defaults): set-max-intset-entries,
-// hash-max-listpack-entries and -value; embstr holds up to 44 bytes.
+// Redis 7.0's encoding limits (its defaults): set-max-intset-entries;
+// embstr holds up to 44 bytes. A hash's is kept by the hash itself
+// (keyspace.Object.HashListpack).
 const (
-	setMaxIntsetEntries  = 512
-	hashMaxListpackItems = 128
-	hashMaxListpackValue = 64
-	embstrMax            = 44
+	setMaxIntsetEntries = 512
+	embstrMax           = 44
 )
 
 // encodingOf is what OBJECT ENCODING reports for e.
@@ -127,15 +126,10 @@ func encodingOf(e *keyspace.Entry) string {
 		}
 		return "intset"
 	case keyspace.KindHash:
-		if len(e.Obj.Hash) > hashMaxListpackItems {
-			return "hashtable"
+		if e.Obj.HashListpack() {
+			return "listpack"
 		}
-		for f, v := range e.Obj.Hash {
-			if len(f) > hashMaxListpackValue || len(v) > hashMaxListpackValue {
-				return "hashtable"
-			}
-		}
-		return "listpack"
+		return "hashtable"
 	case keyspace.KindZset:
 		return e.Obj.Zset.Encoding()
 	}

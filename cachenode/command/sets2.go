@@ -368,11 +368,17 @@ func cmdHScan(c *Ctx) {
 	if !ok {
 		return
 	}
-	names := make([]string, 0, len(e.Obj.Hash))
-	for f := range e.Obj.Hash {
+	names := make([]string, 0, e.Obj.Len())
+	values := make(map[string][]byte, e.Obj.Len())
+	for f, v := range e.Obj.HashAll() {
 		names = append(names, f)
+		values[f] = v
 	}
-	page, next := scanPage(names, cur, count, sort.Strings)
+	order := sort.Strings
+	if e.Obj.HashPacked() {
+		order = func([]string) {} // a listpack's order, as Redis replies (below smallScan: one page)
+	}
+	page, next := scanPage(names, cur, count, order)
 	out := page[:0]
 	for _, f := range page {
 		if match == nil || globMatch(match, []byte(f)) {
@@ -382,6 +388,6 @@ func cmdHScan(c *Ctx) {
 	scanReplyHeader(c, next, 2*len(out))
 	for _, f := range out {
 		c.W.BulkString(f)
-		c.W.Bulk(e.Obj.Hash[f])
+		c.W.Bulk(values[f])
 	}
 }

@@ -68,8 +68,8 @@ func AppendValue(dst []byte, e *keyspace.Entry) []byte {
 			dst = appendString(dst, m)
 		}
 	case keyspace.KindHash:
-		dst = binary.AppendUvarint(dst, uint64(len(e.Obj.Hash)))
-		for f, v := range e.Obj.Hash {
+		dst = binary.AppendUvarint(dst, uint64(e.Obj.Len()))
+		for f, v := range e.Obj.HashAll() {
 			dst = appendString(dst, f)
 			dst = appendBytes(dst, v)
 		}

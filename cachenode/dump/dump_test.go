@@ -56,7 +56,7 @@ func contents(db *keyspace.DB, key []byte) string {
 		}
 		slices.Sort(items)
 	case keyspace.KindHash:
-		for f, v := range e.Obj.Hash {
+		for f, v := range e.Obj.HashAll() {
 			items = append(items, f+"="+string(v))
 		}
 		slices.Sort(items)

@@ -1,5 +1,7 @@
 package keyspace
 
+import "iter"
+
 // Kind is the type of a value, as TYPE reports it.
 type Kind uint8
 
@@ -30,6 +32,7 @@ const (
 	listElemCost   = 24
 	setElemCost    = 40
 	hashElemCost   = 64
+	hashPackCost   = 2 // a packed field's two length bytes (hashpack.go)
 	objectOverhead = 64
 )
 
@@ -38,10 +41,20 @@ const (
 // estimate the memory accounting reads; the mutators below (and Zset's)
 // keep it current.
 type Object struct {
-	Kind  Kind
-	List  Deque
-	Set   map[string]struct{}
-	Hash  map[string][]byte
+	Kind Kind
+	// hashBig records that Redis would have converted this hash from a
+	// listpack to a hash table (more than HashListpackEntries fields, or
+	// a field or value longer than HashPackValue, at some point): what
+	// OBJECT ENCODING reports. Redis never converts back.
+	hashBig bool
+	packN   uint8 // fields in pack
+	List    Deque
+	Set     map[string]struct{}
+	// A hash is packed (hashpack.go) while it has at most HashPackEntries
+	// fields, none and no value longer than HashPackValue bytes, and a map
+	// from then on. Read it through HashGet, HashAll and Len.
+	pack  hashPack
+	hash  map[string][]byte
 	Zset  *Zset // zset.go
 	bytes int64
 }
@@ -49,7 +62,7 @@ type Object struct {
 // NewList, NewSet and NewHash return empty containers.
 func NewList() *Object { return &Object{Kind: KindList} }
 func NewSet() *Object  { return &Object{Kind: KindSet, Set: map[string]struct{}{}} }
-func NewHash() *Object { return &Object{Kind: KindHash, Hash: map[string][]byte{}} }
+func NewHash() *Object { return &Object{Kind: KindHash} }
 
 // Len is the number of elements.
 func (o *Object) Len() int {
@@ -59,7 +72,10 @@ func (o *Object) Len() int {
 	case KindSet:
 		return len(o.Set)
 	case KindHash:
-		return len(o.Hash)
+		if o.hash == nil {
+			return int(o.packN)
+		}
+		return len(o.hash)
 	case KindZset:
 		return o.Zset.Len()
 	}
@@ -126,28 +142,104 @@ func (o *Object) SetRemove(m string) bool {
 	return true
 }
 
-// HashSet sets field f; it reports whether f was new.
+// HashSet sets field f to a copy of v; it reports whether f was new.
 func (o *Object) HashSet(f, v []byte) bool {
-	old, ok := o.Hash[string(f)]
+	if len(f) > HashPackValue || len(v) > HashPackValue {
+		o.hashBig = true
+	}
+	if o.hash == nil {
+		if len(f) <= HashPackValue && len(v) <= HashPackValue {
+			old, found := o.pack.get(f)
+			if found || o.packN < HashPackEntries {
+				o.pack = o.pack.set(f, v, found)
+				if found {
+					o.bytes += int64(len(v) - len(old))
+				} else {
+					o.packN++
+					o.bytes += int64(len(f)+len(v)) + hashPackCost
+				}
+				return !found
+			}
+		}
+		o.unpack()
+	}
+	old, ok := o.hash[string(f)]
 	if ok {
 		o.bytes += int64(len(v) - len(old))
-		o.Hash[string(f)] = clone(v)
+		o.hash[string(f)] = clone(v)
 		return false
 	}
-	o.Hash[string(f)] = clone(v)
+	o.hash[string(f)] = clone(v)
 	o.bytes += int64(len(f)+len(v)) + hashElemCost
+	if len(o.hash) > HashListpackEntries {
+		o.hashBig = true
+	}
 	return true
 }
 
 // HashDel deletes field f; it reports whether it existed.
 func (o *Object) HashDel(f []byte) bool {
-	old, ok := o.Hash[string(f)]
+	if o.hash == nil {
+		old, found := o.pack.get(f)
+		if !found {
+			return false
+		}
+		o.pack = o.pack.del(f)
+		o.packN--
+		o.bytes -= int64(len(f)+len(old)) + hashPackCost
+		return true
+	}
+	old, ok := o.hash[string(f)]
 	if !ok {
 		return false
 	}
-	delete(o.Hash, string(f))
+	delete(o.hash, string(f))
 	o.bytes -= int64(len(f)+len(old)) + hashElemCost
 	return true
+}
+
+// HashGet returns field f's value. The slice is the hash's own: read it
+// before the hash next changes, never write to it.
+func (o *Object) HashGet(f []byte) ([]byte, bool) {
+	if o.hash == nil {
+		return o.pack.get(f)
+	}
+	v, ok := o.hash[string(f)]
+	return v, ok
+}
+
+// HashAll yields every field and value, in no set order, under the same
+// terms as HashGet; the hash must not change while it yields.
+func (o *Object) HashAll() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		if o.hash == nil {
+			o.pack.all(yield)
+			return
+		}
+		for f, v := range o.hash {
+			if !yield(f, v) {
+				return
+			}
+		}
+	}
+}
+
+// HashPacked reports whether the hash is still packed (its fields keep
+// the order they were added in, as a listpack's do).
+func (o *Object) HashPacked() bool { return o.hash == nil }
+
+// HashListpack reports whether Redis would still hold the hash as a
+// listpack: OBJECT ENCODING's "listpack" rather than "hashtable".
+func (o *Object) HashListpack() bool { return !o.hashBig }
+
+// unpack moves a packed hash into a map, for good.
+func (o *Object) unpack() {
+	o.hash = make(map[string][]byte, int(o.packN)+1)
+	for f, v := range o.pack.all {
+		o.hash[f] = clone(v)
+	}
+	o.bytes += int64(o.packN) * (hashElemCost - hashPackCost)
+	o.pack, o.packN = nil, 0
 }
 
 func clone(b []byte) []byte {

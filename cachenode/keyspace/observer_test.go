@@ -30,7 +30,7 @@ func describe(e *Entry) string {
 	case KindSet:
 		items = slices.Sorted(maps.Keys(e.Obj.Set))
 	case KindHash:
-		for f, v := range e.Obj.Hash {
+		for f, v := range e.Obj.HashAll() {
 			items = append(items, f+"="+string(v))
 		}
 		slices.Sort(items)

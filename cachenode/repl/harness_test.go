@@ -157,7 +157,7 @@ func describe(e *keyspace.Entry) string {
 	case keyspace.KindSet:
 		items = slices.Sorted(maps.Keys(e.Obj.Set))
 	case keyspace.KindHash:
-		for f, v := range e.Obj.Hash {
+		for f, v := range e.Obj.HashAll() {
 			items = append(items, f+"="+string(v))
 		}
 		slices.Sort(items)
