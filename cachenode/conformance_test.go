@@ -114,16 +114,8 @@ func TestConformanceWithRedisServer(t *testing.T) {
 // sorted lists.
 func conformance(t *testing.T, script [][]any, unorderedCmds map[string]bool, protocols ...int) {
 	t.Helper()
-	rs := needTool(t, "redis-server")
 	n := startNode(t)
-	port := freePort(t)
-	srv := exec.Command(rs, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no",
-		"--dir", t.TempDir(), "--daemonize", "no", "--loglevel", "warning")
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-	waitPing(t, "127.0.0.1:"+port)
+	port := startRedisServer(t)
 	// Our clock is injected; keep it at the wall clock so absolute times agree.
 	n.clock.ms.Store(time.Now().UnixMilli())
 	for _, proto := range protocols {
@@ -166,6 +158,22 @@ func conformance(t *testing.T, script [][]any, unorderedCmds map[string]bool, pr
 		theirs.Close()
 		t.Logf("RESP%d: %d commands compared with redis-server, %d mismatches", proto, len(script), mismatches)
 	}
+}
+
+// startRedisServer starts a private redis-server (no persistence) on a
+// free loopback port, stopped when t ends, and returns the port.
+func startRedisServer(t *testing.T) string {
+	t.Helper()
+	rs := needTool(t, "redis-server")
+	port := freePort(t)
+	srv := exec.Command(rs, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no",
+		"--dir", t.TempDir(), "--daemonize", "no", "--loglevel", "warning")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	waitPing(t, "127.0.0.1:"+port)
+	return port
 }
 
 // normMap renders maps with sorted keys so they compare as text.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // hashOrderScript covers small hashes, which Redis keeps as listpacks and
@@ -51,4 +53,39 @@ var hashOrderScript = func() [][]any {
 // RESP3.
 func TestHashOrderConformanceWithRedisServer(t *testing.T) {
 	conformance(t, hashOrderScript, nil, 2, 3)
+}
+
+// TestHScanListpackComesWhole: a hash Redis holds as a listpack (here 200
+// fields: past cachenode's 128-field pack, within Redis's 512) comes
+// whole from one HSCAN, whatever the cursor and COUNT, with cursor 0, on
+// both servers; past 512 fields both page it.
+func TestHScanListpackComesWhole(t *testing.T) {
+	n := startNode(t)
+	servers := map[string]*redis.Client{
+		"cachenode":    n.client(t),
+		"redis-server": redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + startRedisServer(t)}),
+	}
+	for name, c := range servers {
+		for _, size := range []int{200, 600} {
+			key := fmt.Sprint("h", size)
+			fields := make([]any, 0, 2*size)
+			for i := range size {
+				fields = append(fields, fmt.Sprintf("f%03d", i), i)
+			}
+			if err := c.HSet(ctx(t), key, fields...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, cur := range []uint64{0, 17} {
+				kv, next, err := c.HScan(ctx(t), key, cur, "", 10).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				whole := next == 0 && len(kv) == 2*size
+				if want := size <= 512; whole != want {
+					t.Errorf("%s: HSCAN %s %d COUNT 10 over %d fields: %d elements, cursor %d (whole: %v, want %v)",
+						name, key, cur, size, len(kv), next, whole, want)
+				}
+			}
+		}
+	}
 }

@@ -2,9 +2,7 @@ package command
 
 import (
 	"math/rand/v2"
-	"slices"
 	"sort"
-	"strings"
 
 	"github.com/portico-io/portico/cachenode/keyspace"
 )
@@ -665,18 +663,13 @@ type hashField struct {
 	v []byte
 }
 
-// hashFields returns o's fields and values in Redis's order where Redis
-// has one — a packed hash (a listpack in Redis) in the order its fields
-// were added — and ordered by field otherwise (Redis's hash-table order
-// is its own), which keeps replies stable between calls. They are the
-// hash's own and valid until it changes.
+// hashFields returns o's fields and values in the order replies list
+// them (keyspace.Object.HashInOrder); they are the hash's own and valid
+// until it changes.
 func hashFields(o *keyspace.Object) []hashField {
 	out := make([]hashField, 0, o.Len())
-	for f, v := range o.HashAll() {
+	for f, v := range o.HashInOrder() {
 		out = append(out, hashField{f, v})
-	}
-	if !o.HashPacked() {
-		slices.SortFunc(out, func(a, b hashField) int { return strings.Compare(a.f, b.f) })
 	}
 	return out
 }

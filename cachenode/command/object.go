@@ -7,11 +7,12 @@ import (
 
 // OBJECT ENCODING|REFCOUNT|IDLETIME|FREQ|HELP, answered as Redis 7.0 would:
 // the encodings are those redis-server would report for the same value
-// (exact for sorted sets, which track Redis's one-way listpack→skiplist
-// conversion; from the current contents for the other types, so a string
-// APPENDed to stays "embstr" here where Redis says "raw", and a set or hash
-// that shrank back says "intset"/"listpack"). It reads keys without
-// touching their access time, as Redis does.
+// (exact for sorted sets and hashes, which track Redis's one-way listpack
+// conversion, though a replica's or a copy's is judged by its contents;
+// from the current contents for the other types, so a string APPENDed to
+// stays "embstr" here where Redis says "raw", and a set that shrank back
+// says "intset"). It reads keys without touching their access time, as
+// Redis does.
 //
 // It registers only when no other file of the package has (a fuller OBJECT
 // elsewhere wins whichever init runs first).

@@ -370,15 +370,16 @@ func cmdHScan(c *Ctx) {
 	}
 	names := make([]string, 0, e.Obj.Len())
 	values := make(map[string][]byte, e.Obj.Len())
-	for f, v := range e.Obj.HashAll() {
+	for f, v := range e.Obj.HashInOrder() {
 		names = append(names, f)
 		values[f] = v
 	}
-	order := sort.Strings
-	if e.Obj.HashPacked() {
-		order = func([]string) {} // a listpack's order, as Redis replies (below smallScan: one page)
+	// A hash Redis holds as a listpack (up to 512 fields) comes whole,
+	// whatever the cursor and COUNT, in its reply order, as Redis's does.
+	page, next := names, uint64(0)
+	if !e.Obj.HashListpack() {
+		page, next = scanPage(names, cur, count, sort.Strings)
 	}
-	page, next := scanPage(names, cur, count, order)
 	out := page[:0]
 	for _, f := range page {
 		if match == nil || globMatch(match, []byte(f)) {

@@ -69,7 +69,7 @@ func AppendValue(dst []byte, e *keyspace.Entry) []byte {
 		}
 	case keyspace.KindHash:
 		dst = binary.AppendUvarint(dst, uint64(e.Obj.Len()))
-		for f, v := range e.Obj.HashAll() {
+		for f, v := range e.Obj.HashInOrder() { // a replica's or copy's replies keep the order
 			dst = appendString(dst, f)
 			dst = appendBytes(dst, v)
 		}

@@ -3,6 +3,7 @@ package keyspace
 import (
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -183,4 +184,51 @@ func FuzzHashPack(f *testing.F) {
 		}
 		hashModel(t, o, want, packed)
 	})
+}
+
+// TestHashInOrderSurvivesARebuild: replies list a packed hash in the
+// order fields were added and a map's sorted; a hash rebuilt field by
+// field in that order (what a replica, COPY or a migrated slot does with
+// a dump) replies in the same order as the original, whichever form each
+// has.
+func TestHashInOrderSurvivesARebuild(t *testing.T) {
+	order := func(o *Object) []string {
+		var fs []string
+		for f, v := range o.HashInOrder() {
+			fs = append(fs, f+"="+string(v))
+		}
+		return fs
+	}
+	rebuild := func(o *Object) *Object {
+		c := NewHash()
+		for f, v := range o.HashInOrder() {
+			c.HashSet([]byte(f), v)
+		}
+		return c
+	}
+	small := NewHash()
+	for _, f := range []string{"zeta", "alpha", "mid"} {
+		small.HashSet([]byte(f), []byte(f[:1]))
+	}
+	if got := strings.Join(order(small), ","); got != "zeta=z,alpha=a,mid=m" {
+		t.Fatalf("packed order %s, want the order added", got)
+	}
+	big := NewHash()
+	for i := range HashPackEntries + 1 {
+		big.HashSet([]byte{byte('A' + (i*7)%64), byte(i)}, []byte("v"))
+	}
+	for i := range 40 {
+		big.HashDel([]byte{byte('A' + (i*7)%64), byte(i)})
+	}
+	if big.HashPacked() {
+		t.Fatal("a hash that passed 128 fields stays a map")
+	}
+	if !slices.IsSorted(order(big)) {
+		t.Fatalf("a map's order is not sorted: %v", order(big))
+	}
+	for _, o := range []*Object{small, big} {
+		if a, b := order(o), order(rebuild(o)); !slices.Equal(a, b) {
+			t.Fatalf("rebuilt hash replies %v, the original %v", b, a)
+		}
+	}
 }

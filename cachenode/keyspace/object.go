@@ -1,6 +1,11 @@
 package keyspace
 
-import "iter"
+import (
+	"iter"
+	"maps"
+	"slices"
+	"strings"
+)
 
 // Kind is the type of a value, as TYPE reports it.
 type Kind uint8
@@ -224,6 +229,24 @@ func (o *Object) HashAll() iter.Seq2[string, []byte] {
 	}
 }
 
+// HashInOrder is HashAll in the order replies list a hash (HKEYS,
+// HGETALL): a packed hash's fields in the order they were added, as a
+// listpack's, a map's sorted by field. A dump is written in this order
+// too, so that a replica or a copy, which rebuilds the hash field by
+// field, replies as the original does.
+func (o *Object) HashInOrder() iter.Seq2[string, []byte] {
+	if o.hash == nil {
+		return o.HashAll()
+	}
+	return func(yield func(string, []byte) bool) {
+		for _, f := range slices.Sorted(maps.Keys(o.hash)) {
+			if !yield(f, o.hash[f]) {
+				return
+			}
+		}
+	}
+}
+
 // HashPacked reports whether the hash is still packed (its fields keep
 // the order they were added in, as a listpack's do).
 func (o *Object) HashPacked() bool { return o.hash == nil }
@@ -236,7 +259,7 @@ func (o *Object) HashListpack() bool { return !o.hashBig }
 func (o *Object) unpack() {
 	o.hash = make(map[string][]byte, int(o.packN)+1)
 	for f, v := range o.pack.all {
-		o.hash[f] = clone(v)
+		o.hash[strings.Clone(f)] = clone(v) // f is a view of the pack, which must not outlive it
 	}
 	o.bytes += int64(o.packN) * (hashElemCost - hashPackCost)
 	o.pack, o.packN = nil, 0
