@@ -3,7 +3,6 @@ package cachenode_test
 import (
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -105,17 +104,8 @@ func runBlockingScenario(t *testing.T, addr string, conns, proto int, steps []bl
 // BZMPOP's COUNT; a list waiter and a sorted-set waiter on one key (each
 // is served only by its own type); CLIENT UNBLOCK; RESP2 and RESP3.
 func TestBlockingZsetConformWithRedisServer(t *testing.T) {
-	rs := needTool(t, "redis-server")
 	n := startNode(t)
-	port := freePort(t)
-	srv := exec.Command(rs, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no",
-		"--dir", t.TempDir(), "--daemonize", "no", "--loglevel", "warning")
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
-	theirs := "127.0.0.1:" + port
-	waitPing(t, theirs)
+	theirs := "127.0.0.1:" + startRedisServer(t)
 	do := func(conn int, args ...string) blockingStep {
 		return blockingStep{conn: conn, args: args, read: true, blocked: -1}
 	}
