@@ -21,8 +21,10 @@ import (
 // completer's window at that rate), one step after another with nothing
 // else running: no peer and no concurrency, so unlike
 // BenchmarkSchedulerVsRiver it moves only when a statement's own cost
-// does. Wall time is not reported (the machine is shared); CPU time ticks
-// at 10 ms, so n stays in the thousands.
+// does — between runs back to back; its level drifts over hours on a
+// shared Postgres, so compare builds back to back. Wall time is not
+// reported (the machine is shared); CPU time ticks at 10 ms, so n stays in
+// the thousands.
 //
 //	go test -run '^$' -bench RunCostInPostgres -benchtime 1x ./scheduler/store/
 //	# PORTICO_BENCH_JOBS (20000)
