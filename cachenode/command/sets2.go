@@ -368,16 +368,20 @@ func cmdHScan(c *Ctx) {
 	if !ok {
 		return
 	}
-	names := make([]string, 0, e.Obj.Len())
-	values := make(map[string][]byte, e.Obj.Len())
-	for f, v := range e.Obj.HashInOrder() {
-		names = append(names, f)
-		values[f] = v
-	}
 	// A hash Redis holds as a listpack (up to 512 fields) comes whole,
-	// whatever the cursor and COUNT, in its reply order, as Redis's does.
+	// whatever the cursor and COUNT, in its reply order, as Redis's does;
+	// a larger one is paged (scanPage orders it).
+	whole := e.Obj.HashListpack()
+	fields := e.Obj.HashAll()
+	if whole {
+		fields = e.Obj.HashInOrder()
+	}
+	names := make([]string, 0, e.Obj.Len())
+	for f := range fields {
+		names = append(names, f)
+	}
 	page, next := names, uint64(0)
-	if !e.Obj.HashListpack() {
+	if !whole {
 		page, next = scanPage(names, cur, count, sort.Strings)
 	}
 	out := page[:0]
@@ -388,7 +392,8 @@ func cmdHScan(c *Ctx) {
 	}
 	scanReplyHeader(c, next, 2*len(out))
 	for _, f := range out {
+		v, _ := e.Obj.HashGet([]byte(f))
 		c.W.BulkString(f)
-		c.W.Bulk(values[f])
+		c.W.Bulk(v)
 	}
 }
