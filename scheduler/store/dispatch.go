@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -286,11 +285,12 @@ func (s *Store) fire(ctx context.Context, owner string, held []ShardLease, batch
 				rows.Close()
 				return fmt.Errorf("store: fire: %w", err)
 			}
-			r.Spec = new(jobspec.Spec)
-			if err := json.Unmarshal(raw, r.Spec); err != nil {
+			spec, err := jobspec.DecodeStored(raw)
+			if err != nil {
 				rows.Close()
 				return fmt.Errorf("store: fire: job %d: %w", r.ScheduleID, err)
 			}
+			r.Spec = spec
 			due = append(due, r)
 		}
 		if err := rows.Err(); err != nil {
@@ -621,10 +621,11 @@ func collectLeases(rows pgx.Rows, err error) ([]Lease, error) {
 		if err := rows.Scan(&l.RunID, &l.ScheduleID, &l.ScheduledAt, &l.Attempt, &l.Token, &raw, &l.secretHash); err != nil {
 			return nil, fmt.Errorf("store: claim: %w", err)
 		}
-		l.Spec = new(jobspec.Spec)
-		if err := json.Unmarshal(raw, l.Spec); err != nil {
+		spec, err := jobspec.DecodeStored(raw)
+		if err != nil {
 			return nil, fmt.Errorf("store: claim: job %d: %w", l.ScheduleID, err)
 		}
+		l.Spec = spec
 		out = append(out, l)
 	}
 	if err := rows.Err(); err != nil {
@@ -859,10 +860,11 @@ func (s *Store) Leased(ctx context.Context, runID, token int64) (Lease, error) {
 	if err != nil {
 		return Lease{}, fmt.Errorf("store: leased: %w", err)
 	}
-	l.Spec = new(jobspec.Spec)
-	if err := json.Unmarshal(raw, l.Spec); err != nil {
+	spec, err := jobspec.DecodeStored(raw)
+	if err != nil {
 		return Lease{}, fmt.Errorf("store: leased: job %d: %w", l.ScheduleID, err)
 	}
+	l.Spec = spec
 	return l, nil
 }
 

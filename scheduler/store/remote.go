@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -138,10 +137,11 @@ func (s *Store) LeasedRemote(ctx context.Context, runID int64, secret []byte, ho
 	if err != nil {
 		return Lease{}, fmt.Errorf("store: leased: %w", err)
 	}
-	l.Spec = new(jobspec.Spec)
-	if err := json.Unmarshal(raw, l.Spec); err != nil {
+	spec, err := jobspec.DecodeStored(raw)
+	if err != nil {
 		return Lease{}, fmt.Errorf("store: leased: job %d: %w", l.ScheduleID, err)
 	}
+	l.Spec = spec
 	return l, nil
 }
 

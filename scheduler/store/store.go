@@ -208,10 +208,11 @@ func scanJob(row pgx.Row) (Job, error) {
 		}
 		return Job{}, fmt.Errorf("store: %w", err)
 	}
-	j.Spec = new(jobspec.Spec)
-	if err := json.Unmarshal(raw, j.Spec); err != nil {
+	spec, err := jobspec.DecodeStored(raw)
+	if err != nil {
 		return Job{}, fmt.Errorf("store: job %d spec: %w", j.ID, err)
 	}
+	j.Spec = spec
 	return j, nil
 }
 
@@ -383,12 +384,12 @@ func (s *Store) SetEnabled(ctx context.Context, id int64, enabled bool) (Job, er
 		if was == enabled {
 			return nil
 		}
-		var spec jobspec.Spec
-		if err := json.Unmarshal(raw, &spec); err != nil {
+		spec, err := jobspec.DecodeStored(raw)
+		if err != nil {
 			return fmt.Errorf("store: %w", err)
 		}
 		spec.Enabled = &enabled
-		raw, _ = json.Marshal(&spec)
+		raw, _ = json.Marshal(spec)
 		if _, err := tx.Exec(ctx, `UPDATE scheduler.schedule_details SET enabled = $2, spec = $3, version = version + 1,
 			updated_at = now() WHERE id = $1`, id, enabled, raw); err != nil {
 			return fmt.Errorf("store: %w", err)
@@ -396,7 +397,7 @@ func (s *Store) SetEnabled(ctx context.Context, id int64, enabled bool) (Job, er
 		if !enabled {
 			return cancelWaiting(ctx, tx, id)
 		}
-		return insertNext(ctx, tx, id, &spec, now)
+		return insertNext(ctx, tx, id, spec, now)
 	})
 	if err != nil {
 		return Job{}, err
@@ -539,8 +540,8 @@ func (s *Store) CancelRun(ctx context.Context, id int64) (Run, error) {
 		if status != StatusScheduled || manual || !live {
 			return nil
 		}
-		var spec jobspec.Spec
-		if err := json.Unmarshal(rawSpec, &spec); err != nil {
+		spec, err := jobspec.DecodeStored(rawSpec)
+		if err != nil {
 			return fmt.Errorf("store: cancel: job %d: %w", jobID, err)
 		}
 		if next, ok := spec.NextAfter(slot); ok && spec.Recurring() {
