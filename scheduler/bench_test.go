@@ -198,6 +198,9 @@ type benchResult struct {
 	// last job done, over N (the benchmark's own connections excluded, on
 	// both sides); pgPerJob is the backends' part.
 	cpuPerJob, pgPerJob time.Duration
+	// claimsPerJob is Portico's claim pool's part of pgPerJob (its claims
+	// and reaper looks, store.ClaimPoolSuffix); 0 for River.
+	claimsPerJob time.Duration
 	// conns: the most Postgres connections the system held at once.
 	conns int
 	// deliveries: the receiver's calls (N when nothing ran twice);
@@ -209,6 +212,9 @@ func (r benchResult) String() string {
 	s := fmt.Sprintf("%.0f jobs/s, start lag p50 %.3fs p99 %.3fs, %.2f CPU-ms/job (Postgres %.2f), %d connections, %d deliveries, %d retried",
 		r.jobsPerSec, r.p50, r.p99, float64(r.cpuPerJob)/float64(time.Millisecond), float64(r.pgPerJob)/float64(time.Millisecond),
 		r.conns, r.deliveries, r.retried)
+	if r.claimsPerJob > 0 {
+		s += fmt.Sprintf(" | claim pool %.2f CPU-ms/job of the Postgres", float64(r.claimsPerJob)/float64(time.Millisecond))
+	}
 	if r.fireP99 > 0 {
 		s += fmt.Sprintf(" | fire lag p50 %.3fs p99 %.3fs, %.0f fires/s", r.fireP50, r.fireP99, r.firesPerSec)
 	}
@@ -293,6 +299,22 @@ func (db *benchDB) cpuTime(b *testing.B, pids []int) (procs, backends time.Durat
 		procs += peerbench.CPUTime(pid)
 	}
 	return procs, peerbench.BackendsCPU(db.name, own)
+}
+
+// appCPU returns the CPU time of db's backends whose application_name
+// is app (a backend gone since is not counted).
+func (db *benchDB) appCPU(b *testing.B, app string) time.Duration {
+	rows, _ := db.Query(context.Background(), `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name = $2`,
+		db.name, app)
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum time.Duration
+	for _, pid := range pids {
+		sum += peerbench.CPUTime(int(pid))
+	}
+	return sum
 }
 
 // benchDB is the benchmark's own connection to one run's database.
@@ -403,8 +425,10 @@ func benchPortico(b *testing.B, bin string, n int) benchResult {
 	}
 	checkLead(b, "portico", due)
 	proc0, pg0 := db.cpuTime(b, procs.pids())
+	claims0 := db.appCPU(b, store.AppName+store.ClaimPoolSuffix)
 	db.waitDone(b, procs, `SELECT count(*) FROM scheduler.scheduled_execution WHERE status = 'SUCCEEDED'`, n, 10*time.Minute)
 	proc1, pg1 := db.cpuTime(b, procs.pids())
+	claims1 := db.appCPU(b, store.AppName+store.ClaimPoolSuffix)
 	cpu, pg := proc1-proc0+pg1-pg0, pg1-pg0
 	if c := calls.Load(); c < int64(n) {
 		b.Fatalf("receiver saw %d calls for %d jobs", c, n)
@@ -421,6 +445,7 @@ func benchPortico(b *testing.B, bin string, n int) benchResult {
 		b.Fatal(err)
 	}
 	r.cpuPerJob, r.pgPerJob = cpu/time.Duration(n), pg/time.Duration(n)
+	r.claimsPerJob = (claims1 - claims0) / time.Duration(n)
 	r.conns, r.deliveries = db.maxConns, int(calls.Load())
 	return r
 }

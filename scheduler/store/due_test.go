@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,5 +72,37 @@ func TestDueRunsListsDueRunsWithNowAndHighestID(t *testing.T) {
 		if i := slices.Index(ids, r.ID); i < 0 || int16(jobs[i]%Shards) != shard {
 			t.Fatalf("shard %d listed run %d of another shard", shard, r.ID)
 		}
+	}
+}
+
+// The store's connections say whose they are in pg_stat_activity, the
+// claim pool's apart; an application_name in the DSN is kept.
+func TestConnectionsAreNamed(t *testing.T) {
+	s := openTestStore(t)
+	ctx := context.Background()
+	names := func(s *Store) (main, claims string) {
+		if err := s.pool.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&main); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.planned.QueryRow(ctx, `SELECT current_setting('application_name')`).Scan(&claims); err != nil {
+			t.Fatal(err)
+		}
+		return main, claims
+	}
+	if m, c := names(s); m != AppName || c != AppName+ClaimPoolSuffix {
+		t.Fatalf("names %q, %q", m, c)
+	}
+	url := s.pool.Config().ConnString()
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	named, err := Open(ctx, Config{DatabaseURL: url + sep + "application_name=sched-eu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
+	if m, c := names(named); m != "sched-eu" || c != "sched-eu"+ClaimPoolSuffix {
+		t.Fatalf("names with the DSN's: %q, %q", m, c)
 	}
 }
