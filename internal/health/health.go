@@ -34,12 +34,15 @@ func (c *Checks) Add(name string, fn Check) {
 
 // Run runs every check and returns the failures by name.
 func (c *Checks) Run(ctx context.Context) map[string]string {
+	// The checks are copied under the lock: Add may run while checks do
+	// (a component registering one as it starts while /readyz is asked).
 	c.mu.RLock()
 	names := make([]string, 0, len(c.checks))
-	for n := range c.checks {
+	checks := make(map[string]Check, len(c.checks))
+	for n, fn := range c.checks {
 		names = append(names, n)
+		checks[n] = fn
 	}
-	checks := c.checks
 	c.mu.RUnlock()
 	sort.Strings(names)
 	timeout := c.Timeout
