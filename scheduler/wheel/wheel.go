@@ -25,21 +25,28 @@ type Due struct {
 
 // Wheel is safe for concurrent use.
 type Wheel struct {
-	res   time.Duration
-	mu    sync.Mutex
-	slots [][]Due
-	base  time.Time // instant of the cursor's slot start
-	cur   int
-	known map[int64]struct{} // ids in a slot or ready
-	ready []Due              // passed, not yet taken
-	c     chan struct{}
+	res     time.Duration
+	mu      sync.Mutex
+	slots   [][]Due
+	base    time.Time // instant of the cursor's slot start
+	cur     int
+	known   map[int64]struct{} // ids in a slot or ready
+	ready   []Due              // passed, not yet taken
+	pending int                // runs in slots
+	c       chan struct{}
+	// While Run runs: its clock (Add advances to it first, as the
+	// cursor may have stood still), when it wakes next (zero: not
+	// before an Add) and its wake-up for an Add of an earlier slot.
+	now    func() time.Time
+	wakeAt time.Time
+	kick   chan struct{}
 }
 
 // New returns a wheel of span/res slots of res each, starting at now.
 func New(res, span time.Duration, now time.Time) *Wheel {
 	n := max(int(span/res), 1)
 	return &Wheel{res: res, slots: make([][]Due, n), base: now.Truncate(res), known: map[int64]struct{}{},
-		c: make(chan struct{}, 1)}
+		c: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
 }
 
 // C receives (coalesced) when runs are ready to be taken.
@@ -58,6 +65,9 @@ func (w *Wheel) signal() {
 func (w *Wheel) Add(d Due) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.now != nil {
+		w.advance(w.now())
+	}
 	if _, ok := w.known[d.ID]; ok {
 		return true
 	}
@@ -77,6 +87,13 @@ func (w *Wheel) Add(d Due) bool {
 	w.known[d.ID] = struct{}{}
 	i := (w.cur + k) % len(w.slots)
 	w.slots[i] = append(w.slots[i], d)
+	w.pending++
+	if at := w.base.Add(time.Duration(k) * w.res); w.now != nil && (w.wakeAt.IsZero() || at.Before(w.wakeAt)) {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
 	return true
 }
 
@@ -85,6 +102,10 @@ func (w *Wheel) Add(d Due) bool {
 func (w *Wheel) Advance(now time.Time) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.advance(now)
+}
+
+func (w *Wheel) advance(now time.Time) int {
 	steps := int(now.Sub(w.base) / w.res)
 	passed := 0
 	for i := 0; i < steps && i <= len(w.slots); i++ {
@@ -97,9 +118,24 @@ func (w *Wheel) Advance(now time.Time) int {
 		w.base = w.base.Add(time.Duration(steps) * w.res)
 	}
 	if passed > 0 {
+		w.pending -= passed
 		w.signal()
 	}
 	return passed
+}
+
+// next returns when the cursor passes the earliest slot holding runs
+// (false: none does).
+func (w *Wheel) next() (time.Time, bool) {
+	if w.pending == 0 {
+		return time.Time{}, false
+	}
+	for k := 1; k < len(w.slots); k++ {
+		if len(w.slots[(w.cur+k)%len(w.slots)]) > 0 {
+			return w.base.Add(time.Duration(k) * w.res), true
+		}
+	}
+	return time.Time{}, false // unreachable while pending counts right
 }
 
 // Take removes and returns up to n ready runs, in the order they became
@@ -127,17 +163,41 @@ func (w *Wheel) Len() int {
 	return len(w.known)
 }
 
-// Run advances the wheel every resolution by now() (the database clock
-// estimate) until ctx is done.
+// Run advances the wheel by now() (the database clock estimate) until ctx
+// is done: whenever the cursor passes a slot holding runs, and not
+// between — an idle wheel does not wake at all (it ticked every
+// resolution, ~50 wake-ups a second a process for nothing). An Add of an
+// earlier slot than the one it waits for wakes it to wait less.
 func (w *Wheel) Run(ctx context.Context, now func() time.Time) {
-	t := time.NewTicker(w.res)
-	defer t.Stop()
+	w.mu.Lock()
+	w.now = now
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.now, w.wakeAt = nil, time.Time{}
+		w.mu.Unlock()
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
+		w.mu.Lock()
+		t := now()
+		w.advance(t)
+		at, ok := w.next()
+		w.wakeAt = at
+		w.mu.Unlock()
+		var fire <-chan time.Time
+		if ok {
+			timer.Reset(max(at.Sub(t), 0))
+			fire = timer.C
+		} else {
+			timer.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			w.Advance(now())
+		case <-fire:
+		case <-w.kick:
 		}
 	}
 }

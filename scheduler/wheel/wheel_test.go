@@ -1,7 +1,9 @@
 package wheel
 
 import (
+	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -67,5 +69,46 @@ func TestWheel(t *testing.T) {
 	}
 	if !w.Add(Due{7, ms(5500)}) || w.Add(Due{8, ms(6100)}) {
 		t.Fatal("span must follow the cursor after the jump")
+	}
+}
+
+// TestRunWakesOnlyForHeldSlots: Run hands a run over once its slot has
+// passed, never before, and wakes for that slot only: a run twenty
+// resolutions ahead costs a few readings of its clock (start, the Add's
+// wake-up, the slot), where ticking read it every resolution.
+func TestRunWakesOnlyForHeldSlots(t *testing.T) {
+	var reads atomic.Int64
+	now := func() time.Time {
+		reads.Add(1)
+		return time.Now()
+	}
+	w := New(5*time.Millisecond, time.Second, time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx, now)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	due := time.Now().Add(100 * time.Millisecond)
+	if !w.Add(Due{1, due}) {
+		t.Fatal("Add refused a run within the span")
+	}
+	select {
+	case <-w.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run was never handed over")
+	}
+	if early := due.Sub(time.Now()); early > 0 {
+		t.Fatalf("handed over %s before its slot", early)
+	}
+	if got := ids(w.Take(10)); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("Take = %v", got)
+	}
+	if n := reads.Load(); n > 8 {
+		t.Errorf("read the clock %d times to hand over one run 20 resolutions ahead", n)
 	}
 }
