@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,14 @@ func explainWork(t *testing.T, s *Store, settings []string, sql string, args ...
 	return planWork(t, raw)
 }
 
+// claimProbes are the two claim statements as a worker with 16 free slots
+// and 4 of them kept for HIGH runs sends them (prepared as name, types).
+var claimProbes = []struct{ name, sql, types, args string }{
+	{"claim", claimSQL, `(text, bigint, int, int, int, text[], int[], bytea[], text, int)`,
+		`('w2', 60000, 16, 2, 0, NULL, NULL, NULL, NULL, 12)`},
+	{"plain claim", claimPlainSQL, `(text, bigint, int, int, int)`, `('w2', 60000, 16, 2, 12)`},
+}
+
 // TestPlansSurviveStaleStatistics replays how a burst meets the planner:
 // n runs are inserted SCHEDULED and analyzed while the partial indexes of
 // queued and running runs are empty, then all of them are fired. Until
@@ -117,14 +126,15 @@ func TestPlansSurviveStaleStatistics(t *testing.T) {
 
 	// The claim, as a custom and as a generic plan (pgx's prepared
 	// statements get the latter after five executions).
-	claimTypes := `(text, bigint, int, int, int, text[], int[], bytea[], text, int)`
-	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		work, nodes := explainWork(t, s, append(claimPlanning, "SET LOCAL plan_cache_mode = "+mode,
-			"PREPARE probe_"+mode+claimTypes+" AS "+claimSQL),
-			"EXECUTE probe_"+mode+"('w2', 60000, 16, 2, 0, NULL, NULL, NULL, NULL, 12)")
-		t.Logf("claim (%s): %d rows read: %s", mode, work, nodes)
-		if work > 500 {
-			t.Errorf("claim (%s) read %d rows to lease 16 of %d queued runs: %s", mode, work, n, nodes)
+	for i, c := range claimProbes {
+		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+			name := "probe_" + mode + strconv.Itoa(i)
+			work, nodes := explainWork(t, s, append(claimPlanning, "SET LOCAL plan_cache_mode = "+mode,
+				"PREPARE "+name+c.types+" AS "+c.sql), "EXECUTE "+name+c.args)
+			t.Logf("%s (%s): %d rows read: %s", c.name, mode, work, nodes)
+			if work > 500 {
+				t.Errorf("%s (%s) read %d rows to lease 12 of %d queued runs: %s", c.name, mode, work, n, nodes)
+			}
 		}
 	}
 
@@ -252,15 +262,18 @@ func TestGenericClaimPlanOnEmptyTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	claimTypes := `(text, bigint, int, int, int, text[], int[], bytea[], text, int)`
-	if _, err := conn.Exec(ctx, `PREPARE empty_claim`+claimTypes+` AS `+claimSQL); err != nil {
-		t.Fatal(err)
+	made := []string{`EXECUTE empty_reap(500)`}
+	for i, c := range claimProbes {
+		if _, err := conn.Exec(ctx, `PREPARE empty_claim`+strconv.Itoa(i)+c.types+` AS `+c.sql); err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, `EXECUTE empty_claim`+strconv.Itoa(i)+strings.Replace(c.args, "'w2'", "'w0'", 1))
 	}
 	if _, err := conn.Exec(ctx, `PREPARE empty_reap(int) AS `+reapSQL); err != nil {
 		t.Fatal(err)
 	}
 	// Made now, on the empty tables: the first execution of each.
-	for _, q := range []string{`EXECUTE empty_claim('w0', 60000, 16, 2, 0, NULL, NULL, NULL, NULL, 12)`, `EXECUTE empty_reap(500)`} {
+	for _, q := range made {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -285,14 +298,20 @@ func TestGenericClaimPlanOnEmptyTable(t *testing.T) {
 			now() + interval '1 hour' FROM d`, spec, n); err != nil {
 		t.Fatal(err)
 	}
-	for name, probe := range map[string]struct {
+	probes := map[string]struct {
 		sql   string
 		limit int
 	}{
-		"claim": {`EXECUTE empty_claim('w1', 60000, 16, 2, 0, NULL, NULL, NULL, NULL, 12)`, 500},
 		// Nothing has expired: it reads the RUNNING runs' index, not the table.
 		"reap": {`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE empty_reap(500)`, 2 * n},
-	} {
+	}
+	for i, c := range claimProbes {
+		probes[c.name] = struct {
+			sql   string
+			limit int
+		}{`EXECUTE empty_claim` + strconv.Itoa(i) + c.args, 500}
+	}
+	for name, probe := range probes {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -304,7 +323,7 @@ func TestGenericClaimPlanOnEmptyTable(t *testing.T) {
 		}
 		var raw []byte
 		q := probe.sql
-		if name == "claim" {
+		if name != "reap" {
 			q = `EXPLAIN (ANALYZE, FORMAT JSON) ` + q
 		}
 		if err := tx.QueryRow(ctx, q).Scan(&raw); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -96,4 +97,24 @@ func TestRemoteLeaseSecrets(t *testing.T) {
 	if err := s.Heartbeat(ctx, local[0].RunID, local[0].Token, time.Minute); err != nil {
 		t.Fatalf("in-process heartbeat: %v", err)
 	}
+
+	// A run leased remotely and given back (its lease expired) is leased
+	// in-process (claimPlainSQL) without the old secret or holder.
+	if _, err := s.pool.Exec(ctx, `UPDATE scheduler.scheduled_execution SET status = 'QUEUED', lease_expires_at = NULL
+		WHERE id = $1`, anon[0].RunID); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Claim(ctx, "local", 16, time.Minute, 2)
+	if err != nil || !slices.ContainsFunc(again, func(l Lease) bool { return l.RunID == anon[0].RunID }) {
+		t.Fatalf("re-lease in-process: %v %v", again, err)
+	}
+	var (
+		hash []byte
+		by   *string
+	)
+	if err := s.pool.QueryRow(ctx, `SELECT lease_secret_hash, leased_by FROM scheduler.scheduled_execution WHERE id = $1`,
+		anon[0].RunID).Scan(&hash, &by); err != nil || hash != nil || by != nil {
+		t.Fatalf("in-process lease kept secret hash %x and holder %v (%v)", hash, by, err)
+	}
+	refused("old secret of a run leased in-process since", s.HeartbeatRemote(ctx, anon[0].RunID, anon[0].Secret, "", time.Minute), RefusedToken)
 }
