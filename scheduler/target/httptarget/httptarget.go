@@ -262,15 +262,16 @@ func (t *Target) call(ctx context.Context, d target.Delivery, h *jobspec.HTTPTar
 		return target.Result{Outcome: target.Retryable, Message: err.Error()}
 	}
 	defer resp.Body.Close()
+	if c := resp.StatusCode; c >= 200 && c < 300 {
+		// Drained (up to 1 MiB) so the connection can be reused.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return target.Result{Outcome: target.Succeeded}
+	}
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	msg := fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(snippet))
-	switch c := resp.StatusCode; {
-	case c >= 200 && c < 300:
-		return target.Result{Outcome: target.Succeeded}
-	case c == http.StatusTooManyRequests || c == http.StatusRequestTimeout || c >= 500:
+	if c := resp.StatusCode; c == http.StatusTooManyRequests || c == http.StatusRequestTimeout || c >= 500 {
 		return target.Result{Outcome: target.Retryable, Message: msg}
-	default:
-		return target.Result{Outcome: target.Fatal, Message: msg}
 	}
+	return target.Result{Outcome: target.Fatal, Message: msg}
 }

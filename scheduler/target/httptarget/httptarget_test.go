@@ -3,6 +3,7 @@ package httptarget
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -164,5 +165,48 @@ func TestBreakersAreBounded(t *testing.T) {
 	}
 	if res := tg.Deliver(context.Background(), delivery(t, bad.srv.URL)); res.Outcome != target.Deferred {
 		t.Fatalf("open host after churn: %+v, want Deferred", res)
+	}
+}
+
+// TestOutcomeByStatus: a 2xx answer succeeds with no message; 429, 408 and
+// 5xx are retryable and 4xx fatal, with the status and the start of the
+// body as the message; the body is read to the end either way, so the
+// connection is reused.
+func TestOutcomeByStatus(t *testing.T) {
+	var status atomic.Int32
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(int(status.Load()))
+		_, _ = io.WriteString(w, "  busy, come back later  ")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tg, err := New(Config{Client: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		status int
+		want   target.Outcome
+		msg    string
+	}{
+		{204, target.Succeeded, ""},
+		{200, target.Succeeded, ""},
+		{503, target.Retryable, "HTTP 503: busy, come back later"},
+		{429, target.Retryable, "HTTP 429: busy, come back later"},
+		{404, target.Fatal, "HTTP 404: busy, come back later"},
+	} {
+		status.Store(int32(tc.status))
+		if r := tg.Deliver(context.Background(), delivery(t, srv.URL)); r.Outcome != tc.want || r.Message != tc.msg {
+			t.Errorf("HTTP %d: %+v, want outcome %v and message %q", tc.status, r, tc.want, tc.msg)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections for 5 calls, want 1 reused", n)
 	}
 }
