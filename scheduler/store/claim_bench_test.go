@@ -38,10 +38,7 @@ import (
 //	# PORTICO_BENCH_JOBS (60000)
 func BenchmarkClaimContention(b *testing.B) {
 	const turn = 1500
-	n := 60000
-	if v, err := strconv.Atoi(os.Getenv("PORTICO_BENCH_JOBS")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchJobs(60000)
 	for b.Loop() {
 		ctx := context.Background()
 		url := testdeps.Postgres(b)
@@ -94,6 +91,9 @@ func BenchmarkClaimContention(b *testing.B) {
 				}
 				v.conns = append(v.conns, c)
 			}
+		}
+		if least := 3 * len(vs) * turn; n < least {
+			b.Fatalf("PORTICO_BENCH_JOBS=%d: at least %d (three turns a variant, the first not counted)", n, least)
 		}
 		cpu := func(v *variant) (sum time.Duration) {
 			for _, c := range v.conns {

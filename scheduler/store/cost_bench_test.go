@@ -34,10 +34,7 @@ func BenchmarkRunCostInPostgres(b *testing.B) {
 		claimSize = 16
 		succBatch = 128
 	)
-	n := 20000
-	if v, err := strconv.Atoi(os.Getenv("PORTICO_BENCH_JOBS")); err == nil && v > 0 {
-		n = v
-	}
+	n := benchJobs(20000)
 	for b.Loop() {
 		ctx := context.Background()
 		url := testdeps.Postgres(b)
@@ -101,6 +98,14 @@ func BenchmarkRunCostInPostgres(b *testing.B) {
 		b.Logf("n=%d: Postgres CPU per run: fire %.1f µs, claim %.1f µs (%d a claim), succeed %.1f µs (%d a statement); %s",
 			n, per(fire), per(claim), claimSize, per(succeed), succBatch, peerbench.Machine())
 	}
+}
+
+// benchJobs is PORTICO_BENCH_JOBS when set to a positive number, else def.
+func benchJobs(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("PORTICO_BENCH_JOBS")); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // benchSpec is BenchmarkSchedulerVsRiver's job spec as stored (normalized).
