@@ -112,3 +112,57 @@ func TestRunWakesOnlyForHeldSlots(t *testing.T) {
 		t.Errorf("read the clock %d times to hand over one run 20 resolutions ahead", n)
 	}
 }
+
+// TestRunWakesForAnEarlierAdd: while Run waits for a later slot, an Add of
+// an earlier one is handed over at its own slot, not the later one's; and
+// an Add after the clock moved on by more than the span while the wheel
+// slept (nothing to wake for) is placed by that clock, not refused.
+func TestRunWakesForAnEarlierAdd(t *testing.T) {
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	w := New(5*time.Millisecond, time.Second, now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx, now)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	take := func(id int64, due time.Time) {
+		t.Helper()
+		select {
+		case <-w.C():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d was never handed over", id)
+		}
+		if early := due.Sub(now()); early > 0 {
+			t.Fatalf("run %d handed over %s early", id, early)
+		}
+		if got := ids(w.Take(10)); !slices.Equal(got, []int64{id}) {
+			t.Fatalf("Take = %v, want [%d]", got, id)
+		}
+	}
+	later := now().Add(300 * time.Millisecond)
+	if !w.Add(Due{1, later}) {
+		t.Fatal("Add refused a run within the span")
+	}
+	sooner := now().Add(50 * time.Millisecond)
+	if !w.Add(Due{2, sooner}) {
+		t.Fatal("Add refused a run within the span")
+	}
+	take(2, sooner)
+	if now().After(later) {
+		t.Fatal("the earlier run was handed over only at the later one's slot")
+	}
+	take(1, later)
+
+	offset.Store(int64(10 * time.Second)) // ten spans on, nothing held
+	due := now().Add(50 * time.Millisecond)
+	if !w.Add(Due{3, due}) {
+		t.Fatal("Add refused a run 50 ms ahead after the clock moved on")
+	}
+	take(3, due)
+}
