@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/portico-io/portico/internal/eventually"
 	"github.com/portico-io/portico/internal/identity"
 	"github.com/portico-io/portico/internal/pki"
 	"github.com/portico-io/portico/internal/tlsfiles"
@@ -159,9 +160,20 @@ func TestMakeRunRateLimitsOnCache(t *testing.T) {
 		}
 		t.Logf("attempt %d: degraded (the store did not answer in time); trying another consumer", attempt)
 	}
-	// The replicas count each other through the same store.
-	if n, err := cc.ZCard(ctx, "portico:rl:{replicas}").Result(); err != nil || n < 1 {
-		t.Errorf("replica entries on the cache cluster: %d, %v; want this ratelimitsvc's", n, err)
+	// The replicas count each other through the same store. The entry is
+	// renewed every second with a half-second timeout, so on a loaded
+	// machine a renewal may not have landed yet (and one that timed out is
+	// simply retried): wait for it rather than read once.
+	var (
+		n      int64
+		cntErr error
+	)
+	if !eventually.Within(15*time.Second, func() bool {
+		n, cntErr = cc.ZCard(ctx, "portico:rl:{replicas}").Result()
+		return cntErr == nil && n >= 1
+	}) {
+		t.Errorf("replica entries on the cache cluster after 15 s: %d, %v; want this ratelimitsvc's\n%s",
+			n, cntErr, logWarnings(r.root, "ratelimitsvc"))
 	}
 }
 
