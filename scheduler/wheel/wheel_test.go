@@ -83,31 +83,12 @@ func TestRunWakesOnlyForHeldSlots(t *testing.T) {
 		return time.Now()
 	}
 	w := New(5*time.Millisecond, time.Second, time.Now())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx, now)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	running(t, w, now)
 	due := time.Now().Add(100 * time.Millisecond)
 	if !w.Add(Due{1, due}) {
 		t.Fatal("Add refused a run within the span")
 	}
-	select {
-	case <-w.C():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the run was never handed over")
-	}
-	if early := due.Sub(time.Now()); early > 0 {
-		t.Fatalf("handed over %s before its slot", early)
-	}
-	if got := ids(w.Take(10)); !slices.Equal(got, []int64{1}) {
-		t.Fatalf("Take = %v", got)
-	}
+	handedOver(t, w, time.Now, 1, due)
 	if n := reads.Load(); n > 8 {
 		t.Errorf("read the clock %d times to hand over one run 20 resolutions ahead", n)
 	}
@@ -121,29 +102,10 @@ func TestRunWakesForAnEarlierAdd(t *testing.T) {
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	w := New(5*time.Millisecond, time.Second, now())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.Run(ctx, now)
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	running(t, w, now)
 	take := func(id int64, due time.Time) {
 		t.Helper()
-		select {
-		case <-w.C():
-		case <-time.After(10 * time.Second):
-			t.Fatalf("run %d was never handed over", id)
-		}
-		if early := due.Sub(now()); early > 0 {
-			t.Fatalf("run %d handed over %s early", id, early)
-		}
-		if got := ids(w.Take(10)); !slices.Equal(got, []int64{id}) {
-			t.Fatalf("Take = %v, want [%d]", got, id)
-		}
+		handedOver(t, w, now, id, due)
 	}
 	later := now().Add(300 * time.Millisecond)
 	if !w.Add(Due{1, later}) {
@@ -165,4 +127,35 @@ func TestRunWakesForAnEarlierAdd(t *testing.T) {
 		t.Fatal("Add refused a run 50 ms ahead after the clock moved on")
 	}
 	take(3, due)
+}
+
+// running runs w.Run with now until t ends.
+func running(t *testing.T, w *Wheel, now func() time.Time) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx, now)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+// handedOver waits for w to signal and checks that it hands over run id
+// alone, not before due by now.
+func handedOver(t *testing.T, w *Wheel, now func() time.Time, id int64, due time.Time) {
+	t.Helper()
+	select {
+	case <-w.C():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run %d was never handed over", id)
+	}
+	if early := due.Sub(now()); early > 0 {
+		t.Fatalf("run %d handed over %s before its slot", id, early)
+	}
+	if got := ids(w.Take(10)); !slices.Equal(got, []int64{id}) {
+		t.Fatalf("Take = %v, want [%d]", got, id)
+	}
 }
